@@ -1,0 +1,776 @@
+/* _core.c: the CPython binding of the C core, and nothing else.
+ *
+ * Argument parsing, exceptions, docstrings and buffer access live here; the algorithms live in
+ * csrc/ (pure C). The hot path is the BitFilter type: a Python subclass (urlseen.BloomFilter)
+ * inherits its add / __contains__ so that a per-call check-and-add is one C call.
+ *
+ * Threads: single-key calls hold the GIL throughout. Batch calls hash with the GIL (they read
+ * Python objects) and release it while they probe the bits, holding the filter's own lock; the
+ * `busy` flag (read and written only under the GIL) tells a single-key call that it must take
+ * that lock too. So a key reported new is reported new exactly once, whatever the threads do.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include "csrc/bloom.h"
+#include "csrc/hash.h"
+
+
+static PyObject *InvalidKeyError; /* urlseen.errors.InvalidKeyError */
+static PyObject *ClosedError;     /* urlseen.errors.ClosedError */
+static PyObject *ReadOnlyError;   /* urlseen.errors.ReadOnlyError */
+
+/* ---- keys -------------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *data;
+    Py_ssize_t len;
+    Py_buffer view;
+    int has_view;
+} key_bytes;
+
+/* Re-raise a failed UTF-8 encoding as InvalidKeyError, naming the batch position if any. */
+static void raise_unencodable(Py_ssize_t index)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (index >= 0)
+        PyErr_Format(InvalidKeyError,
+                     "key %zd of the batch cannot be encoded as UTF-8 (%S); pass bytes, or "
+                     "a str without lone surrogates",
+                     index, value ? value : Py_None);
+    else
+        PyErr_Format(InvalidKeyError,
+                     "key cannot be encoded as UTF-8 (%S); pass bytes, or a str without lone "
+                     "surrogates",
+                     value ? value : Py_None);
+    PyObject *type2, *value2, *tb2;
+    PyErr_Fetch(&type2, &value2, &tb2);
+    PyErr_NormalizeException(&type2, &value2, &tb2);
+    if (value) PyException_SetCause(value2, Py_NewRef(value));
+    PyErr_Restore(type2, value2, tb2);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+static void raise_bad_key_type(PyObject *key, Py_ssize_t index)
+{
+    if (index >= 0)
+        PyErr_Format(PyExc_TypeError, "key %zd of the batch must be str or bytes, not '%.200s'",
+                     index, Py_TYPE(key)->tp_name);
+    else
+        PyErr_Format(PyExc_TypeError, "key must be str or bytes, not '%.200s'",
+                     Py_TYPE(key)->tp_name);
+}
+
+/* Borrow the bytes of a key: a str's UTF-8 (cached by CPython; an ASCII str is its own UTF-8),
+ * a bytes object, or any contiguous buffer. Call key_release afterwards. */
+static int key_get(PyObject *key, key_bytes *kb, Py_ssize_t index)
+{
+    kb->has_view = 0;
+    if (PyUnicode_Check(key)) {
+        if (PyUnicode_IS_COMPACT_ASCII(key)) {
+            kb->data = (const char *)PyUnicode_DATA(key);
+            kb->len = PyUnicode_GET_LENGTH(key);
+            return 0;
+        }
+        kb->data = PyUnicode_AsUTF8AndSize(key, &kb->len);
+        if (kb->data == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) raise_unencodable(index);
+            return -1;
+        }
+        return 0;
+    }
+    if (PyBytes_Check(key)) {
+        kb->data = PyBytes_AS_STRING(key);
+        kb->len = PyBytes_GET_SIZE(key);
+        return 0;
+    }
+    if (PyObject_CheckBuffer(key)) {
+        if (PyObject_GetBuffer(key, &kb->view, PyBUF_SIMPLE) < 0) return -1;
+        kb->has_view = 1;
+        kb->data = (const char *)kb->view.buf;
+        kb->len = kb->view.len;
+        return 0;
+    }
+    raise_bad_key_type(key, index);
+    return -1;
+}
+
+static inline void key_release(key_bytes *kb)
+{
+    if (kb->has_view) PyBuffer_Release(&kb->view);
+}
+
+static int key_hash(PyObject *key, uint32_t seed, us_hash128 *out, Py_ssize_t index)
+{
+    key_bytes kb;
+    if (key_get(key, &kb, index) < 0) return -1;
+    *out = us_murmur3_x64_128(kb.data, (size_t)kb.len, seed);
+    key_release(&kb);
+    return 0;
+}
+
+static int parse_seed(PyObject *obj, uint32_t *seed)
+{
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError) || PyErr_ExceptionMatches(PyExc_TypeError))
+            PyErr_SetString(PyExc_ValueError, "seed must be an integer in [0, 2**32)");
+        return -1;
+    }
+    if (v > 0xFFFFFFFFULL) {
+        PyErr_SetString(PyExc_ValueError, "seed must be an integer in [0, 2**32)");
+        return -1;
+    }
+    *seed = (uint32_t)v;
+    return 0;
+}
+
+/* ---- module functions -------------------------------------------------------------------- */
+
+PyDoc_STRVAR(murmur3_doc,
+             "murmur3_x64_128(key, seed=0) -> bytes\n\n"
+             "The 16-byte MurmurHash3 x64-128 digest of key (str as UTF-8, or bytes), exactly as\n"
+             "the reference implementation writes it.");
+
+static PyObject *mod_murmur3(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "seed", NULL};
+    PyObject *key, *seed_obj = NULL;
+    uint32_t seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:murmur3_x64_128", kwlist, &key, &seed_obj))
+        return NULL;
+    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
+    us_hash128 h;
+    if (key_hash(key, seed, &h, -1) < 0) return NULL;
+    unsigned char out[16];
+    for (int i = 0; i < 8; i++) {
+        out[i] = (unsigned char)(h.h1 >> (8 * i));
+        out[8 + i] = (unsigned char)(h.h2 >> (8 * i));
+    }
+    return PyBytes_FromStringAndSize((const char *)out, 16);
+}
+
+/* ---- the BitFilter type ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int bound;    /* view holds a buffer */
+    int readonly; /* the buffer is read-only: add raises */
+    int busy;     /* a batch is probing without the GIL; read/written under the GIL only */
+    us_bloom bloom;
+    uint32_t seed;
+    unsigned long long count; /* keys reported new (len) */
+    uint8_t *count_ptr;       /* if set, count is mirrored here (u64 LE, in the buffer) */
+    PyThread_type_lock lock;
+} BitFilter;
+
+/* Keep count in the buffer too, when the buffer is a state file's mmap: then a killed process
+ * leaves an exact count in the page cache, not one from its last flush. */
+static inline void add_count(BitFilter *self, unsigned long long fresh)
+{
+    if (!fresh) return;
+    self->count += fresh;
+    if (self->count_ptr) {
+        for (int i = 0; i < 8; i++) self->count_ptr[i] = (uint8_t)(self->count >> (8 * i));
+    }
+}
+
+static void acquire(BitFilter *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static int check_usable(BitFilter *self, int write)
+{
+    if (!self->bound) {
+        PyErr_SetString(ClosedError, "the filter is closed");
+        return -1;
+    }
+    if (write && self->readonly) {
+        PyErr_SetString(ReadOnlyError, "the filter was opened read-only");
+        return -1;
+    }
+    return 0;
+}
+
+static void unbind(BitFilter *self)
+{
+    self->count_ptr = NULL;
+    if (self->bound) {
+        PyBuffer_Release(&self->view);
+        self->bound = 0;
+    }
+}
+
+static PyObject *BitFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    BitFilter *self = (BitFilter *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void BitFilter_dealloc(BitFilter *self)
+{
+    PyObject_GC_UnTrack(self);
+    unbind(self);
+    if (self->lock) PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int BitFilter_traverse(BitFilter *self, visitproc visit, void *arg)
+{
+    /* A static type: a heap subclass's own traverse visits the type, so we must not. */
+    if (self->bound) Py_VISIT(self->view.obj);
+    return 0;
+}
+
+static int BitFilter_clear(BitFilter *self)
+{
+    /* Called only when the object is unreachable, so no batch can be running. */
+    unbind(self);
+    return 0;
+}
+
+static int BitFilter_init(BitFilter *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"buffer", "offset", "nbits", "k",           "layout",
+                             "seed",   "count",  "count_offset", NULL};
+    PyObject *buffer, *seed_obj = NULL;
+    Py_ssize_t offset, count_offset = -1;
+    unsigned long long nbits, count = 0;
+    unsigned int k;
+    int layout;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnKIi|OKn:BitFilter", kwlist, &buffer,
+                                     &offset, &nbits, &k, &layout, &seed_obj, &count,
+                                     &count_offset))
+        return -1;
+    uint32_t seed = 0;
+    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return -1;
+    if (layout != US_LAYOUT_STANDARD && layout != US_LAYOUT_BLOCKED) {
+        PyErr_Format(PyExc_ValueError, "layout must be %d (standard) or %d (blocked), not %d",
+                     US_LAYOUT_STANDARD, US_LAYOUT_BLOCKED, layout);
+        return -1;
+    }
+    if (k < 1 || k > US_MAX_K) {
+        PyErr_Format(PyExc_ValueError, "k must be in [1, %u], not %u", US_MAX_K, k);
+        return -1;
+    }
+    if (nbits == 0 || (layout == US_LAYOUT_BLOCKED && nbits % US_BLOCK_BITS)) {
+        PyErr_Format(PyExc_ValueError, "nbits must be positive%s, not %llu",
+                     layout == US_LAYOUT_BLOCKED ? " and a multiple of 512" : "", nbits);
+        return -1;
+    }
+    if (offset < 0) {
+        PyErr_Format(PyExc_ValueError, "offset must be >= 0, not %zd", offset);
+        return -1;
+    }
+
+    Py_buffer view;
+    int readonly = 0;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();
+        if (PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE) < 0) return -1;
+        readonly = 1;
+    }
+    unsigned long long need = (nbits + 7) / 8;
+    if ((unsigned long long)view.len < (unsigned long long)offset ||
+        (unsigned long long)(view.len - offset) < need) {
+        PyErr_Format(PyExc_ValueError,
+                     "buffer of %zd bytes is too small for %llu bits at offset %zd", view.len,
+                     nbits, offset);
+        PyBuffer_Release(&view);
+        return -1;
+    }
+    if (count_offset >= 0 && (readonly || count_offset > view.len - 8)) {
+        PyErr_Format(PyExc_ValueError, "count_offset %zd does not fit a writable buffer of %zd bytes",
+                     count_offset, view.len);
+        PyBuffer_Release(&view);
+        return -1;
+    }
+
+    acquire(self);
+    if (self->busy) { /* re-init during a batch of another thread: refuse */
+        PyThread_release_lock(self->lock);
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "cannot re-initialize a filter in use");
+        return -1;
+    }
+    unbind(self);
+    self->view = view;
+    self->bound = 1;
+    self->readonly = readonly;
+    self->bloom.bits = (uint8_t *)view.buf + offset;
+    self->bloom.nbits = nbits;
+    self->bloom.k = k;
+    self->bloom.layout = layout;
+    self->seed = seed;
+    self->count_ptr = count_offset >= 0 ? (uint8_t *)view.buf + count_offset : NULL;
+    self->count = 0;
+    add_count(self, count);
+    PyThread_release_lock(self->lock);
+    return 0;
+}
+
+PyDoc_STRVAR(add_doc,
+             "add(key) -> bool\n\n"
+             "Check-and-add in one step: set key's bits and return True if key was new (at least\n"
+             "one bit was 0), False if it was (probably) seen before.");
+
+static PyObject *BitFilter_add(BitFilter *self, PyObject *key)
+{
+    us_hash128 h;
+    if (key_hash(key, self->seed, &h, -1) < 0) return NULL;
+    int fresh;
+    if (self->busy) { /* a batch holds the bits: wait for it */
+        acquire(self);
+        if (check_usable(self, 1) < 0) {
+            PyThread_release_lock(self->lock);
+            return NULL;
+        }
+        fresh = us_bloom_test_and_set(&self->bloom, h);
+        add_count(self, (unsigned)fresh);
+        PyThread_release_lock(self->lock);
+    } else {
+        if (check_usable(self, 1) < 0) return NULL;
+        fresh = us_bloom_test_and_set(&self->bloom, h);
+        add_count(self, (unsigned)fresh);
+    }
+    return PyBool_FromLong(fresh);
+}
+
+static int BitFilter_contains(BitFilter *self, PyObject *key)
+{
+    us_hash128 h;
+    if (key_hash(key, self->seed, &h, -1) < 0) return -1;
+    int present;
+    if (self->busy) {
+        acquire(self);
+        if (check_usable(self, 0) < 0) {
+            PyThread_release_lock(self->lock);
+            return -1;
+        }
+        present = us_bloom_test(&self->bloom, h);
+        PyThread_release_lock(self->lock);
+    } else {
+        if (check_usable(self, 0) < 0) return -1;
+        present = us_bloom_test(&self->bloom, h);
+    }
+    return present;
+}
+
+static Py_ssize_t BitFilter_len(BitFilter *self)
+{
+    if (check_usable(self, 0) < 0) return -1;
+    return (Py_ssize_t)self->count;
+}
+
+/* A growable array of digests from the raw allocator, so it can be read without the GIL. */
+typedef struct {
+    us_hash128 *items;
+    size_t len, cap;
+} digest_vec;
+
+static int digests_reserve(digest_vec *v, size_t cap)
+{
+    if (cap <= v->cap) return 0;
+    if (cap > SIZE_MAX / sizeof(us_hash128)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    us_hash128 *items = PyMem_RawRealloc(v->items, (cap ? cap : 1) * sizeof(us_hash128));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    v->items = items;
+    v->cap = cap;
+    return 0;
+}
+
+/* Hash every key of the batch before any bit changes: a bad key at position 900000 must not
+ * leave the first 899999 applied, since the caller would never learn which of them were new.
+ * One pass over the keys (each str object is touched once: with millions of fresh strings, each
+ * touch is a cache miss); 16 bytes of temporary memory per key. */
+static int hash_batch(PyObject *keys, uint32_t seed, digest_vec *v)
+{
+    if (PyList_CheckExact(keys) || PyTuple_CheckExact(keys)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+        if (digests_reserve(v, (size_t)n) < 0) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            /* A str's first UTF-8 encoding allocates, which may run a finalizer that changes
+             * the list: re-check the size, and own the key while hashing it. */
+            if (PySequence_Fast_GET_SIZE(keys) != n) {
+                PyErr_SetString(PyExc_RuntimeError, "the list of keys changed size during the batch");
+                return -1;
+            }
+            PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
+            Py_INCREF(key);
+            int rc = key_hash(key, seed, &v->items[i], i);
+            Py_DECREF(key);
+            if (rc < 0) return -1;
+        }
+        v->len = (size_t)n;
+        return 0;
+    }
+    PyObject *it = PyObject_GetIter(keys);
+    if (it == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "expected an iterable of str or bytes, not '%.200s'",
+                         Py_TYPE(keys)->tp_name);
+        }
+        return -1;
+    }
+    PyObject *key;
+    while ((key = PyIter_Next(it)) != NULL) {
+        us_hash128 h;
+        int rc = key_hash(key, seed, &h, (Py_ssize_t)v->len);
+        Py_DECREF(key);
+        if (rc < 0 || (v->len == v->cap && digests_reserve(v, v->cap ? 2 * v->cap : 1024) < 0)) {
+            Py_DECREF(it);
+            return -1;
+        }
+        v->items[v->len++] = h;
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+enum batch_mode { BATCH_ADD_LIST, BATCH_ADD_COUNT, BATCH_TEST_LIST };
+
+static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode)
+{
+    int write = mode != BATCH_TEST_LIST;
+    if (check_usable(self, write) < 0) return NULL;
+    digest_vec digests = {NULL, 0, 0};
+    uint8_t *flags = NULL;
+    PyObject *result = NULL;
+    if (hash_batch(keys, self->seed, &digests) < 0) goto fail;
+    size_t n = digests.len;
+    flags = PyMem_RawMalloc(n ? n : 1);
+    if (flags == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (mode != BATCH_ADD_COUNT && (result = PyList_New((Py_ssize_t)n)) == NULL) goto fail;
+
+    acquire(self);
+    if (check_usable(self, write) < 0) { /* closed while we waited */
+        PyThread_release_lock(self->lock);
+        goto fail;
+    }
+    self->busy = 1;
+    size_t hits = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (write) {
+        hits = us_bloom_test_and_set_many(&self->bloom, digests.items, n, flags);
+    } else {
+        us_bloom_test_many(&self->bloom, digests.items, n, flags);
+    }
+    Py_END_ALLOW_THREADS
+    if (write) add_count(self, hits);
+    self->busy = 0;
+    PyThread_release_lock(self->lock);
+
+    if (result != NULL) {
+        for (size_t i = 0; i < n; i++)
+            PyList_SET_ITEM(result, (Py_ssize_t)i, Py_NewRef(flags[i] ? Py_True : Py_False));
+    } else {
+        result = PyLong_FromSize_t(hits);
+    }
+    PyMem_RawFree(flags);
+    PyMem_RawFree(digests.items);
+    return result;
+
+fail:
+    Py_XDECREF(result);
+    PyMem_RawFree(flags);
+    PyMem_RawFree(digests.items);
+    return NULL;
+}
+
+PyDoc_STRVAR(add_many_doc,
+             "add_many(keys) -> list[bool]\n\n"
+             "Check-and-add every key of an iterable, in order, in C; element i is True if key i\n"
+             "was new. A key repeated within the batch is new only the first time. Every key is\n"
+             "checked before any bit changes, so a bad key raises and leaves the filter as it was.");
+
+static PyObject *BitFilter_add_many(BitFilter *self, PyObject *keys)
+{
+    return run_batch(self, keys, BATCH_ADD_LIST);
+}
+
+PyDoc_STRVAR(update_doc,
+             "update(keys) -> int\n\n"
+             "Like add_many, but return only the number of new keys (no list is built).");
+
+static PyObject *BitFilter_update(BitFilter *self, PyObject *keys)
+{
+    return run_batch(self, keys, BATCH_ADD_COUNT);
+}
+
+PyDoc_STRVAR(contains_many_doc,
+             "contains_many(keys) -> list[bool]\n\n"
+             "Test every key of an iterable without writing; element i is True if key i is\n"
+             "(probably) present.");
+
+static PyObject *BitFilter_contains_many(BitFilter *self, PyObject *keys)
+{
+    return run_batch(self, keys, BATCH_TEST_LIST);
+}
+
+PyDoc_STRVAR(positions_doc,
+             "positions(key) -> list[int]\n\n"
+             "The key's k bit positions in this filter, in probe order (for tests and for stores\n"
+             "that keep the bits elsewhere, such as Redis).");
+
+static PyObject *BitFilter_positions(BitFilter *self, PyObject *key)
+{
+    if (check_usable(self, 0) < 0) return NULL;
+    us_hash128 h;
+    if (key_hash(key, self->seed, &h, -1) < 0) return NULL;
+    uint64_t pos[US_MAX_K];
+    us_bloom_positions(&self->bloom, h, pos);
+    PyObject *out = PyList_New(self->bloom.k);
+    if (out == NULL) return NULL;
+    for (uint32_t i = 0; i < self->bloom.k; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(pos[i]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(popcount_doc,
+             "popcount() -> int\n\n"
+             "The number of bits set. Reads the whole array: O(nbits).");
+
+static PyObject *BitFilter_popcount(BitFilter *self, PyObject *unused)
+{
+    if (check_usable(self, 0) < 0) return NULL;
+    acquire(self);
+    uint64_t ones;
+    Py_BEGIN_ALLOW_THREADS
+    ones = us_popcount(self->bloom.bits, self->bloom.nbits);
+    Py_END_ALLOW_THREADS
+    PyThread_release_lock(self->lock);
+    return PyLong_FromUnsignedLongLong(ones);
+}
+
+PyDoc_STRVAR(merge_bits_doc,
+             "_merge_bits(other) -> None\n\n"
+             "OR other's bits into this filter's. The caller checks that the parameters match.");
+
+static PyTypeObject BitFilterType;
+
+static PyObject *BitFilter_merge_bits(BitFilter *self, PyObject *other_obj)
+{
+    if (!PyObject_TypeCheck(other_obj, &BitFilterType)) {
+        PyErr_Format(PyExc_TypeError, "expected a BitFilter, not '%.200s'",
+                     Py_TYPE(other_obj)->tp_name);
+        return NULL;
+    }
+    BitFilter *other = (BitFilter *)other_obj;
+    if (check_usable(self, 1) < 0 || check_usable(other, 0) < 0) return NULL;
+    if (other->bloom.nbits != self->bloom.nbits) {
+        PyErr_SetString(PyExc_ValueError, "filters differ in size");
+        return NULL;
+    }
+    if (other == self) Py_RETURN_NONE;
+    acquire(self);
+    acquire(other);
+    us_or_bytes(self->bloom.bits, other->bloom.bits, (size_t)((self->bloom.nbits + 7) / 8));
+    PyThread_release_lock(other->lock);
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(release_doc,
+             "_release() -> None\n\n"
+             "Let go of the buffer (waiting for a running batch) so that its owner, e.g. an mmap,\n"
+             "can be closed. Afterwards every operation raises ClosedError.");
+
+static PyObject *BitFilter_release(BitFilter *self, PyObject *unused)
+{
+    acquire(self);
+    unbind(self);
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_nbits(BitFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->bloom.nbits); }
+static PyObject *get_k(BitFilter *self, void *c) { return PyLong_FromUnsignedLong(self->bloom.k); }
+static PyObject *get_layout(BitFilter *self, void *c) { return PyLong_FromLong(self->bloom.layout); }
+static PyObject *get_seed(BitFilter *self, void *c) { return PyLong_FromUnsignedLong(self->seed); }
+static PyObject *get_closed(BitFilter *self, void *c) { return PyBool_FromLong(!self->bound); }
+static PyObject *get_readonly(BitFilter *self, void *c) { return PyBool_FromLong(self->readonly); }
+static PyObject *get_count(BitFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->count); }
+
+static int set_count(BitFilter *self, PyObject *value, void *c)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete count");
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(value);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    self->count = 0;
+    add_count(self, v);
+    return 0;
+}
+
+static PyGetSetDef BitFilter_getset[] = {
+    {"nbits", (getter)get_nbits, NULL, "Number of bits in the filter.", NULL},
+    {"k", (getter)get_k, NULL, "Bits probed per key.", NULL},
+    {"layout", (getter)get_layout, NULL, "0 = standard, 1 = blocked (512-bit blocks).", NULL},
+    {"seed", (getter)get_seed, NULL, "Hash seed.", NULL},
+    {"closed", (getter)get_closed, NULL, "True once the buffer was released.", NULL},
+    {"readonly", (getter)get_readonly, NULL, "True if the buffer is read-only.", NULL},
+    {"count", (getter)get_count, (setter)set_count, "Keys reported new (len(filter)).", NULL},
+    {NULL},
+};
+
+static PyMethodDef BitFilter_methods[] = {
+    {"add", (PyCFunction)BitFilter_add, METH_O, add_doc},
+    {"add_many", (PyCFunction)BitFilter_add_many, METH_O, add_many_doc},
+    {"update", (PyCFunction)BitFilter_update, METH_O, update_doc},
+    {"contains_many", (PyCFunction)BitFilter_contains_many, METH_O, contains_many_doc},
+    {"positions", (PyCFunction)BitFilter_positions, METH_O, positions_doc},
+    {"popcount", (PyCFunction)BitFilter_popcount, METH_NOARGS, popcount_doc},
+    {"_merge_bits", (PyCFunction)BitFilter_merge_bits, METH_O, merge_bits_doc},
+    {"_release", (PyCFunction)BitFilter_release, METH_NOARGS, release_doc},
+    {NULL},
+};
+
+static PySequenceMethods BitFilter_as_sequence = {
+    .sq_length = (lenfunc)BitFilter_len,
+    .sq_contains = (objobjproc)BitFilter_contains,
+};
+
+PyDoc_STRVAR(BitFilter_doc,
+             "BitFilter(buffer, offset, nbits, k, layout, seed=0, count=0, count_offset=-1)\n\n"
+             "Bloom-filter probes over nbits bits that start at byte offset of a buffer the\n"
+             "caller owns (bytearray, mmap, ...). A read-only buffer gives a read-only filter.\n"
+             "With count_offset >= 0 the count of new keys is mirrored into the buffer there\n"
+             "(8 bytes, little-endian), so a state file's count survives a killed process.\n"
+             "urlseen.BloomFilter is the public face of this type.");
+
+static PyTypeObject BitFilterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "urlseen._core.BitFilter",
+    .tp_basicsize = sizeof(BitFilter),
+    .tp_dealloc = (destructor)BitFilter_dealloc,
+    .tp_as_sequence = &BitFilter_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = BitFilter_doc,
+    .tp_traverse = (traverseproc)BitFilter_traverse,
+    .tp_clear = (inquiry)BitFilter_clear,
+    .tp_methods = BitFilter_methods,
+    .tp_getset = BitFilter_getset,
+    .tp_init = (initproc)BitFilter_init,
+    .tp_new = BitFilter_new,
+};
+
+/* ---- module ------------------------------------------------------------------------------ */
+
+PyDoc_STRVAR(positions_fn_doc,
+             "positions(key, nbits, k, layout, seed=0) -> list[int]\n\n"
+             "The k bit positions of key in a filter of nbits bits, without a filter.");
+
+static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "nbits", "k", "layout", "seed", NULL};
+    PyObject *key, *seed_obj = NULL;
+    unsigned long long nbits;
+    unsigned int k;
+    int layout;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OKIi|O:positions", kwlist, &key, &nbits, &k,
+                                     &layout, &seed_obj))
+        return NULL;
+    uint32_t seed = 0;
+    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
+    if ((layout != US_LAYOUT_STANDARD && layout != US_LAYOUT_BLOCKED) || k < 1 || k > US_MAX_K ||
+        nbits == 0 || (layout == US_LAYOUT_BLOCKED && nbits % US_BLOCK_BITS)) {
+        PyErr_SetString(PyExc_ValueError, "invalid nbits, k or layout");
+        return NULL;
+    }
+    us_hash128 h;
+    if (key_hash(key, seed, &h, -1) < 0) return NULL;
+    us_bloom b = {NULL, nbits, k, layout};
+    uint64_t pos[US_MAX_K];
+    us_bloom_positions(&b, h, pos);
+    PyObject *out = PyList_New(k);
+    if (out == NULL) return NULL;
+    for (uint32_t i = 0; i < k; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(pos[i]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"murmur3_x64_128", (PyCFunction)(void (*)(void))mod_murmur3, METH_VARARGS | METH_KEYWORDS,
+     murmur3_doc},
+    {"positions", (PyCFunction)(void (*)(void))mod_positions, METH_VARARGS | METH_KEYWORDS,
+     positions_fn_doc},
+    {NULL},
+};
+
+static int load_errors(void)
+{
+    PyObject *errors = PyImport_ImportModule("urlseen.errors");
+    if (errors == NULL) return -1;
+    InvalidKeyError = PyObject_GetAttrString(errors, "InvalidKeyError");
+    ClosedError = PyObject_GetAttrString(errors, "ClosedError");
+    ReadOnlyError = PyObject_GetAttrString(errors, "ReadOnlyError");
+    Py_DECREF(errors);
+    return (InvalidKeyError && ClosedError && ReadOnlyError) ? 0 : -1;
+}
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT, "urlseen._core",
+    "The C core of urlseen: the fixed 128-bit hash and Bloom-filter probes on caller-owned "
+    "buffers.",
+    -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    if (load_errors() < 0) return NULL;
+    if (PyType_Ready(&BitFilterType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "BitFilter", (PyObject *)&BitFilterType) < 0 ||
+        PyModule_AddIntConstant(m, "LAYOUT_STANDARD", US_LAYOUT_STANDARD) < 0 ||
+        PyModule_AddIntConstant(m, "LAYOUT_BLOCKED", US_LAYOUT_BLOCKED) < 0 ||
+        PyModule_AddIntConstant(m, "BLOCK_BITS", US_BLOCK_BITS) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_K", US_MAX_K) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

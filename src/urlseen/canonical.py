@@ -1,0 +1,213 @@
+"""Turn a URL into the key urlseen hashes, so that equal URLs give equal bytes (spec S0.5, G6).
+
+Every filter, store and interface gets its keys from here. The rule is Scrapy's own,
+``w3lib.url.canonicalize_url``: scheme and host lower-cased, host IDNA-encoded, fragment
+dropped, dot segments resolved, percent-encoding normalised, query arguments sorted. A
+urlseen filter then agrees with Scrapy's dupefilter and HTTP cache about which URLs are equal.
+
+Profiles, chosen with ``get_canonicalizer(profile)``:
+
+- ``"w3lib"`` (default): the result of ``canonicalize_url``, with the edge cases below.
+- ``"none"``: the text itself, unchanged.
+
+Edge cases, decided here so that a crawler never stops on a URL:
+
+- Surrounding whitespace and C0 control characters are stripped, as browsers and w3lib do.
+- Relative references (``/path``), unknown or mistyped schemes (``hhttps://x``,
+  ``view-source:https://...``), spaces and IRIs get whatever ``canonicalize_url`` makes of
+  them. No base URL is applied, so ``/a`` never equals ``http://x/a``.
+- Text that ``canonicalize_url`` rejects (``http://x:99999/``, ``http://[::1/``) is kept
+  verbatim after stripping, so it still deduplicates exactly by its text.
+- There is no length limit: a 1 MB URL takes well under a second.
+- ``InvalidKeyError`` is raised for a key that would be empty (``""``, blank lines), for text
+  with lone surrogates (it has no UTF-8 form to hash) and for anything that is not a str.
+
+Speed: ``canonicalize_url`` manages about 100k URLs/s. Most real URLs are already canonical
+(99% of the distinct development URLs), so a strict pattern recognises those and
+returns them without calling w3lib. A test checks that this shortcut and w3lib agree.
+``benchmarks/CANONICALIZATION.md`` has the measurements, including why no profile built on
+the ``ada-url`` parser is offered.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+
+from w3lib.url import canonicalize_url
+
+from urlseen.errors import ConfigError, InvalidKeyError
+
+__all__ = [
+    "DEFAULT_MEMO_SIZE",
+    "DEFAULT_PROFILE",
+    "PROFILES",
+    "Canonicalizer",
+    "canonicalize",
+    "get_canonicalizer",
+]
+
+Canonicalizer = Callable[[str], str]
+
+PROFILES: tuple[str, ...] = ("w3lib", "none")
+DEFAULT_PROFILE = "w3lib"
+# 2**16 entries catch 80% of the lines of a feed-polling stream (benchmarks/CANONICALIZATION.md).
+DEFAULT_MEMO_SIZE = 1 << 16
+# Longer lines bypass the memo, so a few huge URLs cannot fill memory.
+_MEMO_MAX_CHARS = 1024
+
+# What browsers (URL Standard) and w3lib strip from both ends of a URL.
+_C0_CONTROL_OR_SPACE = "".join(map(chr, range(0x21)))
+
+# http(s) URLs that canonicalize_url returns unchanged, apart from dropping the fragment,
+# adding "/" for an empty path and sorting a plain query. It is kept strict on purpose:
+# lower-case host, no userinfo, a port without leading zeros, a path of characters w3lib
+# never escapes or unescapes (no "%", no ";" because of path parameters, no "\"), a query
+# of unreserved characters, and printable ASCII in the fragment. Everything else goes to w3lib.
+_PLAIN_HTTP_URL = re.compile(
+    r"(https?://[a-z0-9._-]+(?::[1-9][0-9]{0,3})?)"  # origin
+    r"(/[A-Za-z0-9._~!$&'()*+,=:@/-]*)?"  # path
+    r"(?:\?([A-Za-z0-9._~=&-]*))?"  # query
+    r"(?:#[!-~]*)?"  # fragment, dropped
+)
+_match_plain_http_url = _PLAIN_HTTP_URL.fullmatch
+
+
+def canonicalize(url: str) -> str:
+    """Return the canonical form of ``url``, the text urlseen hashes.
+
+    This is ``w3lib.url.canonicalize_url`` (Scrapy's rule), so two spellings of one
+    resource (``http://X.com/b?y=2&x=1#top`` and ``http://x.com/b?x=1&y=2``) give one key
+    and the URL-seen test does not fetch it twice. See the module docstring for the edge
+    cases.
+
+    Args:
+        url: An absolute URL, ideally; any other text gets a well-defined key too.
+
+    Returns:
+        A non-empty str that encodes to UTF-8.
+
+    Raises:
+        InvalidKeyError: ``url`` is blank, contains lone surrogates, or is not a str.
+    """
+    try:
+        match = _match_plain_http_url(url)
+    except TypeError:
+        raise InvalidKeyError(f"a URL must be str, not {type(url).__name__}") from None
+    if match is None:
+        return _canonicalize_with_w3lib(url)
+    origin, path, query = match.groups()
+    if path is None:
+        path = "/"
+    elif "/." in path:  # a dot segment may need resolving
+        return _canonicalize_with_w3lib(url)
+    if query:
+        query = _sort_plain_query(query)
+        if query is None:
+            return _canonicalize_with_w3lib(url)
+        if query:
+            return f"{origin}{path}?{query}"
+    return origin + path
+
+
+def _sort_plain_query(query: str) -> str | None:
+    """Sort a query of unreserved characters as canonicalize_url does, or None to defer to it.
+
+    w3lib sorts (name, value) pairs by their decoded bytes; with nothing to decode (no "%"
+    or "+"), comparing the ASCII str pairs gives the same order. Empty fields are dropped
+    and a name without "=" gets one, as in w3lib.
+    """
+    pairs = []
+    for field in query.split("&"):
+        if field:
+            name, _, value = field.partition("=")
+            if "=" in value:  # w3lib escapes it as %3D
+                return None
+            pairs.append((name, value))
+    pairs.sort()
+    return "&".join([f"{name}={value}" for name, value in pairs])
+
+
+def _canonicalize_with_w3lib(url: str) -> str:
+    text = url.strip(_C0_CONTROL_OR_SPACE)
+    if not text:
+        raise InvalidKeyError(f"an empty URL has no key: {_preview(url)}")
+    if not text.isascii():
+        _require_utf8(text)
+    try:
+        return canonicalize_url(text)
+    except Exception:
+        # w3lib raises ValueError for what it cannot parse (a bad port, an unbalanced "[").
+        # Any failure of a third-party parser on untrusted input must still leave the crawler
+        # a key, so the stripped text serves as its own key.
+        return text
+
+
+def _verbatim(url: str) -> str:
+    """The "none" profile: the text itself, once it is known to be hashable."""
+    if not isinstance(url, str):
+        raise InvalidKeyError(f"a URL must be str, not {type(url).__name__}")
+    if not url:
+        raise InvalidKeyError("an empty URL has no key: ''")
+    if not url.isascii():
+        _require_utf8(url)
+    return url
+
+
+def _require_utf8(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidKeyError(
+            f"a URL with a lone surrogate at index {e.start} has no UTF-8 form: {_preview(text)}"
+        ) from None
+
+
+def _preview(text: str) -> str:
+    return repr(text) if len(text) <= 80 else f"{text[:80]!r}... ({len(text)} chars)"
+
+
+def _memoize(canonicalizer: Canonicalizer, size: int) -> Canonicalizer:
+    """Wrap ``canonicalizer`` in an LRU cache of ``size`` entries keyed by the raw text."""
+    cached = functools.lru_cache(maxsize=size)(canonicalizer)
+
+    def memoized(url: str) -> str:
+        if type(url) is not str or len(url) > _MEMO_MAX_CHARS:
+            return canonicalizer(url)
+        return cached(url)
+
+    memoized.cache_info = cached.cache_info  # type: ignore[attr-defined]
+    return memoized
+
+
+def get_canonicalizer(profile: str = DEFAULT_PROFILE, *, memo_size: int = 0) -> Canonicalizer:
+    """Return the function that turns a URL into its key under ``profile``.
+
+    Args:
+        profile: ``"w3lib"`` (Scrapy's rule, the default) or ``"none"`` (the text as is).
+        memo_size: Remember the keys of this many recent distinct URLs (0: none). It pays
+            off on streams with many exact repeats, such as a polled feed; the CLI uses
+            ``DEFAULT_MEMO_SIZE``. Ignored for ``"none"``, which has nothing to save.
+
+    Returns:
+        A callable ``str -> str`` with the contract of ``canonicalize``; thread-safe.
+
+    Raises:
+        ConfigError: Unknown ``profile`` or a ``memo_size`` that is not an int >= 0.
+
+    Example:
+        >>> key = get_canonicalizer("w3lib", memo_size=DEFAULT_MEMO_SIZE)
+        >>> key("HTTP://Example.com/a?b=2&a=1#frag")
+        'http://example.com/a?a=1&b=2'
+    """
+    if profile not in PROFILES:
+        choices = ", ".join(repr(p) for p in PROFILES)
+        raise ConfigError(f"profile must be one of {choices}, not {profile!r}")
+    if isinstance(memo_size, bool) or not isinstance(memo_size, int) or memo_size < 0:
+        raise ConfigError(f"memo_size must be an int >= 0, not {memo_size!r}")
+    if profile == "none":
+        return _verbatim
+    if memo_size == 0:
+        return canonicalize
+    return _memoize(canonicalize, memo_size)

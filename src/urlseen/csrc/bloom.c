@@ -1,0 +1,91 @@
+/* bloom.c: the probe loops of both layouts (see bloom.h for the contract). */
+#include "bloom.h"
+
+#include <string.h>
+
+/* How many keys ahead a batch prefetches. One cache miss costs ~100 ns; hashing and probing one
+ * key ~15-30 ns: ~8 keys in flight hide most of the latency without evicting lines not yet
+ * used. Measured on the benchmark machine (benchmarks/RESULTS.md). */
+#define US_PREFETCH_AHEAD 8
+
+void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out)
+{
+    if (b->layout == US_LAYOUT_BLOCKED) {
+        uint8_t *block;
+        uint32_t pos, step;
+        us_block_of_(b, h, &block, &pos, &step);
+        uint64_t base = (uint64_t)(block - b->bits) * 8;
+        for (uint32_t i = 0; i < b->k; i++, pos += step) out[i] = base + (pos & (US_BLOCK_BITS - 1));
+        return;
+    }
+    uint64_t x = h.h1, y = h.h2 | 1;
+    for (uint32_t i = 0; i < b->k; i++) {
+        out[i] = us_reduce(x, b->nbits);
+        x += y;
+        y += i + 1;
+    }
+}
+
+/* Prefetch every cache line the key will touch: one for a blocked filter, k for a standard one. */
+static inline void prefetch(const us_bloom *b, us_hash128 h)
+{
+    if (b->layout == US_LAYOUT_BLOCKED) {
+        __builtin_prefetch(b->bits + us_reduce(h.h1, b->nbits / US_BLOCK_BITS) * US_BLOCK_BYTES, 1);
+        return;
+    }
+    uint64_t x = h.h1, y = h.h2 | 1;
+    for (uint32_t i = 0; i < b->k; i++) {
+        __builtin_prefetch(b->bits + (us_reduce(x, b->nbits) >> 3), 1);
+        x += y;
+        y += i + 1;
+    }
+}
+
+size_t us_bloom_test_and_set_many(us_bloom *b, const us_hash128 *h, size_t n, uint8_t *out)
+{
+    size_t fresh = 0;
+    size_t warm = n < US_PREFETCH_AHEAD ? n : US_PREFETCH_AHEAD;
+    for (size_t i = 0; i < warm; i++) prefetch(b, h[i]);
+    if (b->layout == US_LAYOUT_BLOCKED) {
+        for (size_t i = 0; i < n; i++) {
+            if (i + US_PREFETCH_AHEAD < n) prefetch(b, h[i + US_PREFETCH_AHEAD]);
+            out[i] = (uint8_t)us_test_and_set_blocked_(b, h[i]);
+            fresh += out[i];
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            if (i + US_PREFETCH_AHEAD < n) prefetch(b, h[i + US_PREFETCH_AHEAD]);
+            out[i] = (uint8_t)us_test_and_set_standard_(b, h[i]);
+            fresh += out[i];
+        }
+    }
+    return fresh;
+}
+
+void us_bloom_test_many(const us_bloom *b, const us_hash128 *h, size_t n, uint8_t *out)
+{
+    size_t warm = n < US_PREFETCH_AHEAD ? n : US_PREFETCH_AHEAD;
+    for (size_t i = 0; i < warm; i++) prefetch(b, h[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (i + US_PREFETCH_AHEAD < n) prefetch(b, h[i + US_PREFETCH_AHEAD]);
+        out[i] = (uint8_t)us_bloom_test(b, h[i]);
+    }
+}
+
+uint64_t us_popcount(const uint8_t *bits, uint64_t nbits)
+{
+    uint64_t total = 0, nbytes = nbits / 8, i = 0;
+    for (; i + 8 <= nbytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, bits + i, 8);
+        total += (uint64_t)__builtin_popcountll(w);
+    }
+    for (; i < nbytes; i++) total += (uint64_t)__builtin_popcount(bits[i]);
+    if (nbits & 7) total += (uint64_t)__builtin_popcount(bits[nbytes] & ((1u << (nbits & 7)) - 1));
+    return total;
+}
+
+void us_or_bytes(uint8_t *dst, const uint8_t *src, size_t nbytes)
+{
+    for (size_t i = 0; i < nbytes; i++) dst[i] |= src[i];
+}

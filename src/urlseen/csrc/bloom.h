@@ -1,0 +1,146 @@
+/* bloom.h: Bloom-filter probes on a bit array the caller owns (a bytearray, an mmap, ...).
+ *
+ * Two layouts share one contract: `test` never writes; `test_and_set` sets the key's bits and
+ * reports whether any of them was 0 (the key is new), so the URL-seen test is one call.
+ *
+ *  - US_LAYOUT_STANDARD: k positions over all nbits by enhanced double hashing (Dillinger and
+ *    Manolios 2004): x = h1, y = h2 | 1; position i = reduce(x); x += y; y += i + 1. Bit-for-bit
+ *    the textbook filter, sized by the textbook formula; k cache misses per key once the array
+ *    outgrows the cache.
+ *  - US_LAYOUT_BLOCKED: h1 picks one 512-bit block (one cache line); k distinct bits inside it
+ *    by double hashing mod 512 with an odd step. One cache miss per key, which a batch can
+ *    prefetch; it costs some extra bits for the same error rate (filters/_sizing.py).
+ *
+ * reduce(x) = (x * n) >> 64 maps a 64-bit value onto [0, n) without a division (Lemire's
+ * "fastrange"); n need not be a power of two, so the filter is sized exactly.
+ *
+ * Bit j lives in byte j / 8 at bit j % 8 (least significant first): the layout of the bytes is
+ * the same on every machine, so a state file or Redis bitmap moves between machines as is.
+ * Pure C: no Python.h, no allocation.
+ */
+#ifndef URLSEEN_BLOOM_H
+#define URLSEEN_BLOOM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hash.h"
+
+enum us_layout { US_LAYOUT_STANDARD = 0, US_LAYOUT_BLOCKED = 1 };
+
+#define US_BLOCK_BITS 512u
+#define US_BLOCK_BYTES 64u
+#define US_MAX_K 64u
+
+/* A view of a filter's bits. Invariants: bits points at ceil(nbits / 8) bytes the caller owns;
+ * 1 <= k <= US_MAX_K; for US_LAYOUT_BLOCKED nbits is a multiple of US_BLOCK_BITS and
+ * k <= US_BLOCK_BITS. */
+typedef struct {
+    uint8_t *bits;
+    uint64_t nbits;
+    uint32_t k;
+    int layout;
+} us_bloom;
+
+static inline uint64_t us_reduce(uint64_t x, uint64_t n)
+{
+    return (uint64_t)(((unsigned __int128)x * n) >> 64);
+}
+
+/* Writes the key's k bit positions (absolute, in [0, nbits)) to out[0..k-1]: the reference that
+ * the Python oracle and the Redis backends reproduce. */
+void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out);
+
+/* Single-key probes, inline: the per-call path is a few dozen instructions, and a call
+ * and a layout branch would be a visible part of them. Names ending in _ are private. */
+static inline void us_block_of_(const us_bloom *b, us_hash128 h, uint8_t **block, uint32_t *pos,
+                            uint32_t *step)
+{
+    uint64_t nblocks = b->nbits / US_BLOCK_BITS;
+    *block = b->bits + us_reduce(h.h1, nblocks) * US_BLOCK_BYTES;
+    *pos = (uint32_t)h.h2;
+    *step = (uint32_t)(h.h2 >> 32) | 1u; /* odd: k < 512 steps never revisit a bit */
+}
+
+static inline int us_test_blocked_(const us_bloom *b, us_hash128 h)
+{
+    uint8_t *block;
+    uint32_t pos, step;
+    us_block_of_(b, h, &block, &pos, &step);
+    for (uint32_t i = 0; i < b->k; i++, pos += step) {
+        uint32_t bit = pos & (US_BLOCK_BITS - 1);
+        if (!(block[bit >> 3] & (1u << (bit & 7)))) return 0;
+    }
+    return 1;
+}
+
+static inline int us_test_and_set_blocked_(us_bloom *b, us_hash128 h)
+{
+    uint8_t *block;
+    uint32_t pos, step;
+    unsigned missing = 0;
+    us_block_of_(b, h, &block, &pos, &step);
+    for (uint32_t i = 0; i < b->k; i++, pos += step) {
+        uint32_t bit = pos & (US_BLOCK_BITS - 1);
+        uint8_t mask = (uint8_t)(1u << (bit & 7));
+        missing |= !(block[bit >> 3] & mask);
+        block[bit >> 3] |= mask;
+    }
+    return (int)missing;
+}
+
+static inline int us_test_standard_(const us_bloom *b, us_hash128 h)
+{
+    uint64_t x = h.h1, y = h.h2 | 1;
+    for (uint32_t i = 0; i < b->k; i++) {
+        uint64_t j = us_reduce(x, b->nbits);
+        if (!(b->bits[j >> 3] & (1u << (j & 7)))) return 0;
+        x += y;
+        y += i + 1;
+    }
+    return 1;
+}
+
+static inline int us_test_and_set_standard_(us_bloom *b, us_hash128 h)
+{
+    uint64_t x = h.h1, y = h.h2 | 1;
+    unsigned missing = 0;
+    for (uint32_t i = 0; i < b->k; i++) {
+        uint64_t j = us_reduce(x, b->nbits);
+        uint8_t mask = (uint8_t)(1u << (j & 7));
+        missing |= !(b->bits[j >> 3] & mask);
+        b->bits[j >> 3] |= mask;
+        x += y;
+        y += i + 1;
+    }
+    return (int)missing;
+}
+
+/* 1 if every bit of the key is set (present, or a false positive), else 0. Never writes.
+ * us_bloom_test_and_set sets the key's bits and returns 1 if at least one was 0 (new). */
+static inline int us_bloom_test(const us_bloom *b, us_hash128 h)
+{
+    return b->layout == US_LAYOUT_BLOCKED ? us_test_blocked_(b, h) : us_test_standard_(b, h);
+}
+
+static inline int us_bloom_test_and_set(us_bloom *b, us_hash128 h)
+{
+    return b->layout == US_LAYOUT_BLOCKED ? us_test_and_set_blocked_(b, h)
+                                          : us_test_and_set_standard_(b, h);
+}
+
+
+/* Batch forms over n digests, in order (a key repeated in the batch is new only the first time).
+ * They prefetch the cache lines of keys a few places ahead, which is where a batch wins over
+ * single calls once the filter is larger than the cache. out[i] gets 1 for new / present.
+ * test_and_set returns the number of new keys. */
+size_t us_bloom_test_and_set_many(us_bloom *b, const us_hash128 *h, size_t n, uint8_t *out);
+void us_bloom_test_many(const us_bloom *b, const us_hash128 *h, size_t n, uint8_t *out);
+
+/* Number of set bits among the first nbits (for fill and count estimates). */
+uint64_t us_popcount(const uint8_t *bits, uint64_t nbits);
+
+/* dst |= src over nbytes: the union of two filters with identical parameters. */
+void us_or_bytes(uint8_t *dst, const uint8_t *src, size_t nbytes);
+
+#endif

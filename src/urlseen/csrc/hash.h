@@ -1,0 +1,28 @@
+/* hash.h: the fixed, seeded 128-bit hash every urlseen filter is built on.
+ *
+ * MurmurHash3 x64-128 (Austin Appleby, public domain), written here from its published
+ * description. The output must never change: persisted filters, Redis bitmaps and other
+ * processes depend on the same key giving the same bits everywhere. tests/test_core.py pins it
+ * with the reference's own verification value and known-answer vectors.
+ *
+ * Pure C: no Python.h, no allocation.
+ */
+#ifndef URLSEEN_HASH_H
+#define URLSEEN_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The two 64-bit halves of a 128-bit digest: h1 is bytes 0-7 of the reference output and h2
+ * bytes 8-15, each read little-endian. */
+typedef struct {
+    uint64_t h1;
+    uint64_t h2;
+} us_hash128;
+
+/* MurmurHash3_x64_128 of len bytes at key with a 32-bit seed, exactly as the reference computes
+ * it on a little-endian machine (this implementation reads the input little-endian on any
+ * machine, so the result is the same everywhere). */
+us_hash128 us_murmur3_x64_128(const void *key, size_t len, uint32_t seed);
+
+#endif

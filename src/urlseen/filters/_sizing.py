@@ -1,0 +1,174 @@
+"""Bloom-filter sizing: bits and hash count from (capacity, error_rate), for both layouts.
+
+Pure Python, no urlseen imports: it is also the oracle the tests check measured rates against.
+Formulas: spec S0.2 (standard layout, exact form, not the closed form that assumes a real k);
+for the blocked layout, Putze, Sanders and Singler, "Cache-, hash- and space-efficient Bloom
+filters" (2007): keys per block are Poisson(n / blocks), and a query fails only in its own block.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from urlseen.errors import ConfigError
+
+BLOCK_BITS = 512
+MAX_K = 64
+MAX_BITS = 1 << 46  # 8 TiB of bits: far beyond one machine, small enough to catch a typo
+LAYOUTS = ("blocked", "standard")
+
+
+@dataclass(frozen=True)
+class BloomSize:
+    """A sized filter: nbits bits, k probes, and the false-positive rate at capacity."""
+
+    nbits: int
+    k: int
+    layout: str
+    error_rate_at_capacity: float
+
+    @property
+    def nbytes(self) -> int:
+        return (self.nbits + 7) // 8
+
+
+def standard_error_rate(n: float, m: int, k: int) -> float:
+    """(1 - (1 - 1/m)^(k n))^k: the false-positive rate after n distinct insertions."""
+    if n <= 0:
+        return 0.0
+    zero = math.exp(k * n * math.log1p(-1.0 / m)) if m > 1 else 0.0
+    return (1.0 - zero) ** k
+
+
+def standard_capacity(m: int, k: int, error_rate: float) -> int:
+    """The largest n whose false-positive rate stays at or below error_rate (spec S0.2)."""
+    return math.floor(-(m / k) * math.log1p(-(error_rate ** (1.0 / k))))
+
+
+def _poisson_terms(lam: float) -> range:
+    spread = 12.0 * math.sqrt(lam) + 40.0
+    return range(max(0, int(lam - spread)), int(lam + spread) + 1)
+
+
+def blocked_error_rate(n: float, nblocks: int, k: int) -> float:
+    """False-positive rate of a blocked filter: k distinct bits in one 512-bit block per key.
+
+    A block holding j keys answers a foreign query positively with probability
+    (1 - (1 - k/512)^j)^k; j is Poisson with mean n / nblocks.
+    """
+    if n <= 0:
+        return 0.0
+    lam = n / nblocks
+    log_lam = math.log(lam)
+    keep = math.log1p(-k / BLOCK_BITS) if k < BLOCK_BITS else -math.inf
+    total = 0.0
+    for j in _poisson_terms(lam):
+        weight = math.exp(j * log_lam - lam - math.lgamma(j + 1))
+        total += weight * (1.0 - math.exp(j * keep)) ** k
+    return total
+
+
+def _check(capacity: object, error_rate: object) -> tuple[int, float]:
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise ConfigError(f"capacity must be a positive int, not {capacity!r}")
+    if capacity < 1:
+        raise ConfigError(f"capacity must be >= 1, not {capacity}")
+    if isinstance(error_rate, bool) or not isinstance(error_rate, (int, float)):
+        raise ConfigError(f"error_rate must be a float in (0, 1), not {error_rate!r}")
+    rate = float(error_rate)
+    if not 0.0 < rate < 1.0 or math.isnan(rate):
+        raise ConfigError(f"error_rate must be in (0, 1), not {error_rate!r}")
+    if rate < 2.0**-MAX_K:
+        raise ConfigError(f"error_rate {rate!r} needs more than {MAX_K} probes; use >= 1e-18")
+    return capacity, rate
+
+
+def _candidate_ks(error_rate: float, spread: int) -> range:
+    k_opt = -math.log2(error_rate)
+    return range(max(1, math.floor(k_opt) - spread), min(MAX_K, math.ceil(k_opt) + spread) + 1)
+
+
+def _smallest(predicate_ok, lo: int, hi: int) -> int:
+    """Smallest x in [lo, hi] with predicate_ok(x), which is monotone (False..False, True..)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if predicate_ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@lru_cache(maxsize=256)
+def size_standard(capacity: int, error_rate: float) -> BloomSize:
+    """Smallest m (a multiple of 64) and its k such that the exact rate at capacity <= target.
+
+    Solving (1 - (1 - 1/m)^(k n))^k <= p for m gives m >= 1 / -expm1(log1p(-p^(1/k)) / (k n)).
+    """
+    best: BloomSize | None = None
+    for k in _candidate_ks(error_rate, 1):
+        inv = -math.expm1(math.log1p(-(error_rate ** (1.0 / k))) / (k * capacity))
+        m = math.ceil(1.0 / inv) if inv > 0 else MAX_BITS + 1
+        m = -(-m // 64) * 64
+        while standard_error_rate(capacity, m, k) > error_rate:  # guard float rounding
+            m += 64
+        if best is None or m < best.nbits:
+            best = BloomSize(m, k, "standard", standard_error_rate(capacity, m, k))
+    assert best is not None
+    return best
+
+
+@lru_cache(maxsize=256)
+def size_blocked(capacity: int, error_rate: float) -> BloomSize:
+    """Fewest 512-bit blocks, over a range of k, keeping the blocked rate at capacity <= target."""
+    best: BloomSize | None = None
+    std_blocks = size_standard(capacity, error_rate).nbits // BLOCK_BITS + 1
+    for k in _candidate_ks(error_rate, 3):
+        if k >= BLOCK_BITS:
+            continue
+        hi = std_blocks * 8
+        if blocked_error_rate(capacity, hi, k) > error_rate:
+            continue  # this k cannot reach the target in a sane size
+        blocks = _smallest(
+            lambda b: blocked_error_rate(capacity, b, k) <= error_rate, max(1, std_blocks // 2), hi
+        )
+        if best is None or blocks * BLOCK_BITS < best.nbits:
+            best = BloomSize(
+                blocks * BLOCK_BITS, k, "blocked", blocked_error_rate(capacity, blocks, k)
+            )
+    if best is None:
+        raise ConfigError(f"error_rate {error_rate!r} is too low for the blocked layout")
+    return best
+
+
+def size_filter(capacity: object, error_rate: object, layout: object = "blocked") -> BloomSize:
+    """Validate the user's parameters and size a filter; ConfigError names any bad value."""
+    n, p = _check(capacity, error_rate)
+    if layout == "standard":
+        size = size_standard(n, p)
+    elif layout == "blocked":
+        size = size_blocked(n, p)
+    else:
+        raise ConfigError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    if size.nbits > MAX_BITS:
+        raise ConfigError(
+            f"capacity {n} at error_rate {p} needs {size.nbytes / 2**40:.1f} TiB; "
+            "use a splittable or distributed filter"
+        )
+    return size
+
+
+def estimate_count(nbits: int, k: int, ones: int) -> float:
+    """Distinct keys that would set `ones` of nbits bits (Swamidass and Baldi 2007)."""
+    if ones >= nbits:
+        return math.inf
+    return -(nbits / k) * math.log1p(-ones / nbits)
+
+
+def error_rate_at(size_layout: str, nbits: int, k: int, count: int) -> float:
+    """The false-positive rate a filter of this shape has after count distinct keys."""
+    if size_layout == "blocked":
+        return blocked_error_rate(count, nbits // BLOCK_BITS, k)
+    return standard_error_rate(count, nbits, k)

@@ -1,0 +1,71 @@
+"""The one protocol every urlseen filter implements (spec G3), and the stats it reports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, Union, runtime_checkable
+
+Key = Union[str, bytes]
+"""A key: a str (hashed as UTF-8) or bytes. URLs are canonicalized before they become keys."""
+
+
+@dataclass(frozen=True)
+class FilterStats:
+    """What a filter holds and costs.
+
+    Attributes:
+        kind: the algorithm ("bloom", ...).
+        capacity: distinct keys the filter was sized for.
+        count: keys reported new so far (len(filter)).
+        bits: memory of the filter's data, in bits.
+        error_rate: the configured false-positive rate at capacity.
+        estimated_error_rate: the false-positive rate at the current count, from the formula.
+        details: algorithm-specific values (k, layout, seed, path, ...).
+    """
+
+    kind: str
+    capacity: int
+    count: int
+    bits: int
+    error_rate: float
+    estimated_error_rate: float
+    details: dict[str, Any]
+
+    @property
+    def bits_per_key(self) -> float:
+        """Bits per key at capacity."""
+        return self.bits / self.capacity
+
+    @property
+    def over_capacity(self) -> bool:
+        """True once more keys were added than the filter was sized for."""
+        return self.count > self.capacity
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "bits_per_key": self.bits_per_key}
+
+
+@runtime_checkable
+class SeenFilter(Protocol):
+    """The URL-seen test: check-and-add in one call, batch forms, stats, context manager."""
+
+    def add(self, key: Key) -> bool:
+        """Add key; True if it was new (the crawler should fetch it)."""
+        ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def add_many(self, keys: Iterable[Key]) -> list[bool]: ...
+
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]: ...
+
+    def __len__(self) -> int: ...
+
+    def stats(self) -> FilterStats: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -1,0 +1,259 @@
+"""BloomFilter: the baseline URL-seen test, in memory or in a memory-mapped state file."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from urlseen import _core
+from urlseen.errors import ClosedError, ConfigError, FormatError, IncompatibleFiltersError
+from urlseen.filters import _sizing
+from urlseen.filters.base import FilterStats
+from urlseen.stores import _format
+from urlseen.stores.base import BufferStore
+from urlseen.stores.memory import MemoryStore
+from urlseen.stores.mmapfile import MappedFile
+
+_LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
+HASH_NAME = "murmur3_x64_128"
+
+
+def _check_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
+    return seed
+
+
+class BloomFilter(_core.BitFilter):
+    """A Bloom filter sized from capacity and error_rate: the URL-seen test in bounded memory.
+
+    `add` (check-and-add), `in`, `add_many`, `contains_many` and `len` are the C core's own
+    methods, so a per-call test costs one C call. False positives happen at about error_rate
+    once `capacity` keys are in (a new URL reported seen: a page not crawled); false negatives
+    never do.
+
+    Args:
+        capacity: distinct keys the filter must hold at error_rate.
+        error_rate: false-positive rate at capacity, in (0, 1).
+        layout: "blocked" (default): every key in one 64-byte cache line, fastest once the
+            filter outgrows the CPU cache, at some extra memory (8.6% at 0.001, see
+            benchmarks/RESULTS.md); "standard": the textbook filter, minimal memory.
+        seed: hash seed; filters combine only with the same seed.
+
+    Example:
+        >>> seen = BloomFilter(capacity=1_000_000, error_rate=0.001)
+        >>> seen.add("https://example.com/")
+        True
+        >>> seen.add("https://example.com/")
+        False
+    """
+
+    _store: BufferStore | None = None
+
+    def __init__(
+        self, capacity: int, error_rate: float = 0.001, *, layout: str = "blocked", seed: int = 0
+    ) -> None:
+        params = _params(capacity, error_rate, layout, seed)
+        self._attach(MemoryStore(_nbytes(params), params))
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, path: str | os.PathLike[str], capacity: int, error_rate: float = 0.001, *,
+        layout: str = "blocked", seed: int = 0, overwrite: bool = False,
+    ) -> BloomFilter:
+        """Create an empty filter backed by a new state file at path (memory-mapped).
+
+        Raises FileExistsError if path exists, unless overwrite is True.
+        """
+        params = _params(capacity, error_rate, layout, seed)
+        store = MappedFile.create(path, params, _nbytes(params), overwrite=overwrite)
+        return cls._from_store(store)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> BloomFilter:
+        """Open a state file made by create() or save(). Reads the header only.
+
+        Raises:
+            FormatError: the file is not a urlseen Bloom-filter state file, or is corrupted,
+                truncated or of a newer format.
+            StateInUseError: another process has it open for writing.
+        """
+        store = MappedFile.open(path, readonly=readonly)
+        try:
+            _check_params(store.params(), store.header.data_length, str(path))
+            return cls._from_store(store)
+        except BaseException:
+            store.close()
+            raise
+
+    @classmethod
+    def _from_store(cls, store: BufferStore) -> BloomFilter:
+        self = cls.__new__(cls)
+        self._attach(store)
+        return self
+
+    def _attach(self, store: BufferStore) -> None:
+        params = store.params()
+        self._store = store
+        super().__init__(
+            store.buffer, store.data_offset, params["nbits"], params["k"],
+            _LAYOUT_CODES[params["layout"]], params["seed"], store.stored_count(),
+            store.count_offset if not store.readonly else -1,
+        )
+
+    # -- persistence and lifecycle -------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        """Write this filter to a new state file (atomically: temp file, then link or rename)."""
+        store = self._live_store()
+        target = MappedFile.create(path, store.params(), _nbytes(store.params()), overwrite=overwrite)
+        try:
+            size = _nbytes(store.params())
+            target.buffer[target.data_offset : target.data_offset + size] = store.buffer[
+                store.data_offset : store.data_offset + size
+            ]
+            target.buffer[target.count_offset : target.count_offset + 8] = len(self).to_bytes(
+                8, "little"
+            )
+        finally:
+            target.close()
+
+    def flush(self) -> None:
+        """Push the bits and count of a file-backed filter to disk (msync)."""
+        self._live_store().flush()
+
+    def close(self) -> None:
+        """Release the bits; a file-backed filter is sealed (count, checksum, clean flag)."""
+        store = self._store
+        if store is None or store.buffer.closed:
+            return
+        self._release()
+        store.close()
+
+    def verify(self) -> bool:
+        """Check a file-backed filter's data against its checksum (reads all of it).
+
+        True if it matches, False if there is nothing to check (in memory, or not closed
+        cleanly last time); raises FormatError if it does not match.
+        """
+        store = self._live_store()
+        return store.verify() if isinstance(store, MappedFile) else False
+
+    def __enter__(self) -> BloomFilter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing useful to report
+            pass
+
+    def _live_store(self) -> BufferStore:
+        if self._store is None or self.closed:
+            raise ClosedError("the filter is closed")
+        return self._store
+
+    # -- combination and inspection ------------------------------------------------------
+
+    def union(self, other: BloomFilter) -> BloomFilter:
+        """A new in-memory filter holding the keys of both (bitwise OR).
+
+        Its len() is an estimate from the number of set bits: the two may share keys.
+
+        Raises:
+            IncompatibleFiltersError: the filters differ in size, k, layout or seed.
+        """
+        mine, theirs = self._live_store().params(), other._live_store().params()
+        fields = ("nbits", "k", "layout", "seed", "hash")
+        diff = [f"{f}: {mine.get(f)!r} != {theirs.get(f)!r}" for f in fields if mine.get(f) != theirs.get(f)]
+        if diff:
+            raise IncompatibleFiltersError("cannot combine filters: " + "; ".join(diff))
+        out = type(self)._from_store(MemoryStore(_nbytes(mine), dict(mine)))
+        out._merge_bits(self)
+        out._merge_bits(other)
+        out.count = round(_sizing.estimate_count(self.nbits, self.k, out.popcount()))
+        return out
+
+    def __or__(self, other: object) -> BloomFilter:
+        if not isinstance(other, BloomFilter):
+            return NotImplemented
+        return self.union(other)
+
+    @property
+    def capacity(self) -> int:
+        return int(self._live_store().params()["capacity"])
+
+    @property
+    def error_rate(self) -> float:
+        return float(self._live_store().params()["error_rate"])
+
+    @property
+    def path(self) -> str | None:
+        return self._store.path if self._store is not None else None
+
+    def stats(self) -> FilterStats:
+        """Capacity, count, bits and error rates; O(1), reads no bits."""
+        params = self._live_store().params()
+        count = len(self)
+        return FilterStats(
+            kind="bloom",
+            capacity=params["capacity"],
+            count=count,
+            bits=self.nbits,
+            error_rate=params["error_rate"],
+            estimated_error_rate=_sizing.error_rate_at(params["layout"], self.nbits, self.k, count),
+            details={
+                "k": self.k, "layout": params["layout"], "seed": self.seed,
+                "hash": params["hash"], "path": self.path, "readonly": self.readonly,
+            },
+        )
+
+    def __repr__(self) -> str:
+        if self._store is None or self.closed:
+            return f"<{type(self).__name__} closed>"
+        where = f" path={self.path!r}" if self.path else ""
+        return (
+            f"<{type(self).__name__} capacity={self.capacity} error_rate={self.error_rate} "
+            f"layout={self._live_store().params()['layout']} count={len(self)}{where}>"
+        )
+
+    def __reduce__(self) -> Any:
+        raise TypeError("BloomFilter cannot be pickled; use save() and BloomFilter.open()")
+
+
+def _params(capacity: object, error_rate: object, layout: object, seed: object) -> dict[str, Any]:
+    size = _sizing.size_filter(capacity, error_rate, layout)
+    return {
+        "kind": "bloom", "layout": size.layout, "nbits": size.nbits, "k": size.k,
+        "seed": _check_seed(seed), "hash": HASH_NAME,
+        "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
+    }
+
+
+def _nbytes(params: dict[str, Any]) -> int:
+    return (int(params["nbits"]) + 7) // 8
+
+
+def _check_params(params: dict[str, Any], data_length: int, where: str) -> None:
+    """A state file's params must describe a Bloom filter this code can probe, exactly."""
+    if params.get("kind") != "bloom":
+        raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not a Bloom filter")
+    _format.require(params, where, nbits=int, k=int, seed=int, capacity=int, layout=str, hash=str)
+    _format.require(params, where, error_rate=float)
+    if params["hash"] != HASH_NAME:
+        raise FormatError(f"{where}: unknown hash {params['hash']!r}")
+    if params["layout"] not in _LAYOUT_CODES:
+        raise FormatError(f"{where}: unknown layout {params['layout']!r}")
+    nbits, k = params["nbits"], params["k"]
+    blocked = params["layout"] == "blocked"
+    if nbits <= 0 or not 1 <= k <= _core.MAX_K or (blocked and nbits % _core.BLOCK_BITS):
+        raise FormatError(f"{where}: invalid filter shape (nbits={nbits}, k={k})")
+    if not 0 <= params["seed"] < 2**32:
+        raise FormatError(f"{where}: invalid seed {params['seed']}")
+    if data_length != _nbytes(params):
+        raise FormatError(f"{where}: data length {data_length} does not match {nbits} bits")

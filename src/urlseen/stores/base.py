@@ -1,0 +1,28 @@
+"""What a filter needs from the place its bits live: a writable buffer and a lifecycle.
+
+Local stores (anonymous memory, a memory-mapped state file) lend the C core a buffer to probe
+in place; remote stores (Redis, in a later module) will take batches of bit positions instead.
+"""
+
+from __future__ import annotations
+
+import mmap
+from typing import Any, Protocol
+
+
+class BufferStore(Protocol):
+    """A buffer the C core probes in place, with the filter's data at data_offset."""
+
+    buffer: mmap.mmap
+    data_offset: int
+    count_offset: int  # where the C core mirrors the count, -1 for none
+    readonly: bool
+    path: str | None
+
+    def params(self) -> dict[str, Any]: ...
+
+    def stored_count(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,35 @@
+"""In-process memory for a filter: an anonymous mmap, zero-filled lazily by the kernel.
+
+Anonymous maps are page aligned (so 512-bit blocks sit on cache lines) and cost nothing until
+a page is touched, which a bytearray of the same size would not give us.
+"""
+
+from __future__ import annotations
+
+import mmap
+from typing import Any
+
+
+class MemoryStore:
+    """Bits in this process only; gone when the filter is closed or collected."""
+
+    data_offset = 0
+    count_offset = -1
+    readonly = False
+    path = None
+
+    def __init__(self, nbytes: int, params: dict[str, Any]) -> None:
+        self.buffer = mmap.mmap(-1, max(nbytes, 1))
+        self._params = params
+
+    def params(self) -> dict[str, Any]:
+        return self._params
+
+    def stored_count(self) -> int:
+        return 0
+
+    def flush(self) -> None:
+        """Nothing to persist."""
+
+    def close(self) -> None:
+        self.buffer.close()
