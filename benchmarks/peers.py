@@ -8,8 +8,8 @@ faster urlseen is.
 
 Usage (from the repository root):
 
-    python3 benchmarks/peers.py                      # 1M and 20M URLs, about 10 min
-    python3 benchmarks/peers.py --quick              # 200k URLs only, smoke run, ~1 min
+    python3 benchmarks/peers.py                      # 1M and 20M URLs, ~5 min, ~5.5 GB RAM
+    python3 benchmarks/peers.py --quick              # 200k URLs only, smoke run, ~15 s
     python3 benchmarks/peers.py --sizes 1000000      # pick the sizes
     python3 benchmarks/peers.py --data PATH.txt.gz --json results.json
     python3 benchmarks/peers.py --only urlseen rbloom   # rows whose label contains a word
@@ -112,7 +112,6 @@ class Workload:
 
     def __init__(self, base: list[str], n: int) -> None:
         self.n = n
-        self.rounds = 0
         self._chunks: list[str] = []
         left, r = n, 0
         while left > 0:
@@ -125,7 +124,7 @@ class Workload:
                 self._chunks.append((sfx + "\n").join(block) + sfx)
             left -= len(part)
             r += 1
-        self.rounds = r
+        self.rounds = r   # 1 + number of suffixed passes
 
     def fresh(self, n: int | None = None) -> list[str]:
         """The first n (default all) keys as newly allocated str objects."""
@@ -429,6 +428,14 @@ def markdown(size: int, results: list[Result]) -> str:
         if r.reported_new is not None and r.n:
             notes.append(f"{r.peer} {r.api}: len(f) = {r.reported_new:,} keys reported new, "
                          f"{r.n - r.reported_new:,} distinct keys wrongly reported as seen.")
+        if r.fp_hits is not None and r.probes:
+            # Binomial z-score against the target rate: |z| > 4 is not noise.
+            expect = ERROR_RATE * r.probes
+            z = (r.fp_hits - expect) / math.sqrt(expect * (1 - ERROR_RATE))
+            if z > 4:
+                notes.append(f"**{r.peer} {r.api}: measured FP {r.fp_rate:.5f} is "
+                             f"{r.fp_rate / ERROR_RATE:.1f}× the {ERROR_RATE} target "
+                             f"(z = {z:.0f}): the filter is undersized for its error rate.**")
         if r.error and r.mps is not None:
             notes.append(f"{r.peer} {r.api}: timed fine, then {r.error}")
         if r.false_negatives:
@@ -479,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
                     help="gzip file, one URL per line (default: %(default)s)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 20_000_000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 20_000_000],
+                    metavar="N", help="numbers of distinct keys (default: %(default)s)")
     ap.add_argument("--quick", action="store_true",
                     help=f"smoke run: N = {QUICK_SIZE:,} only, {SLOW_CAP:,} probes")
     ap.add_argument("--only", nargs="+", metavar="WORD",
@@ -503,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"loading {args.data} ...")
     base, data_meta = load_distinct(args.data)
+    if not base:
+        ap.error(f"{args.data}: no usable URLs")
     probes = probe_keys(base, n_probes)
     meta = {"date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
@@ -514,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         log(f"building {size:,} keys ...")
         wl = Workload(base, size)
+        log(f"  {wl.rounds} round(s) over the distinct URLs")
+        meta.setdefault("rounds", {})[size] = wl.rounds
         runs = args.runs or (3 if size <= BEST_OF_LIMIT else 1)
         results = run_size(rows, wl, probes, runs, log)
         del wl

@@ -3,10 +3,12 @@
 
 #include <string.h>
 
-/* How many keys ahead a batch prefetches. One cache miss costs ~100 ns; hashing and probing one
- * key ~15-30 ns: ~8 keys in flight hide most of the latency without evicting lines not yet
- * used. Measured on the benchmark machine (benchmarks/RESULTS.md). */
-#define US_PREFETCH_AHEAD 8
+/* How many keys ahead a batch prefetches. A miss costs ~100 ns and a probe ~15 ns, so ~8 misses
+ * must be in flight to hide it; on the benchmark machine (20M keys, blocked, huge pages) the
+ * probe loop ran 18 M/s at 4 ahead, 36-44 at 8, 53-58 at 16, 51-68 at 32 (noisy). 16 it is. */
+#ifndef US_PREFETCH_AHEAD
+#define US_PREFETCH_AHEAD 16
+#endif
 
 void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out)
 {

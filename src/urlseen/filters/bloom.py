@@ -48,7 +48,7 @@ class BloomFilter(_core.BitFilter):
         False
     """
 
-    _store: BufferStore | None = None
+    __slots__ = ("_store",)  # no per-instance dict: `f.add(url)` finds the C method at once
 
     def __init__(
         self, capacity: int, error_rate: float = 0.001, *, layout: str = "blocked", seed: int = 0
@@ -91,6 +91,7 @@ class BloomFilter(_core.BitFilter):
     @classmethod
     def _from_store(cls, store: BufferStore) -> BloomFilter:
         self = cls.__new__(cls)
+        self._store = None
         self._attach(store)
         return self
 
@@ -126,7 +127,7 @@ class BloomFilter(_core.BitFilter):
 
     def close(self) -> None:
         """Release the bits; a file-backed filter is sealed (count, checksum, clean flag)."""
-        store = self._store
+        store = getattr(self, "_store", None)
         if store is None or store.buffer.closed:
             return
         self._release()
@@ -154,9 +155,10 @@ class BloomFilter(_core.BitFilter):
             pass
 
     def _live_store(self) -> BufferStore:
-        if self._store is None or self.closed:
+        store = getattr(self, "_store", None)
+        if store is None or self.closed:
             raise ClosedError("the filter is closed")
-        return self._store
+        return store
 
     # -- combination and inspection ------------------------------------------------------
 
@@ -194,7 +196,8 @@ class BloomFilter(_core.BitFilter):
 
     @property
     def path(self) -> str | None:
-        return self._store.path if self._store is not None else None
+        store = getattr(self, "_store", None)
+        return store.path if store is not None else None
 
     def stats(self) -> FilterStats:
         """Capacity, count, bits and error rates; O(1), reads no bits."""
@@ -214,7 +217,7 @@ class BloomFilter(_core.BitFilter):
         )
 
     def __repr__(self) -> str:
-        if self._store is None or self.closed:
+        if getattr(self, "_store", None) is None or self.closed:
             return f"<{type(self).__name__} closed>"
         where = f" path={self.path!r}" if self.path else ""
         return (

@@ -1,13 +1,18 @@
 """In-process memory for a filter: an anonymous mmap, zero-filled lazily by the kernel.
 
 Anonymous maps are page aligned (so 512-bit blocks sit on cache lines) and cost nothing until
-a page is touched, which a bytearray of the same size would not give us.
+a page is touched, which a bytearray of the same size would not give us. Large ones ask for
+transparent huge pages: a filter is probed at random, and with 4 KiB pages nearly every probe of
+a filter beyond a few MiB also misses the TLB (benchmarks/RESULTS.md measures the difference).
 """
 
 from __future__ import annotations
 
 import mmap
 from typing import Any
+
+
+_HUGE_PAGE = 2 * 1024 * 1024
 
 
 class MemoryStore:
@@ -20,6 +25,11 @@ class MemoryStore:
 
     def __init__(self, nbytes: int, params: dict[str, Any]) -> None:
         self.buffer = mmap.mmap(-1, max(nbytes, 1))
+        if nbytes >= _HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
+            try:
+                self.buffer.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:  # THP disabled or unsupported: 4 KiB pages still work
+                pass
         self._params = params
 
     def params(self) -> dict[str, Any]:
