@@ -110,56 +110,76 @@ def expected(crash_input: tuple[Path, list[bytes]]) -> dict[str, Expected]:
     return {mode: Expected(lines, key) for mode, key in KEYS.items()}
 
 
-def _kill_when_output_reaches(proc: subprocess.Popen[bytes], out: Path, threshold: int) -> int:
-    """SIGKILL proc as soon as `out` holds `threshold` bytes; returns the size seen then."""
+def _command(src: Path, state: Path, mode: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "urlseen", "dedup", "--state", str(state),
+            "--batch-size", str(BATCH), "--no-progress", *FLAGS[mode], *extra, str(src)]
+
+
+ENV = {**os.environ, "PYTHONWARNINGS": "default"}
+
+
+def _kill_point(exp: Expected, band: int) -> int:
+    seed = int(os.environ.get("URLSEEN_CRASH_SEED", random.randrange(2**32)))
+    print(f"URLSEEN_CRASH_SEED={seed}")  # shown on failure, to replay the same kill point
+    lo, hi = KILL_BANDS[band]
+    return int(exp.total_bytes * random.Random(seed).uniform(lo, hi))
+
+
+def _ended_early(proc: subprocess.Popen[bytes], threshold: int) -> None:
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    pytest.fail(f"the run ended (status {proc.returncode}) before the kill point "
+                f"({threshold} bytes of output): {err}")
+
+
+def _kill_when_file_reaches(proc: subprocess.Popen[bytes], out: Path, threshold: int) -> None:
+    """SIGKILL proc as soon as the file `out` holds `threshold` bytes."""
     deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            pytest.fail(f"the run ended (status {proc.returncode}) before the kill point "
-                        f"({threshold} bytes of output): {err}")
+    while proc.poll() is None:
         try:
             size = out.stat().st_size
         except FileNotFoundError:
             size = 0
         if size >= threshold:
             proc.send_signal(signal.SIGKILL)
-            return size
+            return
         if time.monotonic() > deadline:
-            proc.kill()
             pytest.fail("the run did not reach the kill point within 60 s")
         time.sleep(0.0005)
+    _ended_early(proc, threshold)
 
 
-@pytest.mark.parametrize("band", range(len(KILL_BANDS)))
-@pytest.mark.parametrize("mode", ["exact", "canonical"])
-def test_sigkill_mid_run_then_resume(
-    crash_input: tuple[Path, list[bytes]], expected: dict[str, Expected], tmp_path: Path,
-    mode: str, band: int,
-) -> None:
-    src, _ = crash_input
-    exp = expected[mode]
-    seed = int(os.environ.get("URLSEEN_CRASH_SEED", random.randrange(2**32)))
-    print(f"URLSEEN_CRASH_SEED={seed}")  # shown on failure, to replay the same kill point
-    lo, hi = KILL_BANDS[band]
-    threshold = int(exp.total_bytes * random.Random(seed).uniform(lo, hi))
-
-    state, out = tmp_path / "seen.bloom", tmp_path / "out.txt"
-    cmd = [sys.executable, "-m", "urlseen", "dedup", "--state", str(state), "-o", str(out),
-           "--batch-size", str(BATCH), "--no-progress", *FLAGS[mode], str(src)]
-    env = {**os.environ, "PYTHONWARNINGS": "default"}
-
-    # Run 1, killed.
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+def _blocked_writing_a_pipe(pid: int) -> bool:
     try:
-        _kill_when_output_reaches(proc, out, threshold)
-    finally:
-        proc.kill()
-        proc.wait(timeout=60)
-        assert proc.stderr is not None
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
-    run1 = out.read_bytes()
+        return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
+def _kill_stalled_reader(proc: subprocess.Popen[bytes], threshold: int) -> bytes:
+    """Read proc's stdout up to `threshold` bytes, stop reading until proc is stuck in a
+    write (mid-batch: lines partly out, keys not added), SIGKILL it, then drain the pipe."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    got = bytearray()
+    while len(got) < threshold:
+        chunk = os.read(fd, min(65536, threshold - len(got)))
+        if not chunk:
+            proc.wait(timeout=60)
+            _ended_early(proc, threshold)
+        got += chunk
+    deadline = time.monotonic() + 5  # without /proc wchan, 5 s is ample to fill a pipe
+    while not _blocked_writing_a_pipe(proc.pid) and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            _ended_early(proc, threshold)
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    while chunk := os.read(fd, 65536):  # what the killed process had written stays readable
+        got += chunk
+    return bytes(got)
+
+
+def _check_killed_state(state: Path, exp: Expected, run1: bytes) -> tuple[list[bytes], int]:
+    """Run 1's output is a prefix of first occurrences, and the state is never ahead of it."""
     assert 0 < len(run1) < exp.total_bytes
     *run1_lines, partial = run1.split(b"\n")  # a write cut by the kill may end mid-line
     n1 = len(run1_lines)
@@ -167,7 +187,6 @@ def test_sigkill_mid_run_then_resume(
     if partial:
         assert exp.firsts[n1].startswith(partial)
 
-    # The killed state: flagged as not closed cleanly, and never ahead of the output.
     info = CliRunner().invoke(cli, ["info", "--json", str(state)])
     assert info.exit_code == 0, info.output
     assert json.loads(info.stdout)["closed_cleanly"] is False
@@ -179,40 +198,100 @@ def test_sigkill_mid_run_then_resume(
     assert not marked or marked[-1] < n1, (
         f"{exp.firsts[marked[-1]]!r} is in the state but was not written before the kill")
     assert n1 - len(marked) <= BATCH, "the state lags the output by more than one batch"
+    return run1_lines, len(marked)
 
-    # Run 2, resumed on the same input, appending.
-    rerun = subprocess.run([*cmd, "-a", "--json"], capture_output=True, env=env, timeout=120)
+
+def _check_resumed(rerun: subprocess.CompletedProcess[bytes], state: Path, exp: Expected,
+                   run1_lines: list[bytes], run2: bytes) -> int:
+    """Run 2 printed the rest in order; together the runs cover every distinct URL."""
     assert rerun.returncode == 0, rerun.stderr.decode()
     err = rerun.stderr.decode()
     assert "UncleanShutdownWarning" in err and "not closed cleanly" in err
     assert "Traceback" not in err
-    both = out.read_bytes()
-    assert both.startswith(run1), "--append lost or changed run 1's output"
-    run2 = both[len(run1):]
     assert run2.endswith(b"\n")
-    run2_lines = run2[:-1].split(b"\n") if run2 else []
+    run2_lines = run2[:-1].split(b"\n")
     positions = [exp.index.get(line, -1) for line in run2_lines]
     assert -1 not in positions, "run 2 printed a line that is no first occurrence"
     assert positions == sorted(set(positions)), "run 2 is not in input order or repeats itself"
 
-    # Every distinct URL at least once across the runs, at most a batch twice.
     printed = set(run1_lines) | set(run2_lines)
     missing = [line for line in exp.firsts if line not in printed]
     assert not missing, f"{len(missing)} distinct URLs never printed, e.g. {missing[:3]}"
     twice = set(run1_lines) & set(run2_lines)
     assert len(twice) <= BATCH, f"{len(twice)} lines printed twice; the bound is {BATCH}"
-    summary = json.loads(err.strip().splitlines()[-1])
-    assert summary["new"] == len(run2_lines)
+    assert json.loads(err.strip().splitlines()[-1])["new"] == len(run2_lines)
 
-    # The state after the clean rerun: no warning, checksum good, every key in.
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error")  # closed cleanly this time: no warning
         final = BloomFilter.open(state, readonly=True)
     with final:
         assert final.verify() is True
         assert all(final.contains_many(exp.keys))
         # A kill inside add_many can set bits whose count was not yet added.
         assert len(exp.firsts) - BATCH <= len(final) <= len(exp.firsts)
+    return len(twice)
+
+
+@pytest.mark.parametrize("band", range(len(KILL_BANDS)))
+@pytest.mark.parametrize("mode", ["exact", "canonical"])
+def test_sigkill_mid_run_then_resume_with_append(
+    crash_input: tuple[Path, list[bytes]], expected: dict[str, Expected], tmp_path: Path,
+    mode: str, band: int,
+) -> None:
+    """`dedup --state S -o OUT` killed at a random output size, rerun with `-a`."""
+    src, _ = crash_input
+    exp = expected[mode]
+    threshold = _kill_point(exp, band)
+    state, out = tmp_path / "seen.bloom", tmp_path / "out.txt"
+    cmd = _command(src, state, mode, "-o", str(out))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    try:
+        _kill_when_file_reaches(proc, out, threshold)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+        assert proc.stderr is not None
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    run1 = out.read_bytes()
+    run1_lines, marked = _check_killed_state(state, exp, run1)
+
+    rerun = subprocess.run([*cmd, "-a", "--json"], capture_output=True, env=ENV, timeout=120)
+    both = out.read_bytes()
+    assert both.startswith(run1), "--append lost or changed run 1's output"
+    twice = _check_resumed(rerun, state, exp, run1_lines, both[len(run1):])
+    print(f"killed at {len(run1)} of {exp.total_bytes} bytes: {len(run1_lines)} lines out, "
+          f"{marked} in the state; {twice} printed twice")
+
+
+@pytest.mark.parametrize("mode", ["exact", "canonical"])
+def test_sigkill_while_blocked_writing_then_resume(
+    crash_input: tuple[Path, list[bytes]], expected: dict[str, Expected], tmp_path: Path,
+    mode: str,
+) -> None:
+    """Killed inside a batch's write (a stalled reader): the batch's keys must not be in."""
+    src, _ = crash_input
+    exp = expected[mode]
+    threshold = _kill_point(exp, 1)
+    state = tmp_path / "seen.bloom"
+    proc = subprocess.Popen(_command(src, state, mode), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        run1 = _kill_stalled_reader(proc, threshold)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+    run1_lines, marked = _check_killed_state(state, exp, run1)
+
+    out2 = tmp_path / "out2.txt"
+    rerun = subprocess.run(_command(src, state, mode, "-o", str(out2), "--json"),
+                           capture_output=True, env=ENV, timeout=120)
+    twice = _check_resumed(rerun, state, exp, run1_lines, out2.read_bytes())
+    print(f"killed at {len(run1)} of {exp.total_bytes} bytes: {len(run1_lines)} lines out, "
+          f"{marked} in the state; {twice} printed twice")
 
 
 # -- library level: dedup(transactional=True) with failures it does not control -------------
@@ -334,11 +413,17 @@ def test_output_failing_mid_run_marks_nothing_unwritten() -> None:
     _assert_state_not_ahead(seen.inner, lines, written)
 
 
-def test_non_transactional_failure_is_not_what_the_cli_uses_with_state() -> None:
-    """The CLI passes transactional=True exactly when --state is given."""
-    import inspect
-
-    from urlseen.cli import dedup as cli_dedup
-
-    source = inspect.getsource(cli_dedup.dedup_command)
-    assert "transactional=state is not None" in source
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_cli_with_state_adds_nothing_when_the_output_fails(tmp_path: Path) -> None:
+    """`-o /dev/full`: every flush fails (ENOSPC), so no key may reach the state file."""
+    state = tmp_path / "seen.bloom"
+    data = b"".join(b"http://example.com/%d\n" % i for i in range(50))
+    result = CliRunner().invoke(cli, ["dedup", "--state", str(state), "-o", "/dev/full",
+                                      "--batch-size", "10"], input=data)
+    assert result.exit_code == 1
+    assert "No space left on device" in result.output
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # closed cleanly despite the failure
+        with BloomFilter.open(state, readonly=True) as seen:
+            assert len(seen) == 0
+            assert not any(seen.contains_many([f"http://example.com/{i}" for i in range(50)]))

@@ -732,7 +732,26 @@ static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
     return out;
 }
 
+PyDoc_STRVAR(set_prefetch_doc,
+             "set_prefetch_distance(keys) -> int\n\n"
+             "Set how many keys ahead batch calls prefetch (0 turns prefetching off) and return\n"
+             "the previous value. Process-wide; for benchmarks (benchmarks/layouts.py).");
+
+static PyObject *mod_set_prefetch(PyObject *mod, PyObject *arg)
+{
+    unsigned long v = PyLong_AsUnsignedLong(arg);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    if (v > 1024) {
+        PyErr_SetString(PyExc_ValueError, "prefetch distance must be in [0, 1024]");
+        return NULL;
+    }
+    unsigned old = us_prefetch_ahead;
+    us_prefetch_ahead = (unsigned)v;
+    return PyLong_FromUnsignedLong(old);
+}
+
 static PyMethodDef module_methods[] = {
+    {"set_prefetch_distance", (PyCFunction)mod_set_prefetch, METH_O, set_prefetch_doc},
     {"murmur3_x64_128", (PyCFunction)(void (*)(void))mod_murmur3, METH_VARARGS | METH_KEYWORDS,
      murmur3_doc},
     {"positions", (PyCFunction)(void (*)(void))mod_positions, METH_VARARGS | METH_KEYWORDS,

@@ -18,6 +18,9 @@ def murmur3_x64_128(key: Key, seed: int = 0) -> bytes:
 def positions(key: Key, nbits: int, k: int, layout: int, seed: int = 0) -> list[int]:
     """The k bit positions of key in a filter of nbits bits."""
 
+def set_prefetch_distance(keys: int) -> int:
+    """Set how many keys ahead batches prefetch (0: off); returns the previous value."""
+
 class BitFilter:
     """Bloom-filter probes over bits at byte `offset` of a buffer the caller owns."""
 

@@ -19,6 +19,8 @@ Edge cases, decided here so that a crawler never stops on a URL:
 - Text that ``canonicalize_url`` rejects (``http://x:99999/``, ``http://[::1/``) is kept
   verbatim after stripping, so it still deduplicates exactly by its text.
 - There is no length limit: a 1 MB URL takes well under a second.
+- Keys are stable under a second pass except after a stray "%" in the path: w3lib turns
+  ``/%a%41`` into ``/%aA``, which a second pass reads as an escape.
 - ``InvalidKeyError`` is raised for a key that would be empty (``""``, blank lines), for text
   with lone surrogates (it has no UTF-8 form to hash) and for anything that is not a str.
 

@@ -5,19 +5,15 @@
 
 /* How many keys ahead a batch prefetches. A miss costs ~100 ns and a probe ~15 ns, so ~8 misses
  * must be in flight to hide it; on the benchmark machine (20M keys, blocked, huge pages) the
- * probe loop ran 18 M/s at 4 ahead, 36-44 at 8, 53-58 at 16, 51-68 at 32 (noisy). 16 it is. */
-#ifndef US_PREFETCH_AHEAD
-#define US_PREFETCH_AHEAD 16
-#endif
+ * probe loop ran 18 M/s at 4 ahead, 36-44 at 8, 53-58 at 16, 51-68 at 32 (noisy). 16 it is;
+ * benchmarks/layouts.py sweeps it end to end through _core.set_prefetch_distance. */
+unsigned us_prefetch_ahead = 16;
 
 void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out)
 {
     if (b->layout == US_LAYOUT_BLOCKED) {
-        uint8_t *block;
-        uint32_t pos, step;
-        us_block_of_(b, h, &block, &pos, &step);
-        uint64_t base = (uint64_t)(block - b->bits) * 8;
-        for (uint32_t i = 0; i < b->k; i++, pos += step) out[i] = base + (pos & (US_BLOCK_BITS - 1));
+        uint64_t base = (uint64_t)(us_block_of_(b, h) - b->bits) * 8, w = h.h2;
+        for (uint32_t i = 0; i < b->k; i++) out[i] = base + us_block_bit_(i, &w, h.h1);
         return;
     }
     uint64_t x = h.h1, y = h.h2 | 1;
@@ -32,7 +28,7 @@ void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out)
 static inline void prefetch(const us_bloom *b, us_hash128 h)
 {
     if (b->layout == US_LAYOUT_BLOCKED) {
-        __builtin_prefetch(b->bits + us_reduce(h.h1, b->nbits / US_BLOCK_BITS) * US_BLOCK_BYTES, 1);
+        __builtin_prefetch(us_block_of_(b, h), 1);
         return;
     }
     uint64_t x = h.h1, y = h.h2 | 1;
@@ -45,18 +41,17 @@ static inline void prefetch(const us_bloom *b, us_hash128 h)
 
 size_t us_bloom_test_and_set_many(us_bloom *b, const us_hash128 *h, size_t n, uint8_t *out)
 {
-    size_t fresh = 0;
-    size_t warm = n < US_PREFETCH_AHEAD ? n : US_PREFETCH_AHEAD;
-    for (size_t i = 0; i < warm; i++) prefetch(b, h[i]);
+    size_t fresh = 0, ahead = us_prefetch_ahead;
+    for (size_t i = 0; i < n && i < ahead; i++) prefetch(b, h[i]);
     if (b->layout == US_LAYOUT_BLOCKED) {
         for (size_t i = 0; i < n; i++) {
-            if (i + US_PREFETCH_AHEAD < n) prefetch(b, h[i + US_PREFETCH_AHEAD]);
+            if (ahead && i + ahead < n) prefetch(b, h[i + ahead]);
             out[i] = (uint8_t)us_test_and_set_blocked_(b, h[i]);
             fresh += out[i];
         }
     } else {
         for (size_t i = 0; i < n; i++) {
-            if (i + US_PREFETCH_AHEAD < n) prefetch(b, h[i + US_PREFETCH_AHEAD]);
+            if (ahead && i + ahead < n) prefetch(b, h[i + ahead]);
             out[i] = (uint8_t)us_test_and_set_standard_(b, h[i]);
             fresh += out[i];
         }
@@ -66,10 +61,10 @@ size_t us_bloom_test_and_set_many(us_bloom *b, const us_hash128 *h, size_t n, ui
 
 void us_bloom_test_many(const us_bloom *b, const us_hash128 *h, size_t n, uint8_t *out)
 {
-    size_t warm = n < US_PREFETCH_AHEAD ? n : US_PREFETCH_AHEAD;
-    for (size_t i = 0; i < warm; i++) prefetch(b, h[i]);
+    size_t ahead = us_prefetch_ahead;
+    for (size_t i = 0; i < n && i < ahead; i++) prefetch(b, h[i]);
     for (size_t i = 0; i < n; i++) {
-        if (i + US_PREFETCH_AHEAD < n) prefetch(b, h[i + US_PREFETCH_AHEAD]);
+        if (ahead && i + ahead < n) prefetch(b, h[i + ahead]);
         out[i] = (uint8_t)us_bloom_test(b, h[i]);
     }
 }

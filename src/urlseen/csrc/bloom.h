@@ -7,9 +7,12 @@
  *    Manolios 2004): x = h1, y = h2 | 1; position i = reduce(x); x += y; y += i + 1. Bit-for-bit
  *    the textbook filter, sized by the textbook formula; k cache misses per key once the array
  *    outgrows the cache.
- *  - US_LAYOUT_BLOCKED: h1 picks one 512-bit block (one cache line); k distinct bits inside it
- *    by double hashing mod 512 with an odd step. One cache miss per key, which a batch can
- *    prefetch; it costs some extra bits for the same error rate (filters/_sizing.py).
+ *  - US_LAYOUT_BLOCKED: reduce(h1) picks one 512-bit block (one cache line); the k bits inside
+ *    it are successive 9-bit fields of h2, least significant first, and after every 7 fields
+ *    of a fresh word w = fmix64(w + h1) (MurmurHash3's finalizer). Independent positions, not
+ *    double hashing: mod 512, an arithmetic progression has only 2^17 patterns, and measured
+ *    twice the planned false-positive rate. One cache miss per key, which a batch prefetches;
+ *    it costs extra bits for the same error rate (filters/_sizing.py, benchmarks/RESULTS.md).
  *
  * reduce(x) = (x * n) >> 64 maps a 64-bit value onto [0, n) without a division (Lemire's
  * "fastrange"); n need not be a power of two, so the filter is sized exactly.
@@ -53,22 +56,37 @@ void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out);
 
 /* Single-key probes, inline: the per-call path is a few dozen instructions, and a call
  * and a layout branch would be a visible part of them. Names ending in _ are private. */
-static inline void us_block_of_(const us_bloom *b, us_hash128 h, uint8_t **block, uint32_t *pos,
-                            uint32_t *step)
+static inline uint64_t us_fmix64_(uint64_t k)
 {
-    uint64_t nblocks = b->nbits / US_BLOCK_BITS;
-    *block = b->bits + us_reduce(h.h1, nblocks) * US_BLOCK_BYTES;
-    *pos = (uint32_t)h.h2;
-    *step = (uint32_t)(h.h2 >> 32) | 1u; /* odd: k < 512 steps never revisit a bit */
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+static inline uint8_t *us_block_of_(const us_bloom *b, us_hash128 h)
+{
+    return b->bits + us_reduce(h.h1, b->nbits / US_BLOCK_BITS) * US_BLOCK_BYTES;
+}
+
+/* The i-th bit inside the block: 9-bit fields of *w, refilled every 7 fields. */
+#define US_BLOCK_FIELDS_PER_WORD 7u
+static inline uint32_t us_block_bit_(uint32_t i, uint64_t *w, uint64_t h1)
+{
+    if (i && i % US_BLOCK_FIELDS_PER_WORD == 0) *w = us_fmix64_(*w + h1);
+    uint32_t bit = (uint32_t)(*w & (US_BLOCK_BITS - 1));
+    *w >>= 9;
+    return bit;
 }
 
 static inline int us_test_blocked_(const us_bloom *b, us_hash128 h)
 {
-    uint8_t *block;
-    uint32_t pos, step;
-    us_block_of_(b, h, &block, &pos, &step);
-    for (uint32_t i = 0; i < b->k; i++, pos += step) {
-        uint32_t bit = pos & (US_BLOCK_BITS - 1);
+    const uint8_t *block = us_block_of_(b, h);
+    uint64_t w = h.h2;
+    for (uint32_t i = 0; i < b->k; i++) {
+        uint32_t bit = us_block_bit_(i, &w, h.h1);
         if (!(block[bit >> 3] & (1u << (bit & 7)))) return 0;
     }
     return 1;
@@ -76,12 +94,11 @@ static inline int us_test_blocked_(const us_bloom *b, us_hash128 h)
 
 static inline int us_test_and_set_blocked_(us_bloom *b, us_hash128 h)
 {
-    uint8_t *block;
-    uint32_t pos, step;
+    uint8_t *block = us_block_of_(b, h);
+    uint64_t w = h.h2;
     unsigned missing = 0;
-    us_block_of_(b, h, &block, &pos, &step);
-    for (uint32_t i = 0; i < b->k; i++, pos += step) {
-        uint32_t bit = pos & (US_BLOCK_BITS - 1);
+    for (uint32_t i = 0; i < b->k; i++) {
+        uint32_t bit = us_block_bit_(i, &w, h.h1);
         uint8_t mask = (uint8_t)(1u << (bit & 7));
         missing |= !(block[bit >> 3] & mask);
         block[bit >> 3] |= mask;
@@ -134,6 +151,9 @@ static inline int us_bloom_test_and_set(us_bloom *b, us_hash128 h)
  * They prefetch the cache lines of keys a few places ahead, which is where a batch wins over
  * single calls once the filter is larger than the cache. out[i] gets 1 for new / present.
  * test_and_set returns the number of new keys. */
+/* Keys ahead that batches prefetch (0: none). A process-wide tuning knob for benchmarks. */
+extern unsigned us_prefetch_ahead;
+
 size_t us_bloom_test_and_set_many(us_bloom *b, const us_hash128 *h, size_t n, uint8_t *out);
 void us_bloom_test_many(const us_bloom *b, const us_hash128 *h, size_t n, uint8_t *out);
 

@@ -53,20 +53,21 @@ def _poisson_terms(lam: float) -> range:
 
 
 def blocked_error_rate(n: float, nblocks: int, k: int) -> float:
-    """False-positive rate of a blocked filter: k distinct bits in one 512-bit block per key.
+    """False-positive rate of a blocked filter: k independent bits in one 512-bit block per key.
 
-    A block holding j keys answers a foreign query positively with probability
-    (1 - (1 - k/512)^j)^k; j is Poisson with mean n / nblocks.
+    A block holding j keys has each bit set with probability 1 - (1 - 1/512)^(j k), so it
+    answers a foreign query positively with probability that to the power k; j is Poisson with
+    mean n / nblocks.
     """
     if n <= 0:
         return 0.0
     lam = n / nblocks
     log_lam = math.log(lam)
-    keep = math.log1p(-k / BLOCK_BITS) if k < BLOCK_BITS else -math.inf
+    keep = k * math.log1p(-1.0 / BLOCK_BITS)
     total = 0.0
     for j in _poisson_terms(lam):
         weight = math.exp(j * log_lam - lam - math.lgamma(j + 1))
-        total += weight * (1.0 - math.exp(j * keep)) ** k
+        total += weight * (-math.expm1(j * keep)) ** k
     return total
 
 
@@ -126,8 +127,6 @@ def size_blocked(capacity: int, error_rate: float) -> BloomSize:
     best: BloomSize | None = None
     std_blocks = size_standard(capacity, error_rate).nbits // BLOCK_BITS + 1
     for k in _candidate_ks(error_rate, 3):
-        if k >= BLOCK_BITS:
-            continue
         hi = std_blocks * 8
         if blocked_error_rate(capacity, hi, k) > error_rate:
             continue  # this k cannot reach the target in a sane size
