@@ -88,14 +88,16 @@ def oracle_positions(key: bytes | str, nbits: int, k: int, layout: int, seed: in
     h1 = int.from_bytes(digest[:8], "little")
     h2 = int.from_bytes(digest[8:], "little")
     if layout == _core.LAYOUT_BLOCKED:
-        # h1 picks the 512-bit block; k bits in it by double hashing mod 512 with an odd step
-        # taken from the high half of h2; pos is a u32 that wraps (harmless: 512 divides 2**32).
-        block = _reduce(h1, nbits // 512)
-        pos, step = h2 & 0xFFFFFFFF, (h2 >> 32) | 1
-        out = []
-        for _ in range(k):
-            out.append(block * 512 + (pos & 511))
-            pos = (pos + step) & 0xFFFFFFFF
+        # reduce(h1) picks the 512-bit block; the k bits in it are successive 9-bit fields of
+        # h2, least significant first, and after every 7 fields a fresh word
+        # w = fmix64(w + h1). Independent positions: two may coincide.
+        base = _reduce(h1, nbits // 512) * 512
+        w, out = h2, []
+        for i in range(k):
+            if i and i % 7 == 0:
+                w = _fmix((w + h1) & M64)
+            out.append(base + (w & 511))
+            w >>= 9
         return out
     # Standard: enhanced double hashing (Dillinger and Manolios): x = h1, y = h2 | 1;
     # position i = reduce(x); x += y; y += i + 1 (all mod 2**64).
@@ -262,10 +264,30 @@ def test_bitfilter_positions_and_bits_match_oracle(key, shape, seed):
 
 @settings(max_examples=200, deadline=None)
 @given(key=keys, blocks=st.integers(1, 1 << 40), k=ks, seed=seeds)
-def test_blocked_positions_are_distinct_bits_of_one_block(key, blocks, k, seed):
+def test_blocked_positions_lie_in_one_block(key, blocks, k, seed):
     got = _core.positions(key, blocks * 512, k, _core.LAYOUT_BLOCKED, seed)
-    assert len(set(got)) == k
-    assert len({p // 512 for p in got}) == 1
+    assert len(got) == k and len({p // 512 for p in got}) == 1
+
+
+def test_blocked_positions_are_spread_over_the_block():
+    # Independent 9-bit fields: over many keys every in-block offset is used about equally
+    # often, and the k positions of a key are distinct about as often as k random picks are
+    # (the old arithmetic progressions were always distinct, and shared 2**17 patterns).
+    k = 20
+    counts = [0] * 512
+    patterns = set()
+    repeats = 0
+    for i in range(20_000):
+        got = _core.positions(f"k{i}".encode(), 512, k, _core.LAYOUT_BLOCKED)
+        for p in got:
+            counts[p] += 1
+        repeats += len(set(got)) < k
+        patterns.add(tuple(got))
+    mean = 20_000 * k / 512
+    assert all(abs(c - mean) < 6 * mean**0.5 for c in counts)
+    # P(some two of 20 random offsets coincide) = 1 - prod(1 - j/512) ~ 0.31.
+    assert 0.25 < repeats / 20_000 < 0.37
+    assert len(patterns) == 20_000
 
 
 def test_bloomfilter_positions_match_oracle():

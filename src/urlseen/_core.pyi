@@ -1,9 +1,9 @@
 """Typed surface of urlseen's C extension: the whole C API on one screen."""
 
 from collections.abc import Iterable
+from typing import Final
 
 from typing_extensions import Buffer
-from typing import Final
 
 Key = str | bytes | Buffer
 
@@ -25,8 +25,15 @@ class BitFilter:
     """Bloom-filter probes over bits at byte `offset` of a buffer the caller owns."""
 
     def __init__(
-        self, buffer: Buffer, offset: int, nbits: int, k: int, layout: int,
-        seed: int = 0, count: int = 0, count_offset: int = -1,
+        self,
+        buffer: Buffer,
+        offset: int,
+        nbits: int,
+        k: int,
+        layout: int,
+        seed: int = 0,
+        count: int = 0,
+        count_offset: int = -1,
     ) -> None: ...
     @property
     def nbits(self) -> int: ...

@@ -52,11 +52,16 @@ class DedupSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "lines": self.lines, "new": self.new, "duplicates": self.duplicates,
-            "duplicate_rate": self.duplicate_rate, "seconds": self.seconds,
-            "new_per_second": self.new_per_second, "lines_per_second": self.lines_per_second,
+            "lines": self.lines,
+            "new": self.new,
+            "duplicates": self.duplicates,
+            "duplicate_rate": self.duplicate_rate,
+            "seconds": self.seconds,
+            "new_per_second": self.new_per_second,
+            "lines_per_second": self.lines_per_second,
             "filter_bits": self.filter_bits,
-            "filter_count": self.filter_count, "filter_capacity": self.filter_capacity,
+            "filter_count": self.filter_count,
+            "filter_capacity": self.filter_capacity,
             "skipped": self.skipped.as_dict(),
         }
 
@@ -78,7 +83,7 @@ def _new_in_batch(seen: SeenFilter, keys: list[Any], transactional: bool) -> lis
     present = seen.contains_many(keys)
     firsts: set[Any] = set()
     flags = []
-    for key, hit in zip(keys, present):
+    for key, hit in zip(keys, present, strict=True):
         fresh = not hit and key not in firsts
         if fresh:
             firsts.add(key)
@@ -119,7 +124,7 @@ def dedup(
         flags = _new_in_batch(seen, keys, transactional)
         fresh_keys = []
         chunks = []
-        for (line, key), fresh in zip(urls, flags):
+        for (line, key), fresh in zip(urls, flags, strict=True):
             if fresh:
                 chunks.append(line)
                 fresh_keys.append(key)

@@ -46,7 +46,8 @@ class LineKeyer:
 
     def __post_init__(self) -> None:
         self._canonicalize: Callable[[str], str] | None = (
-            None if self.profile == "none"
+            None
+            if self.profile == "none"
             else get_canonicalizer(self.profile, memo_size=DEFAULT_MEMO_SIZE)
         )
 

@@ -47,16 +47,20 @@ def _total_bytes(names: tuple[str, ...]) -> int | None:
     return sum(os.path.getsize(n) for n in names)
 
 
-def _open_filter(ctx: click.Context, state: str | None, capacity: int, error_rate: float,
-                 layout: str) -> BloomFilter:
+def _open_filter(
+    ctx: click.Context, state: str | None, capacity: int, error_rate: float, layout: str
+) -> BloomFilter:
     if state is None:
         return BloomFilter(capacity, error_rate, layout=layout)
     if not Path(state).exists():
         return BloomFilter.create(state, capacity, error_rate, layout=layout)
     seen = BloomFilter.open(state)
     given = {"capacity": capacity, "error_rate": error_rate, "layout": layout}
-    stored = {"capacity": seen.capacity, "error_rate": seen.error_rate,
-              "layout": seen.stats().details["layout"]}
+    stored = {
+        "capacity": seen.capacity,
+        "error_rate": seen.error_rate,
+        "layout": seen.stats().details["layout"],
+    }
     for name, value in given.items():
         explicit = ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
         if explicit and value != stored[name]:
@@ -81,8 +85,11 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
     )
     skipped = s.skipped
     odd = [f"{skipped.empty:,} empty skipped"] if skipped.empty else []
-    for count, what in ((skipped.invalid_utf8, "invalid UTF-8"), (skipped.oversized, "oversized"),
-                        (skipped.verbatim, "unparsable")):
+    for count, what in (
+        (skipped.invalid_utf8, "invalid UTF-8"),
+        (skipped.oversized, "oversized"),
+        (skipped.verbatim, "unparsable"),
+    ):
         if count:
             odd.append(f"{count:,} {what} kept verbatim")
     click.echo(line + (f"; {', '.join(odd)}" if odd else ""), err=True)
@@ -96,36 +103,92 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
 
 @click.command("dedup")
 @click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("-o", "--output", default="-", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Write new lines here instead of stdout.")
-@click.option("-a", "--append", is_flag=True,
-              help="Append to --output (resume a run with --state without losing its output).")
-@click.option("--state", type=click.Path(dir_okay=False),
-              help="State file: created if missing, resumed if present (seen URLs stay seen).")
-@click.option("--filter", "filter_name", type=click.Choice(["bloom"]), default="bloom",
-              show_default=True, help="Seen-test algorithm.")
-@click.option("--capacity", type=click.IntRange(min=1), default=DEFAULT_CAPACITY,
-              show_default=True, help="Distinct URLs the filter is sized for.")
-@click.option("--error-rate", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              default=DEFAULT_ERROR_RATE, show_default=True,
-              help="False-positive rate at capacity: the share of new URLs dropped as seen.")
-@click.option("--layout", type=click.Choice(["blocked", "standard"]), default="blocked",
-              show_default=True, help="Bloom bit layout: blocked is faster, standard smaller.")
-@click.option("--canonicalize", "profile", type=click.Choice(list(PROFILES) + ["none"]),
-              default=DEFAULT_PROFILE, show_default=True,
-              help="URL canonicalization before hashing (none = exact lines).")
+@click.option(
+    "-o",
+    "--output",
+    default="-",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Write new lines here instead of stdout.",
+)
+@click.option(
+    "-a",
+    "--append",
+    is_flag=True,
+    help="Append to --output (resume a run with --state without losing its output).",
+)
+@click.option(
+    "--state",
+    type=click.Path(dir_okay=False),
+    help="State file: created if missing, resumed if present (seen URLs stay seen).",
+)
+@click.option(
+    "--filter",
+    "filter_name",
+    type=click.Choice(["bloom"]),
+    default="bloom",
+    show_default=True,
+    help="Seen-test algorithm.",
+)
+@click.option(
+    "--capacity",
+    type=click.IntRange(min=1),
+    default=DEFAULT_CAPACITY,
+    show_default=True,
+    help="Distinct URLs the filter is sized for.",
+)
+@click.option(
+    "--error-rate",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=DEFAULT_ERROR_RATE,
+    show_default=True,
+    help="False-positive rate at capacity: the share of new URLs dropped as seen.",
+)
+@click.option(
+    "--layout",
+    type=click.Choice(["blocked", "standard"]),
+    default="blocked",
+    show_default=True,
+    help="Bloom bit layout: blocked is faster, standard smaller.",
+)
+@click.option(
+    "--canonicalize",
+    "profile",
+    type=click.Choice([*PROFILES, "none"]),
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="URL canonicalization before hashing (none = exact lines).",
+)
 @click.option("--no-canonicalize", is_flag=True, help="Same as --canonicalize none.")
-@click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=DEFAULT_BATCH_SIZE,
-              show_default=True, help="Lines per batch; with --state, the most a killed run "
-              "may print again when rerun.")
-@click.option("--progress/--no-progress", default=None,
-              help="Progress bar on stderr [default: when stderr is a terminal].")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 1_000_000),
+    default=DEFAULT_BATCH_SIZE,
+    show_default=True,
+    help="Lines per batch; with --state, the most a killed run may print again when rerun.",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar on stderr [default: when stderr is a terminal].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (on stderr).")
 @click.pass_context
-def dedup_command(ctx: click.Context, inputs: tuple[str, ...], output: str, append: bool,
-                  state: str | None, filter_name: str, capacity: int, error_rate: float,
-                  layout: str, profile: str, no_canonicalize: bool, batch_size: int,
-                  progress: bool | None, as_json: bool) -> None:
+def dedup_command(
+    ctx: click.Context,
+    inputs: tuple[str, ...],
+    output: str,
+    append: bool,
+    state: str | None,
+    filter_name: str,
+    capacity: int,
+    error_rate: float,
+    layout: str,
+    profile: str,
+    no_canonicalize: bool,
+    batch_size: int,
+    progress: bool | None,
+    as_json: bool,
+) -> None:
     """Print each URL of INPUTS (files, .gz files or - for stdin) the first time it is seen.
 
     URLs are canonicalized (Scrapy's rule) before the seen-test, so spelling variants of one
@@ -143,15 +206,31 @@ def dedup_command(ctx: click.Context, inputs: tuple[str, ...], output: str, appe
     with cli_errors():
         seen = _open_filter(ctx, state, capacity, error_rate, layout)
         with seen, contextlib.ExitStack() as stack:
-            out = (sys.stdout.buffer if output == "-"
-                   else stack.enter_context(open(output, "ab" if append else "wb")))
+            out = (
+                sys.stdout.buffer
+                if output == "-"
+                else stack.enter_context(open(output, "ab" if append else "wb"))
+            )
             bar = None
             if show:
-                from tqdm import tqdm
+                from tqdm import tqdm  # type: ignore[import-untyped]
 
-                bar = stack.enter_context(tqdm(total=_total_bytes(inputs), unit="B",
-                                               unit_scale=True, file=sys.stderr, leave=False))
-            summary = dedup(_lines(inputs), seen, out, keyer=keyer,
-                            transactional=state is not None, batch_size=batch_size,
-                            progress=bar.update if bar is not None else None)
+                bar = stack.enter_context(
+                    tqdm(
+                        total=_total_bytes(inputs),
+                        unit="B",
+                        unit_scale=True,
+                        file=sys.stderr,
+                        leave=False,
+                    )
+                )
+            summary = dedup(
+                _lines(inputs),
+                seen,
+                out,
+                keyer=keyer,
+                transactional=state is not None,
+                batch_size=batch_size,
+                progress=bar.update if bar is not None else None,
+            )
         _report(summary, as_json)

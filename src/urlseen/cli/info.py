@@ -16,8 +16,11 @@ from urlseen.stores.mmapfile import read_header
 
 @click.command("info")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--verify", is_flag=True, help="Also check the data against its checksum "
-              "(reads the whole file).")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Also check the data against its checksum (reads the whole file).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info_command(path: str, verify: bool, as_json: bool) -> None:
     """Describe the state file PATH: filter, parameters, fill, state.
@@ -40,7 +43,8 @@ def info_command(path: str, verify: bool, as_json: bool) -> None:
         if params.get("kind") == "bloom":
             desc["bits_per_key"] = params["nbits"] / params["capacity"]
             desc["estimated_error_rate"] = _sizing.error_rate_at(
-                params["layout"], params["nbits"], params["k"], header.count)
+                params["layout"], params["nbits"], params["k"], header.count
+            )
         if verify:
             if not header.flags & FLAG_DATA_CRC:
                 desc["verified"] = None

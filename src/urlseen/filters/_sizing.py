@@ -9,6 +9,7 @@ filters" (2007): keys per block are Poisson(n / blocks), and a query fails only 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -91,7 +92,7 @@ def _candidate_ks(error_rate: float, spread: int) -> range:
     return range(max(1, math.floor(k_opt) - spread), min(MAX_K, math.ceil(k_opt) + spread) + 1)
 
 
-def _smallest(predicate_ok, lo: int, hi: int) -> int:
+def _smallest(predicate_ok: Callable[[int], bool], lo: int, hi: int) -> int:
     """Smallest x in [lo, hi] with predicate_ok(x), which is monotone (False..False, True..)."""
     while lo < hi:
         mid = (lo + hi) // 2
@@ -130,9 +131,11 @@ def size_blocked(capacity: int, error_rate: float) -> BloomSize:
         hi = std_blocks * 8
         if blocked_error_rate(capacity, hi, k) > error_rate:
             continue  # this k cannot reach the target in a sane size
-        blocks = _smallest(
-            lambda b: blocked_error_rate(capacity, b, k) <= error_rate, max(1, std_blocks // 2), hi
-        )
+
+        def fits(blocks: int, k: int = k) -> bool:
+            return blocked_error_rate(capacity, blocks, k) <= error_rate
+
+        blocks = _smallest(fits, max(1, std_blocks // 2), hi)
         if best is None or blocks * BLOCK_BITS < best.nbits:
             best = BloomSize(
                 blocks * BLOCK_BITS, k, "blocked", blocked_error_rate(capacity, blocks, k)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-Key = Union[str, bytes]
+Key = str | bytes
 """A key: a str (hashed as UTF-8) or bytes. URLs are canonicalized before they become keys."""
 
 

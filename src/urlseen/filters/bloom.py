@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -49,6 +50,7 @@ class BloomFilter(_core.BitFilter):
     """
 
     __slots__ = ("_store",)  # no per-instance dict: `f.add(url)` finds the C method at once
+    _store: BufferStore | None
 
     def __init__(
         self, capacity: int, error_rate: float = 0.001, *, layout: str = "blocked", seed: int = 0
@@ -60,8 +62,14 @@ class BloomFilter(_core.BitFilter):
 
     @classmethod
     def create(
-        cls, path: str | os.PathLike[str], capacity: int, error_rate: float = 0.001, *,
-        layout: str = "blocked", seed: int = 0, overwrite: bool = False,
+        cls,
+        path: str | os.PathLike[str],
+        capacity: int,
+        error_rate: float = 0.001,
+        *,
+        layout: str = "blocked",
+        seed: int = 0,
+        overwrite: bool = False,
     ) -> BloomFilter:
         """Create an empty filter backed by a new state file at path (memory-mapped).
 
@@ -99,8 +107,13 @@ class BloomFilter(_core.BitFilter):
         params = store.params()
         self._store = store
         super().__init__(
-            store.buffer, store.data_offset, params["nbits"], params["k"],
-            _LAYOUT_CODES[params["layout"]], params["seed"], store.stored_count(),
+            store.buffer,
+            store.data_offset,
+            params["nbits"],
+            params["k"],
+            _LAYOUT_CODES[params["layout"]],
+            params["seed"],
+            store.stored_count(),
             store.count_offset if not store.readonly else -1,
         )
 
@@ -109,9 +122,9 @@ class BloomFilter(_core.BitFilter):
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Write this filter to a new state file (atomically: temp file, then link or rename)."""
         store = self._live_store()
-        target = MappedFile.create(path, store.params(), _nbytes(store.params()), overwrite=overwrite)
+        size = _nbytes(store.params())
+        target = MappedFile.create(path, store.params(), size, overwrite=overwrite)
         try:
-            size = _nbytes(store.params())
             target.buffer[target.data_offset : target.data_offset + size] = store.buffer[
                 store.data_offset : store.data_offset + size
             ]
@@ -149,13 +162,11 @@ class BloomFilter(_core.BitFilter):
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # at interpreter shutdown: nothing to report
             self.close()
-        except Exception:  # interpreter shutdown: nothing useful to report
-            pass
 
     def _live_store(self) -> BufferStore:
-        store = getattr(self, "_store", None)
+        store: BufferStore | None = getattr(self, "_store", None)
         if store is None or self.closed:
             raise ClosedError("the filter is closed")
         return store
@@ -172,7 +183,11 @@ class BloomFilter(_core.BitFilter):
         """
         mine, theirs = self._live_store().params(), other._live_store().params()
         fields = ("nbits", "k", "layout", "seed", "hash")
-        diff = [f"{f}: {mine.get(f)!r} != {theirs.get(f)!r}" for f in fields if mine.get(f) != theirs.get(f)]
+        diff = [
+            f"{f}: {mine.get(f)!r} != {theirs.get(f)!r}"
+            for f in fields
+            if mine.get(f) != theirs.get(f)
+        ]
         if diff:
             raise IncompatibleFiltersError("cannot combine filters: " + "; ".join(diff))
         out = type(self)._from_store(MemoryStore(_nbytes(mine), dict(mine)))
@@ -211,8 +226,12 @@ class BloomFilter(_core.BitFilter):
             error_rate=params["error_rate"],
             estimated_error_rate=_sizing.error_rate_at(params["layout"], self.nbits, self.k, count),
             details={
-                "k": self.k, "layout": params["layout"], "seed": self.seed,
-                "hash": params["hash"], "path": self.path, "readonly": self.readonly,
+                "k": self.k,
+                "layout": params["layout"],
+                "seed": self.seed,
+                "hash": params["hash"],
+                "path": self.path,
+                "readonly": self.readonly,
             },
         )
 
@@ -232,9 +251,14 @@ class BloomFilter(_core.BitFilter):
 def _params(capacity: object, error_rate: object, layout: object, seed: object) -> dict[str, Any]:
     size = _sizing.size_filter(capacity, error_rate, layout)
     return {
-        "kind": "bloom", "layout": size.layout, "nbits": size.nbits, "k": size.k,
-        "seed": _check_seed(seed), "hash": HASH_NAME,
-        "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "kind": "bloom",
+        "layout": size.layout,
+        "nbits": size.nbits,
+        "k": size.k,
+        "seed": _check_seed(seed),
+        "hash": HASH_NAME,
+        "capacity": capacity,
+        "error_rate": float(error_rate),  # type: ignore[arg-type]
     }
 
 

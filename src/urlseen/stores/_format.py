@@ -39,7 +39,8 @@ COUNT_OFFSET = 32
 FLAG_OPEN = 1
 FLAG_DATA_CRC = 2
 
-_STATIC = struct.Struct("<8sHHIQI")  # magic, version, reserved, data offset, data length, params len
+# magic, version, reserved, data offset, data length, params length
+_STATIC = struct.Struct("<8sHHIQI")
 _CRC = struct.Struct("<I")
 _LIVE = struct.Struct("<QII")  # count, flags, data crc
 _PARAMS_AT = 48
@@ -61,7 +62,9 @@ class Header:
         params = json.dumps(self.params, sort_keys=True, separators=(",", ":")).encode()
         if len(params) > MAX_PARAMS:
             raise FormatError(f"filter parameters take {len(params)} bytes; at most {MAX_PARAMS}")
-        static = _STATIC.pack(MAGIC, FORMAT_VERSION, 0, self.data_offset, self.data_length, len(params))
+        static = _STATIC.pack(
+            MAGIC, FORMAT_VERSION, 0, self.data_offset, self.data_length, len(params)
+        )
         crc = zlib.crc32(params, zlib.crc32(static))
         live = _LIVE.pack(self.count, self.flags, self.data_crc)
         return static + _CRC.pack(crc) + live + params
@@ -117,5 +120,5 @@ def require(params: dict[str, Any], where: str, **types: type) -> None:
     that passed the CRC must still not be trusted blindly)."""
     for name, typ in types.items():
         value = params.get(name)
-        if not isinstance(value, typ) or isinstance(value, bool) and typ is not bool:
+        if not isinstance(value, typ) or (isinstance(value, bool) and typ is not bool):
             raise FormatError(f"{where}: parameter {name!r} missing or invalid ({value!r})")

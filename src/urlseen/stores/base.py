@@ -13,11 +13,22 @@ from typing import Any, Protocol
 class BufferStore(Protocol):
     """A buffer the C core probes in place, with the filter's data at data_offset."""
 
-    buffer: mmap.mmap
-    data_offset: int
-    count_offset: int  # where the C core mirrors the count, -1 for none
-    readonly: bool
-    path: str | None
+    @property
+    def buffer(self) -> mmap.mmap: ...
+
+    @property
+    def data_offset(self) -> int: ...
+
+    @property
+    def count_offset(self) -> int:
+        """Where the C core mirrors the count in the buffer; -1 for nowhere."""
+        ...
+
+    @property
+    def readonly(self) -> bool: ...
+
+    @property
+    def path(self) -> str | None: ...
 
     def params(self) -> dict[str, Any]: ...
 

@@ -8,9 +8,9 @@ a filter beyond a few MiB also misses the TLB (benchmarks/RESULTS.md measures th
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 from typing import Any
-
 
 _HUGE_PAGE = 2 * 1024 * 1024
 
@@ -26,10 +26,8 @@ class MemoryStore:
     def __init__(self, nbytes: int, params: dict[str, Any]) -> None:
         self.buffer = mmap.mmap(-1, max(nbytes, 1))
         if nbytes >= _HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
-            try:
+            with contextlib.suppress(OSError):  # no THP here: 4 KiB pages still work
                 self.buffer.madvise(mmap.MADV_HUGEPAGE)
-            except OSError:  # THP disabled or unsupported: 4 KiB pages still work
-                pass
         self._params = params
 
     def params(self) -> dict[str, Any]:

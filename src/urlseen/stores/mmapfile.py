@@ -68,8 +68,12 @@ class MappedFile:
 
     @classmethod
     def create(
-        cls, path: str | os.PathLike[str], params: dict[str, Any], data_length: int,
-        *, overwrite: bool = False,
+        cls,
+        path: str | os.PathLike[str],
+        params: dict[str, Any],
+        data_length: int,
+        *,
+        overwrite: bool = False,
     ) -> MappedFile:
         """Write a new, empty state file atomically (temp file, then link into place)."""
         target = Path(path)
@@ -130,9 +134,9 @@ class MappedFile:
         return int.from_bytes(self.buffer[self.count_offset : self.count_offset + 8], "little")
 
     def _data_crc(self) -> int:
-        with memoryview(self.buffer) as whole:
-            with whole[self.data_offset : self.data_offset + self.header.data_length] as data:
-                return zlib.crc32(data)
+        end = self.data_offset + self.header.data_length
+        with memoryview(self.buffer) as whole, whole[self.data_offset : end] as data:
+            return zlib.crc32(data)
 
     def verify(self) -> bool:
         """Check the data against the CRC of the last clean close (reads all the data).
