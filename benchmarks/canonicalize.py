@@ -11,20 +11,22 @@ Compares, on real URLs, the throughput of:
   shipped: see CANONICALIZATION.md for why);
 
 each of the last three with and without the memo (an LRU cache keyed by the raw line), on
-(a) the distinct URLs and (b) the raw stream with its exact repeats. Then it counts, on the
-distinct URLs, how often urlseen's profile, the ada candidate and a naive ada rule give a
-different key than ``canonicalize_url``. It prints a markdown report.
+(a) the distinct URLs, (b) the first lines of the raw stream, a polled feed full of exact
+repeats, and (c) the whole file. Then it counts, on the distinct URLs, how often urlseen's
+profile, the ada candidate and a naive ada rule give a different key than
+``canonicalize_url``. It prints a markdown report.
 
 Usage (from the repository root):
 
-    python3 benchmarks/canonicalize.py                   # ~3 min on 2 cores
+    python3 benchmarks/canonicalize.py                   # ~4 min on 2 cores
     python3 benchmarks/canonicalize.py --repeat 3        # best of 3 runs per cell
     python3 benchmarks/canonicalize.py --data PATH.txt.gz --stream-lines 500000
 
 The default data file is ``../shared/data/urls-dev.txt.gz`` relative to the repository root
 (gzip, one URL per line). It is read in place, never copied. Every timed run decodes its
 URLs anew from bytes and starts with empty caches (w3lib's internal ones included), so no
-run profits from an earlier one.
+run profits from an earlier one. Times are the process's CPU time, which other jobs on a
+shared machine disturb far less than wall-clock time.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ import platform
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
-from urllib.parse import quote_from_bytes, unquote_to_bytes
+from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
 import w3lib._url
 from w3lib.url import canonicalize_url
@@ -188,13 +191,13 @@ def clear_w3lib_caches() -> None:
 def time_run(canonicalizer: Canonicalizer, lines: list[bytes]) -> float:
     clear_w3lib_caches()
     gc.collect()
-    start = time.perf_counter()
+    start = time.process_time()
     for raw in lines:
         try:
             canonicalizer(raw.decode())
         except ValueError:  # InvalidKeyError: blank line
             pass
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def best_run(make: Callable[[], Canonicalizer], lines: list[bytes], repeat: int):
@@ -226,6 +229,31 @@ def disagreements(candidate: Canonicalizer, urls: list[str], reference: list[str
     return count, examples
 
 
+def differing_part(expected: str, got: str) -> str:
+    """Which component of two URLs differs first: scheme, authority, path or query."""
+    try:
+        a, b = urlsplit(expected), urlsplit(got)
+    except ValueError:
+        return "unparsable"
+    for part, x, y in zip(("scheme", "authority", "path", "query"), a, b):
+        if x != y:
+            return part
+    return "fragment"
+
+
+def pick_examples(examples: list[tuple[str, str, str]], count: int) -> list[tuple[str, str, str]]:
+    """Up to ``count`` short examples, taking each differing part in turn."""
+    by_part: dict[str, list[tuple[str, str, str]]] = {}
+    for example in sorted(examples, key=lambda example: len(example[0])):
+        by_part.setdefault(differing_part(example[1], example[2]), []).append(example)
+    picked: list[tuple[str, str, str]] = []
+    while len(picked) < count and any(by_part.values()):
+        for group in by_part.values():
+            if group and len(picked) < count:
+                picked.append(group.pop(0))
+    return picked
+
+
 def short(text: str, width: int = 90) -> str:
     text = text.replace("|", "%7C")  # keep the markdown table intact
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -235,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="gzip file, one URL a line")
     parser.add_argument("--stream-lines", type=int, default=2_000_000,
-                        help="first N raw lines for the stream workload (default 2,000,000)")
+                        help="first N raw lines for workload (b) (default 2,000,000)")
     parser.add_argument("--memo-size", type=int, default=DEFAULT_MEMO_SIZE,
                         help=f"memo entries (default {DEFAULT_MEMO_SIZE})")
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell, best kept")
@@ -249,10 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     if lines and lines[-1] == b"":
         lines.pop()
     distinct = list(dict.fromkeys(lines))
-    stream = lines[: args.stream_lines]
-    stream_repeats = 1 - len(set(stream)) / len(stream)
+    head = lines[: args.stream_lines]
+    workloads = {
+        "(a) distinct": distinct,
+        f"(b) first {len(head) / 1e6:g}M lines": head,
+        "(c) all lines": lines,
+    }
 
-    memo = args.memo_size
+    memo, big_memo = args.memo_size, 1 << 16
     ada = make_ada_canonicalizer
     rows: list[tuple[str, Callable[[], Canonicalizer]]] = [
         ("decode only (loop baseline)", lambda: decode_only),
@@ -261,37 +293,41 @@ def main(argv: list[str] | None = None) -> int:
         ("w3lib `canonicalize_url` + memo", lambda: canonical._memoize(w3lib_as_scrapy_calls_it, memo)),
         ('urlseen "w3lib" profile', lambda: get_canonicalizer("w3lib")),
         ('urlseen "w3lib" profile + memo', lambda: get_canonicalizer("w3lib", memo_size=memo)),
+        (f'urlseen "w3lib" profile + memo of {big_memo:,}',
+         lambda: get_canonicalizer("w3lib", memo_size=big_memo)),
         ("ada-url candidate", ada),
         ("ada-url candidate + memo", lambda: canonical._memoize(ada(), memo)),
     ]
 
     print("# Canonicalization benchmark\n")
     print(f"- data: `{args.data.name}`, {len(lines):,} lines, {len(distinct):,} distinct")
-    print(f"- (a) distinct: {len(distinct):,} URLs, each once, in file order")
-    print(f"- (b) stream: first {len(stream):,} raw lines, {stream_repeats:.1%} exact repeats")
-    print(f"- memo: LRU of {memo:,} entries keyed by the raw line; best of {args.repeat} run(s)")
+    for label, data in workloads.items():
+        repeats = 1 - len(set(data)) / len(data)
+        print(f"- {label}: {len(data):,} URLs, {repeats:.1%} exact repeats")
+    print(f"- memo: LRU of {memo:,} entries keyed by the raw line, unless stated; "
+          f"best of {args.repeat} run(s), CPU time")
     print(f"- Python {platform.python_version()}, w3lib {version('w3lib')}, "
           f"ada-url {version('ada-url')}, {os.cpu_count()} CPUs, {platform.machine()}")
-    print("- µs/URL: time per URL minus the decode-only loop, i.e. the canonicalizer's own cost\n")
+    print("- cells: URLs/s, then µs per URL net of the decode-only loop (the canonicalizer's "
+          "own cost), then the memo hit rate\n")
 
     results = {}
     for name, make in rows:
-        for workload, data in (("distinct", distinct), ("stream", stream)):
+        for label, data in workloads.items():
             seconds, hit_rate = best_run(make, data, args.repeat)
-            results[name, workload] = (len(data) / seconds, seconds / len(data), hit_rate)
-            print(f"  {name} / {workload}: {len(data) / seconds:,.0f} URLs/s",
+            results[name, label] = (len(data) / seconds, seconds / len(data), hit_rate)
+            print(f"  {name} / {label}: {len(data) / seconds:,.0f} URLs/s",
                   file=sys.stderr, flush=True)
 
-    print("| canonicalizer | (a) distinct URLs/s | µs/URL | (b) stream URLs/s | µs/URL | memo hits (b) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| canonicalizer | " + " | ".join(workloads) + " |")
+    print("| --- |" + " ---: |" * len(workloads))
     for name, _ in rows:
         cells = [name]
-        for workload in ("distinct", "stream"):
-            rate, per_url, _ = results[name, workload]
-            net = per_url - results[rows[0][0], workload][1]
-            cells += [f"{rate:,.0f}", f"{net * 1e6:.2f}"]
-        hit_rate = results[name, "stream"][2]
-        cells.append("" if hit_rate is None else f"{hit_rate:.1%}")
+        for label in workloads:
+            rate, per_url, hit_rate = results[name, label]
+            net = per_url - results[rows[0][0], label][1]
+            cell = f"{rate:,.0f} · {net * 1e6:.2f} µs"
+            cells.append(cell if hit_rate is None else f"{cell} · {hit_rate:.0%} hits")
         print("| " + " | ".join(cells) + " |")
 
     # --- agreement with w3lib on the distinct URLs ---
@@ -336,18 +372,21 @@ def main(argv: list[str] | None = None) -> int:
     n = len(urls)
     print(f"\n## Keys that differ from `canonicalize_url` ({n:,} distinct URLs)\n")
     print(f"w3lib refuses {refused:,} of them (ValueError); they are left out below.\n")
-    print("| rule | differing keys | share | handed to w3lib |")
-    print("| --- | ---: | ---: | ---: |")
-    print(f'| urlseen "w3lib" profile | {ours[0]:,} | {ours[0] / n:.4%} | '
-          f"{shortcut_misses:,} ({shortcut_misses / n:.2%}) |")
-    print(f"| ada-url candidate | {theirs[0]:,} | {theirs[0] / n:.4%} | "
-          f"{ada_fallbacks:,} ({ada_fallbacks / n:.2%}) |")
-    print(f"| naive ada (`normalize_url`, fragment cut) | {naive[0]:,} | {naive[0] / n:.4%} | 0 |")
+    print("| rule | differing keys | share | first differing part | handed to w3lib |")
+    print("| --- | ---: | ---: | --- | ---: |")
+    for label, (count, examples), handed in (
+        ('urlseen "w3lib" profile', ours, f"{shortcut_misses:,} ({shortcut_misses / n:.2%})"),
+        ("ada-url candidate", theirs, f"{ada_fallbacks:,} ({ada_fallbacks / n:.2%})"),
+        ("naive ada (`normalize_url`, fragment cut)", naive, "0"),
+    ):
+        parts = Counter(differing_part(expected, got) for _, expected, got in examples)
+        where = ", ".join(f"{part} {k:,}" for part, k in parts.most_common()) or "-"
+        print(f"| {label} | {count:,} | {count / n:.3%} | {where} | {handed} |")
     for label, (_, examples) in (("ada-url candidate", theirs), ("naive ada", naive),
                                  ('urlseen "w3lib" profile', ours)):
         if examples:
             print(f"\nExamples, {label} (input / w3lib / {label}):\n")
-            for url, expected, got in examples[: args.examples]:
+            for url, expected, got in pick_examples(examples, args.examples):
                 print(f"- `{short(url)}`\n  - w3lib: `{short(expected)}`\n  - got:   `{short(got)}`")
     return 0
 

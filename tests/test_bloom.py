@@ -192,7 +192,9 @@ def test_sizing_follows_error_rate():
     assert tight.nbits > loose.nbits and tight.k > loose.k
     assert BloomFilter(capacity=20_000, error_rate=0.01).nbits > loose.nbits
     std = BloomFilter(capacity=10_000, error_rate=0.01, layout="standard")
-    assert std.layout == urlseen._core.LAYOUT_STANDARD and loose.layout == urlseen._core.LAYOUT_BLOCKED
+    assert (
+        std.layout == urlseen._core.LAYOUT_STANDARD and loose.layout == urlseen._core.LAYOUT_BLOCKED
+    )
     assert loose.nbits % 512 == 0
     assert (loose.capacity, loose.error_rate) == (10_000, 0.01)
 
@@ -246,7 +248,9 @@ def test_union_of_incompatible_filters_raises(a_args, b_args, field):
     a = BloomFilter(capacity=ca, error_rate=pa, layout=la, seed=sa)
     b = BloomFilter(capacity=cb, error_rate=pb, layout=lb, seed=sb)
     differs = {
-        "nbits": a.nbits != b.nbits, "k": a.k != b.k, "layout": a.layout != b.layout,
+        "nbits": a.nbits != b.nbits,
+        "k": a.k != b.k,
+        "layout": a.layout != b.layout,
         "seed": a.seed != b.seed,
     }
     assert [name for name, d in differs.items() if d] == [field], "test precondition"
@@ -342,9 +346,10 @@ def test_readonly_open(state_path):
     with BloomFilter.create(state_path, capacity=1000, error_rate=0.01) as f:
         f.update(urls(100))
     before = sha256(state_path)
-    with BloomFilter.open(state_path, readonly=True) as r1, BloomFilter.open(
-        state_path, readonly=True
-    ) as r2:  # readers share the file
+    with (
+        BloomFilter.open(state_path, readonly=True) as r1,
+        BloomFilter.open(state_path, readonly=True) as r2,
+    ):  # readers share the file
         for r in (r1, r2):
             assert r.readonly and r.stats().details["readonly"] is True
             assert len(r) == 100 and all(r.contains_many(urls(100)))
@@ -406,10 +411,9 @@ def test_context_manager_closes_and_seals(state_path):
     with BloomFilter.create(state_path, capacity=100, error_rate=0.01) as f:
         assert f.add("a") and not f.closed
     assert f.closed
-    with pytest.raises(RuntimeError):
-        with BloomFilter.open(state_path) as g:
-            g.add("b")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), BloomFilter.open(state_path) as g:
+        g.add("b")
+        raise RuntimeError("boom")
     assert g.closed
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a clean close: no UncleanShutdownWarning
@@ -518,7 +522,9 @@ def test_threads_report_each_key_new_exactly_once(layout):
             for n, start in enumerate(range(0, len(mine), chunk)):
                 part = mine[start : start + chunk]
                 if (n + t) % 2:
-                    reported[t].extend(k for k, new in zip(part, f.add_many(part)) if new)
+                    reported[t].extend(
+                        k for k, new in zip(part, f.add_many(part), strict=True) if new
+                    )
                 else:
                     reported[t].extend(k for k in part if f.add(k))
         except BaseException as exc:  # surfaced below; a thread's exception is otherwise lost
@@ -534,3 +540,22 @@ def test_threads_report_each_key_new_exactly_once(layout):
     assert set(counts) == set(keys)
     assert max(counts.values()) == 1
     assert len(f) == len(keys)
+
+
+# ---- real URLs ------------------------------------------------------------------------------
+
+
+def test_real_urls_persist_as_str_and_as_bytes(dev_urls, state_path):
+    # 100k real URLs, every non-ASCII one (IRIs) among them: added as str, found again as
+    # their UTF-8 bytes after a close and a read-only open.
+    rng = random.Random(11)
+    iris = [u for u in dev_urls if not u.isascii()]
+    sample = rng.sample(dev_urls, 100_000) + iris
+    assert len(iris) > 100, "the development set has a few hundred IRIs (README)"
+    with BloomFilter.create(state_path, capacity=len(sample), error_rate=0.0001) as f:
+        count = f.update(sample)
+    assert count >= len(set(sample)) * (1 - 0.0002)
+    with BloomFilter.open(state_path, readonly=True) as g:
+        assert len(g) == count
+        assert all(g.contains_many(sample))
+        assert all(g.contains_many(u.encode("utf-8") for u in sample))

@@ -89,15 +89,16 @@ def oracle_positions(key: bytes | str, nbits: int, k: int, layout: int, seed: in
     h2 = int.from_bytes(digest[8:], "little")
     if layout == _core.LAYOUT_BLOCKED:
         # reduce(h1) picks the 512-bit block; the k bits in it are successive 9-bit fields of
-        # h2, least significant first, and after every 7 fields a fresh word
-        # w = fmix64(w + h1). Independent positions: two may coincide.
+        # h2, least significant first; after every 7 fields the next word is
+        # fmix64(previous word + h1). Independent positions: two may coincide.
         base = _reduce(h1, nbits // 512) * 512
-        w, out = h2, []
+        word = fields = h2
+        out = []
         for i in range(k):
             if i and i % 7 == 0:
-                w = _fmix((w + h1) & M64)
-            out.append(base + (w & 511))
-            w >>= 9
+                word = fields = _fmix((word + h1) & M64)
+            out.append(base + (fields & 511))
+            fields >>= 9
         return out
     # Standard: enhanced double hashing (Dillinger and Manolios): x = h1, y = h2 | 1;
     # position i = reduce(x); x += y; y += i + 1 (all mod 2**64).
@@ -269,25 +270,29 @@ def test_blocked_positions_lie_in_one_block(key, blocks, k, seed):
     assert len(got) == k and len({p // 512 for p in got}) == 1
 
 
-def test_blocked_positions_are_spread_over_the_block():
-    # Independent 9-bit fields: over many keys every in-block offset is used about equally
-    # often, and the k positions of a key are distinct about as often as k random picks are
-    # (the old arithmetic progressions were always distinct, and shared 2**17 patterns).
-    k = 20
+def _blocked_patterns(k: int, nkeys: int = 20_000) -> list[list[int]]:
+    return [_core.positions(f"k{i}".encode(), 512, k, _core.LAYOUT_BLOCKED) for i in range(nkeys)]
+
+
+def test_blocked_offsets_are_uniform():
+    patterns = _blocked_patterns(20)
     counts = [0] * 512
-    patterns = set()
-    repeats = 0
-    for i in range(20_000):
-        got = _core.positions(f"k{i}".encode(), 512, k, _core.LAYOUT_BLOCKED)
-        for p in got:
+    for pattern in patterns:
+        for p in pattern:
             counts[p] += 1
-        repeats += len(set(got)) < k
-        patterns.add(tuple(got))
-    mean = 20_000 * k / 512
+    mean = len(patterns) * 20 / 512
     assert all(abs(c - mean) < 6 * mean**0.5 for c in counts)
-    # P(some two of 20 random offsets coincide) = 1 - prod(1 - j/512) ~ 0.31.
-    assert 0.25 < repeats / 20_000 < 0.37
-    assert len(patterns) == 20_000
+    assert len(set(map(tuple, patterns))) == len(patterns)
+
+
+def test_blocked_positions_are_as_distinct_as_independent_picks():
+    # With independent uniform offsets, some two of k = 20 coincide with probability
+    # 1 - prod(1 - j/512 for j < 20) ~ 0.31 (a scheme with distinct offsets has 0); a
+    # pattern whose later part copies an earlier part (probability 512**-7) must not happen.
+    patterns = _blocked_patterns(20)
+    repeats = sum(len(set(p)) < 20 for p in patterns) / len(patterns)
+    assert repeats < 0.37
+    assert not any(p[14:20] == p[7:13] for p in patterns)
 
 
 def test_bloomfilter_positions_match_oracle():

@@ -42,10 +42,19 @@ def parse(path: Path) -> dict:
     count, flags, data_crc = LIVE.unpack_from(raw, 32)
     params_raw = raw[PARAMS_AT : PARAMS_AT + params_len]
     return {
-        "raw": raw, "magic": magic, "version": version, "reserved": reserved,
-        "data_offset": data_offset, "data_length": data_length, "params_len": params_len,
-        "crc": crc, "crc_ok": zlib.crc32(params_raw, zlib.crc32(raw[:28])) == crc,
-        "count": count, "flags": flags, "data_crc": data_crc, "params_raw": params_raw,
+        "raw": raw,
+        "magic": magic,
+        "version": version,
+        "reserved": reserved,
+        "data_offset": data_offset,
+        "data_length": data_length,
+        "params_len": params_len,
+        "crc": crc,
+        "crc_ok": zlib.crc32(params_raw, zlib.crc32(raw[:28])) == crc,
+        "count": count,
+        "flags": flags,
+        "data_crc": data_crc,
+        "params_raw": params_raw,
     }
 
 
@@ -60,8 +69,12 @@ def rewrite(path: Path, *, params_raw: bytes | None = None, fix_crc: bool = True
     values.update(fields)
     params_len = fields.get("params_len", len(params_raw))
     raw[: STATIC.size] = STATIC.pack(
-        values["magic"], values["version"], values["reserved"], values["data_offset"],
-        values["data_length"], params_len,
+        values["magic"],
+        values["version"],
+        values["reserved"],
+        values["data_offset"],
+        values["data_length"],
+        params_len,
     )
     raw[PARAMS_AT : PARAMS_AT + h["params_len"]] = bytes(h["params_len"])
     raw[PARAMS_AT : PARAMS_AT + len(params_raw)] = params_raw
@@ -147,8 +160,14 @@ def test_header_layout_matches_the_documented_table(state_path):
     data = h["raw"][h["data_offset"] :]
     assert h["data_crc"] == zlib.crc32(data)
     assert json.loads(h["params_raw"]) == {
-        "kind": "bloom", "layout": "standard", "nbits": f.nbits, "k": f.k, "seed": 9,
-        "hash": "murmur3_x64_128", "capacity": 1000, "error_rate": 0.01,
+        "kind": "bloom",
+        "layout": "standard",
+        "nbits": f.nbits,
+        "k": f.k,
+        "seed": 9,
+        "hash": "murmur3_x64_128",
+        "capacity": 1000,
+        "error_rate": 0.01,
     }
     # The bits are the filter's bits: bit j in byte j // 8, least significant first.
     for key in KEYS[:20]:
@@ -161,10 +180,17 @@ def test_header_layout_matches_the_documented_table(state_path):
 
 def _png() -> bytes:
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
     ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0\0")) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0\0"))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _zip() -> bytes:
@@ -191,7 +217,7 @@ FOREIGN = {
 def test_foreign_files(name, state_path):
     state_path.write_bytes(FOREIGN[name])
     assert_format_error(state_path)
-    with pytest.raises(FormatError, match="too short|not a urlseen state file"):
+    with pytest.raises(FormatError, match=r"too short|not a urlseen state file"):
         BloomFilter.open(state_path)
 
 
@@ -263,7 +289,7 @@ def test_truncated(good_file, keep):
     raw = good_file.read_bytes()
     good_file.write_bytes(raw[:keep])
     assert_format_error(good_file)
-    with pytest.raises(FormatError, match="truncated|too short|corrupted header"):
+    with pytest.raises(FormatError, match=r"truncated|too short|corrupted header"):
         BloomFilter.open(good_file)
 
 
@@ -293,14 +319,18 @@ def test_params_not_an_object(good_file, doc):
 
 
 @pytest.mark.parametrize(
-    "kind", ["cuckoo", "counting", "", None, ...], ids=["cuckoo", "counting", "empty", "null", "absent"]
+    "kind",
+    ["cuckoo", "counting", "", None, ...],
+    ids=["cuckoo", "counting", "empty", "null", "absent"],
 )
 def test_another_kind_of_filter(good_file, kind):
     edit_params(good_file, kind=kind)
     assert_format_error(good_file, "not a Bloom filter")
 
 
-@pytest.mark.parametrize("field", ["nbits", "k", "seed", "capacity", "layout", "hash", "error_rate"])
+@pytest.mark.parametrize(
+    "field", ["nbits", "k", "seed", "capacity", "layout", "hash", "error_rate"]
+)
 def test_missing_field(good_file, field):
     edit_params(good_file, **{field: ...})
     assert_format_error(good_file, repr(field), "missing or invalid")
@@ -309,9 +339,19 @@ def test_missing_field(good_file, field):
 @pytest.mark.parametrize(
     "changes",
     [
-        {"nbits": "10240"}, {"nbits": 10240.0}, {"nbits": True}, {"nbits": None},
-        {"k": "5"}, {"k": 5.5}, {"k": False}, {"seed": "0"}, {"capacity": "1000"},
-        {"capacity": 1000.0}, {"layout": 1}, {"hash": None}, {"error_rate": "0.01"},
+        {"nbits": "10240"},
+        {"nbits": 10240.0},
+        {"nbits": True},
+        {"nbits": None},
+        {"k": "5"},
+        {"k": 5.5},
+        {"k": False},
+        {"seed": "0"},
+        {"capacity": "1000"},
+        {"capacity": 1000.0},
+        {"layout": 1},
+        {"hash": None},
+        {"error_rate": "0.01"},
         {"error_rate": None},
     ],
     ids=repr,
@@ -352,18 +392,19 @@ def test_data_length_field_disagreeing_with_nbits(good_file):
     assert_format_error(good_file, "data length 640 does not match 10240 bits", unchanged=False)
 
 
-# Known bugs, kept as strict xfails so that they flip to failures once fixed.
+# Files that pass the header CRC but describe an impossible filter, and failed opens.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bloom._check_params does not check capacity >= 1 or 0 < error_rate < 1: such a "
-    "file opens, and stats() divides by zero when capacity is 0",
-)
 @pytest.mark.parametrize(
     "changes",
-    [{"capacity": 0}, {"capacity": -5}, {"error_rate": 0.0}, {"error_rate": 1.5},
-     {"error_rate": -0.1}, {"error_rate": float("nan")}],
+    [
+        {"capacity": 0},
+        {"capacity": -5},
+        {"error_rate": 0.0},
+        {"error_rate": 1.5},
+        {"error_rate": -0.1},
+        {"error_rate": float("nan")},
+    ],
     ids=repr,
 )
 def test_out_of_range_sizing_params(good_file, changes):
@@ -371,23 +412,11 @@ def test_out_of_range_sizing_params(good_file, changes):
     assert_format_error(good_file)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the count field is outside the header CRC and never range-checked: a count above "
-    "2**63 opens, then len()/stats()/repr() raise SystemError (BitFilter_len returns -1 "
-    "without an exception); count > nbits is impossible and could be rejected on open",
-)
 def test_impossible_count(good_file):
     set_live(good_file, count=2**64 - 1)
     assert_format_error(good_file)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BloomFilter.open (read-write) marks the file open before checking its params, and "
-    "on failure store.close() seals it: flags and data CRC are rewritten (an unclean flag "
-    "is erased) and the whole data is read to checksum it",
-)
 @pytest.mark.parametrize("case", ["foreign-kind-unclean", "data-length-mismatch"])
 def test_failed_open_leaves_the_file_alone(good_file, case):
     if case == "foreign-kind-unclean":
@@ -413,9 +442,12 @@ def test_verify_after_a_clean_close(good_file):
     raw = bytearray(h["raw"])
     raw[h["data_offset"] + 17] ^= 0x04  # one flipped data bit
     good_file.write_bytes(bytes(raw))
-    with BloomFilter.open(good_file, readonly=True) as f:  # open reads the header only
-        with pytest.raises(FormatError, match="corrupted data"):
-            f.verify()
+    # Open reads the header only, so the damage shows when verify() reads the data.
+    with (
+        BloomFilter.open(good_file, readonly=True) as f,
+        pytest.raises(FormatError, match="corrupted data"),
+    ):
+        f.verify()
 
 
 def test_verify_of_an_in_memory_filter_and_of_an_open_writer(good_file):
@@ -436,7 +468,9 @@ os._exit(0)  # no close(), no finalizers: the file stays flagged open
 def abandon(path: Path, capacity: int) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", ABANDON, str(path), str(capacity)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
 

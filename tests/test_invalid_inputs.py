@@ -60,7 +60,7 @@ def test_bad_seed(tmp_path, seed):
 
 
 def test_nan_error_rate_message_names_the_value(tmp_path):
-    with pytest.raises(ConfigError, match="error_rate.*nan"):
+    with pytest.raises(ConfigError, match=r"error_rate.*nan"):
         BloomFilter(capacity=100, error_rate=math.nan)
 
 
@@ -133,11 +133,16 @@ def test_batch_that_is_not_iterable(op, keys):
         BATCH_OPS[op](_filter(), keys)
 
 
-def test_bytes_as_a_batch_is_a_batch_of_ints():
-    # Iterating bytes yields ints, so a bytes object passed as the batch is rejected; the
-    # message says which key and which type.
-    with pytest.raises(TypeError, match="key 0 of the batch .*not 'int'"):
-        _filter().add_many(b"https://a/")
+@pytest.mark.parametrize("op", sorted(BATCH_OPS))
+@pytest.mark.parametrize("single", ["https://a/", b"https://a/", bytearray(b"https://a/")],
+                         ids=lambda k: type(k).__name__)
+def test_a_single_key_as_the_batch_is_refused(op, single):
+    # Iterating it would add every character (or byte value) as a key; refuse, change nothing.
+    f = _filter()
+    before = len(f)
+    with pytest.raises(TypeError, match=f"not a single '{type(single).__name__}'"):
+        BATCH_OPS[op](f, single)
+    assert len(f) == before and "h" not in f
 
 
 UNENCODABLE = ["\ud800", "abc\udfffdef", "\udc80", "https://ex.com/\udcff", "ok\ud83d"]
@@ -158,7 +163,7 @@ def test_single_key_with_lone_surrogate(op, key):
 @pytest.mark.parametrize("op", list(BATCH_OPS))
 @pytest.mark.parametrize("key", UNENCODABLE, ids=ascii)
 def test_batch_key_with_lone_surrogate(op, key):
-    with pytest.raises(InvalidKeyError, match="key 1 of the batch .*UTF-8"):
+    with pytest.raises(InvalidKeyError, match=r"key 1 of the batch .*UTF-8"):
         BATCH_OPS[op](_filter(), ["fine", key])
 
 
@@ -197,8 +202,10 @@ def test_bad_key_leaves_the_filter_unchanged(op, bad, where, container):
     fresh = [f"https://new.example/{i}" for i in range(1000)]
     key, error = BAD_TAILS[bad]
     index = {"end": len(fresh), "start": 0, "middle": 500}[where]
-    batch = fresh[:index] + [key] + fresh[index:]
-    wrapped = {"list": list, "tuple": tuple, "generator": lambda b: (k for k in b)}[container](batch)
+    batch = [*fresh[:index], key, *fresh[index:]]
+    wrapped = {"list": list, "tuple": tuple, "generator": lambda b: (k for k in b)}[container](
+        batch
+    )
     with pytest.raises(error, match=f"key {index} of the batch"):
         BATCH_OPS[op](f, wrapped)
     assert len(f) == before_len

@@ -19,8 +19,11 @@ def test_plain_url_is_canonicalized_to_str() -> None:
 
 def test_spelling_variants_share_one_key() -> None:
     keyer = LineKeyer()
-    variants = [b"http://example.com/a?b=2&a=1", b"HTTP://EXAMPLE.com/a?a=1&b=2#frag",
-                b"http://example.com/a?a=1&b=2\r"]
+    variants = [
+        b"http://example.com/a?b=2&a=1",
+        b"HTTP://EXAMPLE.com/a?a=1&b=2#frag",
+        b"http://example.com/a?a=1&b=2\r",
+    ]
     assert len({keyer.key(v) for v in variants}) == 1
 
 
@@ -140,7 +143,8 @@ def test_profile_none_keys_the_exact_bytes() -> None:
     # Odd lines take no special path: nothing is counted except empties.
     assert keyer.key(b"http://x/\xff") == b"http://x/\xff"
     assert keyer.key(b"a" * (DEFAULT_MAX_CANONICAL_BYTES + 1)) == b"a" * (
-        DEFAULT_MAX_CANONICAL_BYTES + 1)
+        DEFAULT_MAX_CANONICAL_BYTES + 1
+    )
     assert keyer.key(b"") is None
     assert keyer.counts.as_dict() == {"empty": 1, "invalid_utf8": 0, "oversized": 0, "verbatim": 0}
 

@@ -117,7 +117,7 @@ def test_union_contains_both_sets(shape, left, right, probes):
     assert u.contains_many(probes) == v.contains_many(probes)
     # Monotone: whatever either operand answers yes to, the union does too.
     in_a, in_b, in_u = a.contains_many(probes), b.contains_many(probes), u.contains_many(probes)
-    assert all(z >= (x or y) for x, y, z in zip(in_a, in_b, in_u))
+    assert all(z >= (x or y) for x, y, z in zip(in_a, in_b, in_u, strict=True))
     assert max(a.popcount(), b.popcount()) <= u.popcount() <= a.popcount() + b.popcount()
 
 
@@ -135,7 +135,7 @@ def test_union_bits_are_the_or_of_the_operands(shape, left, right):
     b.add_many(right)
     with tempfile.TemporaryDirectory() as tmp:
         paths = [Path(tmp) / name for name in ("a", "b", "u")]
-        for f, path in zip((a, b, a | b), paths):
+        for f, path in zip((a, b, a | b), paths, strict=True):
             f.save(path)
         da, db, du = map(data_of, paths)
-    assert du == bytes(x | y for x, y in zip(da, db))
+    assert du == bytes(x | y for x, y in zip(da, db, strict=True))

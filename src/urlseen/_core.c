@@ -59,10 +59,11 @@ static void raise_unencodable(Py_ssize_t index)
 static void raise_bad_key_type(PyObject *key, Py_ssize_t index)
 {
     if (index >= 0)
-        PyErr_Format(PyExc_TypeError, "key %zd of the batch must be str or bytes, not '%.200s'",
-                     index, Py_TYPE(key)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "key %zd of the batch must be str or bytes-like, not '%.200s'", index,
+                     Py_TYPE(key)->tp_name);
     else
-        PyErr_Format(PyExc_TypeError, "key must be str or bytes, not '%.200s'",
+        PyErr_Format(PyExc_TypeError, "key must be str or bytes-like, not '%.200s'",
                      Py_TYPE(key)->tp_name);
 }
 
@@ -90,7 +91,14 @@ static int key_get(PyObject *key, key_bytes *kb, Py_ssize_t index)
         return 0;
     }
     if (PyObject_CheckBuffer(key)) {
-        if (PyObject_GetBuffer(key, &kb->view, PyBUF_SIMPLE) < 0) return -1;
+        if (PyObject_GetBuffer(key, &kb->view, PyBUF_SIMPLE) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_BufferError)) { /* e.g. a strided memoryview */
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "key%s must be a contiguous buffer, not a strided '%.200s'",
+                             index >= 0 ? " of the batch" : "", Py_TYPE(key)->tp_name);
+            }
+            return -1;
+        }
         kb->has_view = 1;
         kb->data = (const char *)kb->view.buf;
         kb->len = kb->view.len;
@@ -128,6 +136,20 @@ static int parse_seed(PyObject *obj, uint32_t *seed)
     }
     *seed = (uint32_t)v;
     return 0;
+}
+
+/* PyArg "O&" converter: a Python int in [0, 2**64), with OverflowError outside (the "K" format
+ * would silently wrap a negative or oversized value). */
+static int to_u64(PyObject *obj, void *out)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "expected an int, not '%.200s'", Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return 0;
+    *(unsigned long long *)out = v;
+    return 1;
 }
 
 /* ---- module functions -------------------------------------------------------------------- */
@@ -252,22 +274,22 @@ static int BitFilter_init(BitFilter *self, PyObject *args, PyObject *kwargs)
                              "seed",   "count",  "count_offset", NULL};
     PyObject *buffer, *seed_obj = NULL;
     Py_ssize_t offset, count_offset = -1;
-    unsigned long long nbits, count = 0;
-    unsigned int k;
+    unsigned long long nbits, k64, count = 0;
     int layout;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnKIi|OKn:BitFilter", kwlist, &buffer,
-                                     &offset, &nbits, &k, &layout, &seed_obj, &count,
-                                     &count_offset))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnO&O&i|OO&n:BitFilter", kwlist, &buffer,
+                                     &offset, to_u64, &nbits, to_u64, &k64, &layout, &seed_obj,
+                                     to_u64, &count, &count_offset))
         return -1;
+    if (k64 < 1 || k64 > US_MAX_K) {
+        PyErr_Format(PyExc_ValueError, "k must be in [1, %u], not %llu", US_MAX_K, k64);
+        return -1;
+    }
+    unsigned int k = (unsigned int)k64;
     uint32_t seed = 0;
     if (seed_obj && parse_seed(seed_obj, &seed) < 0) return -1;
     if (layout != US_LAYOUT_STANDARD && layout != US_LAYOUT_BLOCKED) {
         PyErr_Format(PyExc_ValueError, "layout must be %d (standard) or %d (blocked), not %d",
                      US_LAYOUT_STANDARD, US_LAYOUT_BLOCKED, layout);
-        return -1;
-    }
-    if (k < 1 || k > US_MAX_K) {
-        PyErr_Format(PyExc_ValueError, "k must be in [1, %u], not %u", US_MAX_K, k);
         return -1;
     }
     if (nbits == 0 || (layout == US_LAYOUT_BLOCKED && nbits % US_BLOCK_BITS)) {
@@ -378,6 +400,10 @@ static int BitFilter_contains(BitFilter *self, PyObject *key)
 static Py_ssize_t BitFilter_len(BitFilter *self)
 {
     if (check_usable(self, 0) < 0) return -1;
+    if (self->count > (unsigned long long)PY_SSIZE_T_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "count does not fit len(); see the count attribute");
+        return -1;
+    }
     return (Py_ssize_t)self->count;
 }
 
@@ -410,6 +436,13 @@ static int digests_reserve(digest_vec *v, size_t cap)
  * touch is a cache miss); 16 bytes of temporary memory per key. */
 static int hash_batch(PyObject *keys, uint32_t seed, digest_vec *v)
 {
+    if (PyUnicode_Check(keys) || PyBytes_Check(keys) || PyByteArray_Check(keys)) {
+        /* Iterating would add every character as a key: surely not what was meant. */
+        PyErr_Format(PyExc_TypeError,
+                     "expected an iterable of keys, not a single '%.200s' (wrap it in a list)",
+                     Py_TYPE(keys)->tp_name);
+        return -1;
+    }
     if (PyList_CheckExact(keys) || PyTuple_CheckExact(keys)) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
         if (digests_reserve(v, (size_t)n) < 0) return -1;
@@ -701,11 +734,10 @@ static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"key", "nbits", "k", "layout", "seed", NULL};
     PyObject *key, *seed_obj = NULL;
-    unsigned long long nbits;
-    unsigned int k;
+    unsigned long long nbits, k;
     int layout;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OKIi|O:positions", kwlist, &key, &nbits, &k,
-                                     &layout, &seed_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&O&i|O:positions", kwlist, &key, to_u64,
+                                     &nbits, to_u64, &k, &layout, &seed_obj))
         return NULL;
     uint32_t seed = 0;
     if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
@@ -716,7 +748,7 @@ static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
     }
     us_hash128 h;
     if (key_hash(key, seed, &h, -1) < 0) return NULL;
-    us_bloom b = {NULL, nbits, k, layout};
+    us_bloom b = {NULL, nbits, (uint32_t)k, layout};
     uint64_t pos[US_MAX_K];
     us_bloom_positions(&b, h, pos);
     PyObject *out = PyList_New(k);

@@ -12,8 +12,9 @@ unsigned us_prefetch_ahead = 16;
 void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out)
 {
     if (b->layout == US_LAYOUT_BLOCKED) {
-        uint64_t base = (uint64_t)(us_block_of_(b, h) - b->bits) * 8, w = h.h2;
-        for (uint32_t i = 0; i < b->k; i++) out[i] = base + us_block_bit_(i, &w, h.h1);
+        uint64_t base = (uint64_t)(us_block_of_(b, h) - b->bits) * 8;
+        us_block_bits_ s = us_block_bits_start_(h);
+        for (uint32_t i = 0; i < b->k; i++) out[i] = base + us_block_bit_(i, &s, h.h1);
         return;
     }
     uint64_t x = h.h1, y = h.h2 | 1;

@@ -8,8 +8,8 @@
  *    the textbook filter, sized by the textbook formula; k cache misses per key once the array
  *    outgrows the cache.
  *  - US_LAYOUT_BLOCKED: reduce(h1) picks one 512-bit block (one cache line); the k bits inside
- *    it are successive 9-bit fields of h2, least significant first, and after every 7 fields
- *    of a fresh word w = fmix64(w + h1) (MurmurHash3's finalizer). Independent positions, not
+ *    it are successive 9-bit fields of h2, least significant first; after every 7 fields the
+ *    next word is fmix64(previous word + h1) (MurmurHash3's finalizer). Independent positions, not
  *    double hashing: mod 512, an arithmetic progression has only 2^17 patterns, and measured
  *    twice the planned false-positive rate. One cache miss per key, which a batch prefetches;
  *    it costs extra bits for the same error rate (filters/_sizing.py, benchmarks/RESULTS.md).
@@ -71,22 +71,33 @@ static inline uint8_t *us_block_of_(const us_bloom *b, us_hash128 h)
     return b->bits + us_reduce(h.h1, b->nbits / US_BLOCK_BITS) * US_BLOCK_BYTES;
 }
 
-/* The i-th bit inside the block: 9-bit fields of *w, refilled every 7 fields. */
+/* Where the i-th bit inside the block comes from: 9-bit fields of `fields`, which is refilled
+ * every 7 fields from `word`, the unshifted word those fields were cut from. */
 #define US_BLOCK_FIELDS_PER_WORD 7u
-static inline uint32_t us_block_bit_(uint32_t i, uint64_t *w, uint64_t h1)
+typedef struct {
+    uint64_t word, fields;
+} us_block_bits_;
+
+static inline us_block_bits_ us_block_bits_start_(us_hash128 h)
 {
-    if (i && i % US_BLOCK_FIELDS_PER_WORD == 0) *w = us_fmix64_(*w + h1);
-    uint32_t bit = (uint32_t)(*w & (US_BLOCK_BITS - 1));
-    *w >>= 9;
+    us_block_bits_ s = {h.h2, h.h2};
+    return s;
+}
+
+static inline uint32_t us_block_bit_(uint32_t i, us_block_bits_ *s, uint64_t h1)
+{
+    if (i && i % US_BLOCK_FIELDS_PER_WORD == 0) s->fields = s->word = us_fmix64_(s->word + h1);
+    uint32_t bit = (uint32_t)(s->fields & (US_BLOCK_BITS - 1));
+    s->fields >>= 9;
     return bit;
 }
 
 static inline int us_test_blocked_(const us_bloom *b, us_hash128 h)
 {
     const uint8_t *block = us_block_of_(b, h);
-    uint64_t w = h.h2;
+    us_block_bits_ s = us_block_bits_start_(h);
     for (uint32_t i = 0; i < b->k; i++) {
-        uint32_t bit = us_block_bit_(i, &w, h.h1);
+        uint32_t bit = us_block_bit_(i, &s, h.h1);
         if (!(block[bit >> 3] & (1u << (bit & 7)))) return 0;
     }
     return 1;
@@ -95,10 +106,10 @@ static inline int us_test_blocked_(const us_bloom *b, us_hash128 h)
 static inline int us_test_and_set_blocked_(us_bloom *b, us_hash128 h)
 {
     uint8_t *block = us_block_of_(b, h);
-    uint64_t w = h.h2;
+    us_block_bits_ s = us_block_bits_start_(h);
     unsigned missing = 0;
     for (uint32_t i = 0; i < b->k; i++) {
-        uint32_t bit = us_block_bit_(i, &w, h.h1);
+        uint32_t bit = us_block_bit_(i, &s, h.h1);
         uint8_t mask = (uint8_t)(1u << (bit & 7));
         missing |= !(block[bit >> 3] & mask);
         block[bit >> 3] |= mask;

@@ -72,7 +72,8 @@ def blocked_error_rate(n: float, nblocks: int, k: int) -> float:
     return total
 
 
-def _check(capacity: object, error_rate: object) -> tuple[int, float]:
+def check_target(capacity: object, error_rate: object) -> tuple[int, float]:
+    """Validate (capacity, error_rate); ConfigError names the bad argument and value."""
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise ConfigError(f"capacity must be a positive int, not {capacity!r}")
     if capacity < 1:
@@ -147,7 +148,7 @@ def size_blocked(capacity: int, error_rate: float) -> BloomSize:
 
 def size_filter(capacity: object, error_rate: object, layout: object = "blocked") -> BloomSize:
     """Validate the user's parameters and size a filter; ConfigError names any bad value."""
-    n, p = _check(capacity, error_rate)
+    n, p = check_target(capacity, error_rate)
     if layout == "standard":
         size = size_standard(n, p)
     elif layout == "blocked":

@@ -88,13 +88,7 @@ class BloomFilter(_core.BitFilter):
                 truncated or of a newer format.
             StateInUseError: another process has it open for writing.
         """
-        store = MappedFile.open(path, readonly=readonly)
-        try:
-            _check_params(store.params(), store.header.data_length, str(path))
-            return cls._from_store(store)
-        except BaseException:
-            store.close()
-            raise
+        return cls._from_store(MappedFile.open(path, readonly=readonly, check=_check_header))
 
     @classmethod
     def _from_store(cls, store: BufferStore) -> BloomFilter:
@@ -149,8 +143,9 @@ class BloomFilter(_core.BitFilter):
     def verify(self) -> bool:
         """Check a file-backed filter's data against its checksum (reads all of it).
 
-        True if it matches, False if there is nothing to check (in memory, or not closed
-        cleanly last time); raises FormatError if it does not match.
+        True if it matches. False if there is nothing to check: an in-memory filter, a file
+        opened for writing (the checksum is rewritten only when it is closed), or one that was
+        not closed cleanly. Raises FormatError if it does not match.
         """
         store = self._live_store()
         return store.verify() if isinstance(store, MappedFile) else False
@@ -181,6 +176,8 @@ class BloomFilter(_core.BitFilter):
         Raises:
             IncompatibleFiltersError: the filters differ in size, k, layout or seed.
         """
+        if not isinstance(other, BloomFilter):
+            raise TypeError(f"can only combine with a BloomFilter, not {type(other).__name__!r}")
         mine, theirs = self._live_store().params(), other._live_store().params()
         fields = ("nbits", "k", "layout", "seed", "hash")
         diff = [
@@ -266,8 +263,9 @@ def _nbytes(params: dict[str, Any]) -> int:
     return (int(params["nbits"]) + 7) // 8
 
 
-def _check_params(params: dict[str, Any], data_length: int, where: str) -> None:
+def _check_header(header: _format.Header, where: str) -> None:
     """A state file's params must describe a Bloom filter this code can probe, exactly."""
+    params = header.params
     if params.get("kind") != "bloom":
         raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not a Bloom filter")
     _format.require(params, where, nbits=int, k=int, seed=int, capacity=int, layout=str, hash=str)
@@ -276,11 +274,17 @@ def _check_params(params: dict[str, Any], data_length: int, where: str) -> None:
         raise FormatError(f"{where}: unknown hash {params['hash']!r}")
     if params["layout"] not in _LAYOUT_CODES:
         raise FormatError(f"{where}: unknown layout {params['layout']!r}")
+    try:
+        _sizing.check_target(params["capacity"], params["error_rate"])
+    except ConfigError as exc:
+        raise FormatError(f"{where}: invalid parameters ({exc})") from None
     nbits, k = params["nbits"], params["k"]
     blocked = params["layout"] == "blocked"
     if nbits <= 0 or not 1 <= k <= _core.MAX_K or (blocked and nbits % _core.BLOCK_BITS):
         raise FormatError(f"{where}: invalid filter shape (nbits={nbits}, k={k})")
     if not 0 <= params["seed"] < 2**32:
         raise FormatError(f"{where}: invalid seed {params['seed']}")
-    if data_length != _nbytes(params):
-        raise FormatError(f"{where}: data length {data_length} does not match {nbits} bits")
+    if header.data_length != _nbytes(params):
+        raise FormatError(f"{where}: data length {header.data_length} does not match {nbits} bits")
+    if header.count > nbits:  # every new key sets at least one bit
+        raise FormatError(f"{where}: corrupted count {header.count} for {nbits} bits")

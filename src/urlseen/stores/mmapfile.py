@@ -16,6 +16,7 @@ import mmap
 import os
 import warnings
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,10 @@ def _lock(fd: int, readonly: bool, where: str) -> None:
     try:
         fcntl.flock(fd, (fcntl.LOCK_SH if readonly else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise StateInUseError(f"{where} is open for writing in another process") from None
+        held = "being written" if readonly else "open"
+        raise StateInUseError(
+            f"{where} is {held} elsewhere (another process, or another open filter in this one)"
+        ) from None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -102,14 +106,26 @@ class MappedFile:
         return cls(target, fd, header, readonly=False)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> MappedFile:
-        """Open and check an existing state file; reads the header page only."""
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        check: Callable[[Header, str], None] | None = None,
+    ) -> MappedFile:
+        """Open and check an existing state file; reads the header page only.
+
+        `check(header, path)` lets the filter refuse params it cannot use; it runs before the
+        file is touched, so a refused file is left exactly as it was.
+        """
         target = Path(path)
         fd = os.open(target, os.O_RDONLY if readonly else os.O_RDWR)
         try:
             _lock(fd, readonly, str(target))
             raw = os.pread(fd, _format.HEADER_SIZE, 0)
             header = _format.decode(raw, os.fstat(fd).st_size, str(target))
+            if check is not None:
+                check(header, str(target))
             if header.flags & FLAG_OPEN:
                 warnings.warn(
                     f"{target} was not closed cleanly by its last writer. After a killed or "
