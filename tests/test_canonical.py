@@ -166,11 +166,11 @@ def _join(parts, sep):
 
 
 _SEGMENT = st.lists(
-    st.sampled_from(list("abcXYZ019-._~!$&'()*+,;=:@ |^\"<>é") + ["%41", "%2f", "%e9", "%zz"]),
+    st.sampled_from([*"abcXYZ019-._~!$&'()*+,;=:@ |^\"<>é", "%41", "%2f", "%e9", "%zz"]),
     max_size=8,
 ).map("".join)
 _QUERY_PART = st.lists(
-    st.sampled_from(list("abAB01-._~+/?:@!$'()*,;é ") + ["%20", "%3d", "%26", "%e9"]),
+    st.sampled_from([*"abAB01-._~+/?:@!$'()*,;é ", "%20", "%3d", "%26", "%e9"]),
     max_size=6,
 ).map("".join)
 HTTP_URLS = st.builds(
@@ -182,8 +182,11 @@ HTTP_URLS = st.builds(
     st.sampled_from(["http", "https", "HTTP", "hTTps"]),
     st.builds(
         _join,
-        st.lists(st.from_regex(r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,8}[a-zA-Z0-9])?", fullmatch=True),
-                 min_size=1, max_size=3),
+        st.lists(
+            st.from_regex(r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,8}[a-zA-Z0-9])?", fullmatch=True),
+            min_size=1,
+            max_size=3,
+        ),
         st.just("."),
     ),
     st.sampled_from(["", ":80", ":443", ":8080"]),

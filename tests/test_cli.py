@@ -147,11 +147,6 @@ def test_output_is_replaced_without_append_and_kept_with_it(tmp_path: Path) -> N
     assert out.read_bytes() == lines("http://a/", "http://b/", "http://c/")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: --append glues onto a partial last line "
-    "left by a killed or disk-full run (cli/dedup.py opens 'ab' as is)",
-)
 def test_append_after_a_cut_write_keeps_urls_on_their_own_lines(tmp_path: Path) -> None:
     """A run killed mid-write (or out of disk space) can leave half a line; its key was never
     added, so the resumed run prints that URL again, and it must not be glued to the half."""

@@ -86,8 +86,6 @@ def test_false_positive_rate_at_capacity(corpus, layout, error_rate):
     assert [q in f for q in queries[:20_000]] == hits[:20_000]
 
 
-
-
 @pytest.mark.parametrize("layout", ["blocked", "standard"])
 def test_false_positive_rate_with_many_probes(layout):
     # Sized for 1e-7 (k = 20 blocked, 23 standard: more probes than one hash word yields),

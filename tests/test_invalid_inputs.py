@@ -134,8 +134,11 @@ def test_batch_that_is_not_iterable(op, keys):
 
 
 @pytest.mark.parametrize("op", sorted(BATCH_OPS))
-@pytest.mark.parametrize("single", ["https://a/", b"https://a/", bytearray(b"https://a/")],
-                         ids=lambda k: type(k).__name__)
+@pytest.mark.parametrize(
+    "single",
+    ["https://a/", b"https://a/", bytearray(b"https://a/")],
+    ids=lambda k: type(k).__name__,
+)
 def test_a_single_key_as_the_batch_is_refused(op, single):
     # Iterating it would add every character (or byte value) as a key; refuse, change nothing.
     f = _filter()

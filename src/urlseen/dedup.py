@@ -62,6 +62,7 @@ class DedupSummary:
             "filter_bits": self.filter_bits,
             "filter_count": self.filter_count,
             "filter_capacity": self.filter_capacity,
+            "over_capacity": self.filter_count > self.filter_capacity,
             "skipped": self.skipped.as_dict(),
         }
 
@@ -81,12 +82,14 @@ def _new_in_batch(seen: SeenFilter, keys: list[Any], transactional: bool) -> lis
     if not transactional:
         return seen.add_many(keys)
     present = seen.contains_many(keys)
-    firsts: set[Any] = set()
+    firsts: set[bytes] = set()  # as bytes: the filter hashes "x" and b"x" alike
     flags = []
     for key, hit in zip(keys, present, strict=True):
-        fresh = not hit and key not in firsts
-        if fresh:
-            firsts.add(key)
+        fresh = False
+        if not hit:
+            as_bytes = key.encode() if isinstance(key, str) else key
+            fresh = as_bytes not in firsts
+            firsts.add(as_bytes)
         flags.append(fresh)
     return flags
 

@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -18,6 +19,7 @@ from urlseen.cli._common import cli_errors, human
 from urlseen.dedup import DEFAULT_BATCH_SIZE, DedupSummary, dedup
 from urlseen.filters.bloom import BloomFilter
 from urlseen.linekeys import LineKeyer
+from urlseen.stores.mmapfile import UncleanShutdownWarning
 
 DEFAULT_CAPACITY = 10_000_000
 DEFAULT_ERROR_RATE = 1e-6
@@ -47,6 +49,36 @@ def _total_bytes(names: tuple[str, ...]) -> int | None:
     return sum(os.path.getsize(n) for n in names)
 
 
+def _open_output(path: str, append: bool) -> BinaryIO:
+    """The output file; when appending, first cut a partial last line left by a killed run.
+
+    That line's key never reached the state (keys go in after their lines are flushed), so the
+    resumed run prints it again, whole, on its own line.
+    """
+    if not append or not os.path.exists(path):
+        return open(path, "ab" if append else "wb")
+    out = open(path, "r+b")  # noqa: SIM115 (returned to the caller, who closes it)
+    size = out.seek(0, os.SEEK_END)
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        out.seek(start)
+        newline = out.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    if end < size:
+        out.truncate(end)
+        click.echo(
+            f"warning: {path}: removed a partial last line ({size - end} bytes) left by an "
+            "interrupted run; it is printed again in full",
+            err=True,
+        )
+    out.seek(end)
+    return out
+
+
 def _open_filter(
     ctx: click.Context, state: str | None, capacity: int, error_rate: float, layout: str
 ) -> BloomFilter:
@@ -54,7 +86,11 @@ def _open_filter(
         return BloomFilter(capacity, error_rate, layout=layout)
     if not Path(state).exists():
         return BloomFilter.create(state, capacity, error_rate, layout=layout)
-    seen = BloomFilter.open(state)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UncleanShutdownWarning)
+        seen = BloomFilter.open(state)
+    for warning in caught:
+        click.echo(f"warning: {warning.message}", err=True)
     given = {"capacity": capacity, "error_rate": error_rate, "layout": layout}
     stored = {
         "capacity": seen.capacity,
@@ -209,7 +245,7 @@ def dedup_command(
             out = (
                 sys.stdout.buffer
                 if output == "-"
-                else stack.enter_context(open(output, "ab" if append else "wb"))
+                else stack.enter_context(_open_output(output, append))
             )
             bar = None
             if show:
