@@ -18,8 +18,8 @@ profile, the ada candidate and a naive ada rule give a different key than
 
 Usage (from the repository root):
 
-    python3 benchmarks/canonicalize.py                   # ~4 min on 2 cores
-    python3 benchmarks/canonicalize.py --repeat 3        # best of 3 runs per cell
+    python3 benchmarks/canonicalize.py                   # ~2 min on 2 cores
+    python3 benchmarks/canonicalize.py --repeat 2        # best of 2 runs per cell, ~4 min
     python3 benchmarks/canonicalize.py --data PATH.txt.gz --stream-lines 500000
 
 The default data file is ``../shared/data/urls-dev.txt.gz`` relative to the repository root
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import gc
 import gzip
+import importlib.util
 import os
 import platform
 import re
@@ -281,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data.is_file():
         parser.error(f"no data file at {args.data} (use --data PATH)")
+    if importlib.util.find_spec("ada_url") is None:
+        parser.error("the ada-url rows need ada-url: pip install 'urlseen[bench]'")
 
     with gzip.open(args.data, "rb") as f:
         lines = f.read().split(b"\n")

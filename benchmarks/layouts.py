@@ -24,7 +24,6 @@ import mmap
 import time
 
 from peers import DEFAULT_DATA, Workload, load_distinct, probe_keys
-
 from urlseen import _core
 from urlseen.filters import _sizing
 
@@ -39,7 +38,9 @@ def make_filter(size: _sizing.BloomSize, huge: bool) -> _core.BitFilter:
     return _core.BitFilter(buf, 0, size.nbits, size.k, LAYOUT_CODES[size.layout])
 
 
-def run(workload: Workload, size: _sizing.BloomSize, ahead: int, huge: bool, runs: int) -> tuple[float, _core.BitFilter]:
+def run(
+    workload: Workload, size: _sizing.BloomSize, ahead: int, huge: bool, runs: int
+) -> tuple[float, _core.BitFilter]:
     _core.set_prefetch_distance(ahead)
     best, f = 0.0, None
     for _ in range(runs):
@@ -66,7 +67,10 @@ def main() -> None:
     probes = probe_keys(base, 1_000_000)
     ideal = 1.44 * math.log2(1 / ERROR_RATE)
     print(f"error rate {ERROR_RATE}; standard formula 1.44*log2(1/p) = {ideal:.2f} bits/key\n")
-    print("| N | layout | bits/key | vs formula | k | prefetch | huge pages | M keys/s | measured FP |")
+    print(
+        "| N | layout | bits/key | vs formula | k | prefetch | huge pages | M keys/s "
+        "| measured FP |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     default_ahead = _core.set_prefetch_distance(16)
     for n in args.sizes:
@@ -78,9 +82,12 @@ def main() -> None:
                 for huge in (False, True):
                     rate, f = run(workload, size, ahead, huge, runs)
                     fp = sum(f.contains_many(probes)) / len(probes)
-                    print(f"| {n:,} | {layout} | {size.nbits / n:.2f} | "
-                          f"{size.nbits / n / ideal - 1:+.1%} | {size.k} | {ahead or 'off'} | "
-                          f"{'yes' if huge else 'no'} | {rate / 1e6:.2f} | {fp:.5f} |", flush=True)
+                    print(
+                        f"| {n:,} | {layout} | {size.nbits / n:.2f} | "
+                        f"{size.nbits / n / ideal - 1:+.1%} | {size.k} | {ahead or 'off'} | "
+                        f"{'yes' if huge else 'no'} | {rate / 1e6:.2f} | {fp:.5f} |",
+                        flush=True,
+                    )
                     del f
         del workload
         gc.collect()

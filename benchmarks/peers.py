@@ -47,6 +47,7 @@ Measurement
   rows, not one.
 * Pure-Python pybloom-live is capped at 200k keys at every size.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,18 +62,19 @@ import platform
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ERROR_RATE = 0.001
 PROBES = 1_000_000
-SLOW_CAP = 200_000          # N cap and probe count for pure-Python peers
+SLOW_CAP = 200_000  # N cap and probe count for pure-Python peers
 QUICK_SIZE = 200_000
-BEST_OF_LIMIT = 2_000_000   # sizes up to this get best-of-3
-CHUNK = 1 << 16             # keys per joined chunk (see Workload)
-NOMINAL_BITS = -math.log(ERROR_RATE) / math.log(2) ** 2   # optimal classic Bloom filter
+BEST_OF_LIMIT = 2_000_000  # sizes up to this get best-of-3
+CHUNK = 1 << 16  # keys per joined chunk (see Workload)
+NOMINAL_BITS = -math.log(ERROR_RATE) / math.log(2) ** 2  # optimal classic Bloom filter
 # A key that ends like this would break the distinctness argument of the suffixes.
 RESERVED_END = re.compile(r"#(?:r\d+|q)\Z")
 
@@ -82,6 +84,7 @@ DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "urls-dev.txt.gz"
 
 # --------------------------------------------------------------------------- data
 
+
 def load_distinct(path: Path) -> tuple[list[str], dict[str, int]]:
     """Distinct non-empty lines in first-seen order, plus counts for the header."""
     with gzip.open(path, "rb") as fh:
@@ -89,7 +92,7 @@ def load_distinct(path: Path) -> tuple[list[str], dict[str, int]]:
     lines = text.split("\n")
     del text
     if lines and lines[-1] == "":
-        lines.pop()   # the terminating newline, not a line
+        lines.pop()  # the terminating newline, not a line
     n_lines = len(lines)
     # rstrip("\r") only matters for foreign CRLF files; the dev file is LF-only.
     distinct = [u for u in dict.fromkeys(u.rstrip("\r") for u in lines) if u]
@@ -98,8 +101,11 @@ def load_distinct(path: Path) -> tuple[list[str], dict[str, int]]:
     if reserved:
         bad = set(reserved)
         distinct = [u for u in distinct if u not in bad]
-    return distinct, {"lines": n_lines, "distinct_nonempty": len(distinct) + len(reserved),
-                      "dropped_reserved_suffix": len(reserved)}
+    return distinct, {
+        "lines": n_lines,
+        "distinct_nonempty": len(distinct) + len(reserved),
+        "dropped_reserved_suffix": len(reserved),
+    }
 
 
 class Workload:
@@ -118,13 +124,13 @@ class Workload:
             part = base if left >= len(base) else base[:left]
             sfx = f"#r{r}" if r else ""
             for i in range(0, len(part), CHUNK):
-                block = part[i:i + CHUNK]
+                block = part[i : i + CHUNK]
                 # Joining with "<sfx>\n" appends the suffix without building
                 # 20M temporary strings.
                 self._chunks.append((sfx + "\n").join(block) + sfx)
             left -= len(part)
             r += 1
-        self.rounds = r   # 1 + number of suffixed passes
+        self.rounds = r  # 1 + number of suffixed passes
 
     def fresh(self, n: int | None = None) -> list[str]:
         """The first n (default all) keys as newly allocated str objects."""
@@ -145,27 +151,30 @@ def probe_keys(base: list[str], count: int) -> list[str]:
 
 # --------------------------------------------------------------------------- rows
 
+
 @dataclass
 class Row:
-    peer: str                                   # library + configuration
-    api: str                                    # what the timed region calls
-    answers: str                                # what the API says per key
-    make: Callable[[int], Any]                  # capacity -> empty filter
+    peer: str  # library + configuration
+    api: str  # what the timed region calls
+    answers: str  # what the API says per key
+    make: Callable[[int], Any]  # capacity -> empty filter
     insert: Callable[[Any, list[str]], Any]
-    bits: Callable[[Any], int]                  # size the peer reports, in bits
-    hits: Callable[[Any, list[str]], int] | None = None   # probe positives
-    cap: int | None = None                      # max N actually inserted
+    bits: Callable[[Any], int]  # size the peer reports, in bits
+    hits: Callable[[Any, list[str]], int] | None = None  # probe positives
+    cap: int | None = None  # max N actually inserted
     reported_new: Callable[[Any], int] | None = None
-    skip: str = ""                              # reason if not runnable
-    reference: bool = False                     # the row ratios are taken against
+    skip: str = ""  # reason if not runnable
+    reference: bool = False  # the row ratios are taken against
 
 
 def add_loop(method: str = "add") -> Callable[[Any, list[str]], None]:
     """Per-call loop with the bound method hoisted, as a careful user writes it."""
+
     def insert(f: Any, urls: list[str]) -> None:
         add = getattr(f, method)
         for u in urls:
             add(u)
+
     return insert
 
 
@@ -206,62 +215,107 @@ def build_rows() -> tuple[list[Row], dict[str, str]]:
     if us is not None:
         versions["urlseen"] = f"{version_of('urlseen', us)} ({Path(us.__file__).parent})"
     for layout in ("blocked", "standard"):
+
         def make(n: int, layout: str = layout) -> Any:
             return us.BloomFilter(n, ERROR_RATE, layout=layout)
-        common = dict(peer=f"urlseen {layout}", make=make,
-                      bits=lambda f: f.stats().bits,
-                      hits=lambda f, k: sum(f.contains_many(k)),
-                      reported_new=len, skip=why)
-        rows.append(Row(api="add_many", answers="list[bool] new",
-                        insert=lambda f, u: f.add_many(u),
-                        reference=(layout == "blocked"), **common))
+
+        common = dict(
+            peer=f"urlseen {layout}",
+            make=make,
+            bits=lambda f: f.stats().bits,
+            hits=lambda f, k: sum(f.contains_many(k)),
+            reported_new=len,
+            skip=why,
+        )
+        rows.append(
+            Row(
+                api="add_many",
+                answers="list[bool] new",
+                insert=lambda f, u: f.add_many(u),
+                reference=(layout == "blocked"),
+                **common,
+            )
+        )
         rows.append(Row(api="add loop", answers="bool new", insert=add_loop(), **common))
 
     rb, why = try_import("rbloom")
     versions["rbloom"] = version_of("rbloom", rb) if rb else why
-    rb_common = dict(peer="rbloom", make=lambda n: rb.Bloom(n, ERROR_RATE),
-                     bits=lambda f: f.size_in_bits, hits=count_in, skip=why)
+    rb_common = dict(
+        peer="rbloom",
+        make=lambda n: rb.Bloom(n, ERROR_RATE),
+        bits=lambda f: f.size_in_bits,
+        hits=count_in,
+        skip=why,
+    )
     rows.append(Row(api="update", answers="none", insert=lambda f, u: f.update(u), **rb_common))
     rows.append(Row(api="add loop", answers="none", insert=add_loop(), **rb_common))
 
     pbf, why = try_import("pybloomfilter")
     versions["pybloomfiltermmap3"] = version_of("pybloomfiltermmap3", pbf) if pbf else why
     # No filename: the in-memory variant, so no disk or mmap sync is timed.
-    pbf_common = dict(peer="pybloomfiltermmap3", make=lambda n: pbf.BloomFilter(n, ERROR_RATE),
-                      bits=lambda f: f.num_bits, hits=count_in, skip=why)
+    pbf_common = dict(
+        peer="pybloomfiltermmap3",
+        make=lambda n: pbf.BloomFilter(n, ERROR_RATE),
+        bits=lambda f: f.num_bits,
+        hits=count_in,
+        skip=why,
+    )
     rows.append(Row(api="update", answers="none", insert=lambda f, u: f.update(u), **pbf_common))
-    rows.append(Row(api="add loop", answers="bool already-present", insert=add_loop(),
-                    **pbf_common))
+    rows.append(
+        Row(api="add loop", answers="bool already-present", insert=add_loop(), **pbf_common)
+    )
 
     fb, why = try_import("fastbloom_rs")
     versions["fastbloom-rs"] = version_of("fastbloom-rs", fb) if fb else why
     # add_str skips the type dispatch the generic add()/add_if_not_contains()
     # wrappers do in Python, making it the fastest public per-call API.
-    fb_common = dict(peer="fastbloom-rs", make=lambda n: fb.BloomFilter(n, ERROR_RATE),
-                     bits=lambda f: f.config().size(),
-                     hits=lambda f, k: sum(f.contains_str_batch(k)), skip=why)
-    rows.append(Row(api="add_str_batch", answers="none",
-                    insert=lambda f, u: f.add_str_batch(u), **fb_common))
-    rows.append(Row(api="add_str loop", answers="none", insert=add_loop("add_str"),
-                    **fb_common))
+    fb_common = dict(
+        peer="fastbloom-rs",
+        make=lambda n: fb.BloomFilter(n, ERROR_RATE),
+        bits=lambda f: f.config().size(),
+        hits=lambda f, k: sum(f.contains_str_batch(k)),
+        skip=why,
+    )
+    rows.append(
+        Row(
+            api="add_str_batch", answers="none", insert=lambda f, u: f.add_str_batch(u), **fb_common
+        )
+    )
+    rows.append(Row(api="add_str loop", answers="none", insert=add_loop("add_str"), **fb_common))
 
     ab, why = try_import("abloom")
     versions["abloom"] = version_of("abloom", ab) if ab else why
     for ser in (True, False):
+
         def make_ab(n: int, ser: bool = ser) -> Any:
             return ab.BloomFilter(n, ERROR_RATE, serializable=ser)
-        ab_common = dict(peer=f"abloom serializable={ser}", make=make_ab,
-                         bits=lambda f: f.bit_count, hits=count_in, skip=why)
-        rows.append(Row(api="update", answers="none", insert=lambda f, u: f.update(u),
-                        **ab_common))
+
+        ab_common = dict(
+            peer=f"abloom serializable={ser}",
+            make=make_ab,
+            bits=lambda f: f.bit_count,
+            hits=count_in,
+            skip=why,
+        )
+        rows.append(Row(api="update", answers="none", insert=lambda f, u: f.update(u), **ab_common))
         rows.append(Row(api="add loop", answers="bool new", insert=add_loop(), **ab_common))
 
     pbl, why = try_import("pybloom_live")
     versions["pybloom-live"] = version_of("pybloom-live", pbl) if pbl else why
     # Pure Python, ~0.5M keys/s: no batch API, and 20M keys would take minutes.
-    rows.append(Row(peer="pybloom-live", api="add loop", answers="bool already-present",
-                    make=lambda n: pbl.BloomFilter(n, ERROR_RATE), insert=add_loop(),
-                    bits=lambda f: f.num_bits, hits=count_in, cap=SLOW_CAP, skip=why))
+    rows.append(
+        Row(
+            peer="pybloom-live",
+            api="add loop",
+            answers="bool already-present",
+            make=lambda n: pbl.BloomFilter(n, ERROR_RATE),
+            insert=add_loop(),
+            bits=lambda f: f.num_bits,
+            hits=count_in,
+            cap=SLOW_CAP,
+            skip=why,
+        )
+    )
 
     set_common = dict(peer="python set", make=lambda n: set(), bits=set_bits, hits=count_in)
     rows.append(Row(api="update", answers="none", insert=lambda s, u: s.update(u), **set_common))
@@ -271,6 +325,7 @@ def build_rows() -> tuple[list[Row], dict[str, str]]:
 
 # --------------------------------------------------------------------------- running
 
+
 @dataclass
 class Result:
     size: int
@@ -278,7 +333,7 @@ class Result:
     api: str
     answers: str
     n: int = 0
-    runs: list[float] = field(default_factory=list)   # seconds per run
+    runs: list[float] = field(default_factory=list)  # seconds per run
     bits: int | None = None
     probes: int = 0
     fp_hits: int | None = None
@@ -334,10 +389,20 @@ def check_filter(row: Row, res: Result, f: Any, keys: list[str], probes: list[st
         res.reported_new = int(row.reported_new(f))
 
 
-def run_size(rows: list[Row], wl: Workload, probes_all: list[str], runs: int,
-             log: Callable[[str], None]) -> list[Result]:
-    results = {id(r): Result(wl.n, r.peer, r.api, r.answers, reference=r.reference,
-                             error=("skipped: " + r.skip) if r.skip else "") for r in rows}
+def run_size(
+    rows: list[Row], wl: Workload, probes_all: list[str], runs: int, log: Callable[[str], None]
+) -> list[Result]:
+    results = {
+        id(r): Result(
+            wl.n,
+            r.peer,
+            r.api,
+            r.answers,
+            reference=r.reference,
+            error=("skipped: " + r.skip) if r.skip else "",
+        )
+        for r in rows
+    }
     active = [r for r in rows if not r.skip]
     # Interleave runs across rows: a noisy neighbour phase then spreads over
     # all peers instead of sinking one of them.
@@ -353,8 +418,10 @@ def run_size(rows: list[Row], wl: Workload, probes_all: list[str], runs: int,
                 dt, f = timed_run(row, keys)
                 res.n = n
                 res.runs.append(dt)
-                log(f"  N={wl.n:,} {row.peer}, {row.api}: run {run + 1}/{runs} "
-                    f"{n / dt / 1e6:.2f} M/s")
+                log(
+                    f"  N={wl.n:,} {row.peer}, {row.api}: run {run + 1}/{runs} "
+                    f"{n / dt / 1e6:.2f} M/s"
+                )
                 if last:
                     probes = probes_all[:SLOW_CAP] if row.cap else probes_all
                     check_filter(row, res, f, keys, probes)
@@ -369,6 +436,7 @@ def run_size(rows: list[Row], wl: Workload, probes_all: list[str], runs: int,
 
 
 # --------------------------------------------------------------------------- report
+
 
 def cpu_model() -> str:
     try:
@@ -387,23 +455,31 @@ def fmt_n(n: int) -> str:
 
 def markdown(size: int, results: list[Result]) -> str:
     ref = next((r for r in results if r.reference and r.mps), None)
-    out = [f"### N = {size:,} distinct URLs", "",
-           "| peer | API | per-key answer | N timed | M URLs/s | bits/URL | FP measured "
-           "| false neg. | urlseen ÷ row |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"### N = {size:,} distinct URLs",
+        "",
+        "| peer | API | per-key answer | N timed | M URLs/s | bits/URL | FP measured "
+        "| false neg. | urlseen ÷ row |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         if r.mps is None:
-            out.append(f"| {r.peer} | {r.api} | {r.answers} | | {(r.error or 'no result').replace('|', '/')} "
-                       "| | | | |")
+            out.append(
+                f"| {r.peer} | {r.api} | {r.answers} | "
+                f"| {(r.error or 'no result').replace('|', '/')} | | | | |"
+            )
             continue
         capped = "*" if r.n != size else ""
         bpu = f"{r.bits_per_url:.2f}" if r.bits_per_url is not None else "n/a"
-        fp = (f"{r.fp_rate:.5f} ({r.fp_hits:,}/{fmt_n(r.probes)})"
-              if r.fp_rate is not None else "n/a")
+        fp = (
+            f"{r.fp_rate:.5f} ({r.fp_hits:,}/{fmt_n(r.probes)})" if r.fp_rate is not None else "n/a"
+        )
         fn = f"{r.false_negatives}" if r.false_negatives is not None else "n/a"
         ratio = f"{ref.mps / r.mps:.2f}×" if ref else "n/a"
-        out.append(f"| {r.peer} | {r.api} | {r.answers} | {fmt_n(r.n)}{capped} "
-                   f"| {r.mps:.2f} | {bpu} | {fp} | {fn} | {ratio}{capped} |")
+        out.append(
+            f"| {r.peer} | {r.api} | {r.answers} | {fmt_n(r.n)}{capped} "
+            f"| {r.mps:.2f} | {bpu} | {fp} | {fn} | {ratio}{capped} |"
+        )
 
     # One line per peer: its fastest API against urlseen's reference row.
     best: dict[str, Result] = {}
@@ -411,10 +487,18 @@ def markdown(size: int, results: list[Result]) -> str:
         if r.mps is not None and (r.peer not in best or r.mps > best[r.peer].mps):
             best[r.peer] = r
     if best:
-        out += ["", f"Fastest API per peer, N = {size:,}"
-                + (f" (reference: {ref.peer} {ref.api}, {ref.mps:.2f} M/s)" if ref else
-                   " (urlseen not measured: no ratios)"), "",
-                "| peer | fastest API | M URLs/s | urlseen ÷ peer |", "|---|---|---:|---:|"]
+        out += [
+            "",
+            f"Fastest API per peer, N = {size:,}"
+            + (
+                f" (reference: {ref.peer} {ref.api}, {ref.mps:.2f} M/s)"
+                if ref
+                else " (urlseen not measured: no ratios)"
+            ),
+            "",
+            "| peer | fastest API | M URLs/s | urlseen ÷ peer |",
+            "|---|---|---:|---:|",
+        ]
         for peer, r in best.items():
             capped = "*" if r.n != size else ""
             ratio = f"{ref.mps / r.mps:.2f}×{capped}" if ref else "n/a"
@@ -422,25 +506,33 @@ def markdown(size: int, results: list[Result]) -> str:
 
     notes = []
     if any(r.n and r.n != size for r in results):
-        notes.append(f"\\* pure-Python peer capped at N = {fmt_n(SLOW_CAP)} "
-                     f"({fmt_n(SLOW_CAP)} probes): not comparable with the other rows.")
+        notes.append(
+            f"\\* pure-Python peer capped at N = {fmt_n(SLOW_CAP)} "
+            f"({fmt_n(SLOW_CAP)} probes): not comparable with the other rows."
+        )
     for r in results:
         if r.reported_new is not None and r.n:
-            notes.append(f"{r.peer} {r.api}: len(f) = {r.reported_new:,} keys reported new, "
-                         f"{r.n - r.reported_new:,} distinct keys wrongly reported as seen.")
+            notes.append(
+                f"{r.peer} {r.api}: len(f) = {r.reported_new:,} keys reported new, "
+                f"{r.n - r.reported_new:,} distinct keys wrongly reported as seen."
+            )
         if r.fp_hits is not None and r.probes:
             # Binomial z-score against the target rate: |z| > 4 is not noise.
             expect = ERROR_RATE * r.probes
             z = (r.fp_hits - expect) / math.sqrt(expect * (1 - ERROR_RATE))
             if z > 4:
-                notes.append(f"**{r.peer} {r.api}: measured FP {r.fp_rate:.5f} is "
-                             f"{r.fp_rate / ERROR_RATE:.1f}× the {ERROR_RATE} target "
-                             f"(z = {z:.0f}): the filter is undersized for its error rate.**")
+                notes.append(
+                    f"**{r.peer} {r.api}: measured FP {r.fp_rate:.5f} is "
+                    f"{r.fp_rate / ERROR_RATE:.1f}× the {ERROR_RATE} target "
+                    f"(z = {z:.0f}): the filter is undersized for its error rate.**"
+                )
         if r.error and r.mps is not None:
             notes.append(f"{r.peer} {r.api}: timed fine, then {r.error}")
         if r.false_negatives:
-            notes.append(f"**{r.peer} {r.api}: {r.false_negatives} FALSE NEGATIVES "
-                         f"in {r.fn_checked:,} inserted keys checked.**")
+            notes.append(
+                f"**{r.peer} {r.api}: {r.false_negatives} FALSE NEGATIVES "
+                f"in {r.fn_checked:,} inserted keys checked.**"
+            )
     if notes:
         out += [""] + [f"- {n}" for n in notes]
     return "\n".join(out)
@@ -449,12 +541,15 @@ def markdown(size: int, results: list[Result]) -> str:
 def header(args: argparse.Namespace, meta: dict[str, Any], versions: dict[str, str]) -> str:
     vers = ", ".join(f"{k} {v}" for k, v in versions.items() if k != "urlseen")
     us = versions.get("urlseen", "not importable, urlseen rows skipped")
-    sfx = ("N above the distinct count: round r >= 1 repeats the distinct URLs with "
-           "`#r<r>` appended. Keys are hashed raw, without canonicalization "
-           "(w3lib would strip this fragment, but nothing canonicalizes here), so each "
-           "key is distinct.")
+    sfx = (
+        "N above the distinct count: round r >= 1 repeats the distinct URLs with "
+        "`#r<r>` appended. Keys are hashed raw, without canonicalization "
+        "(w3lib would strip this fragment, but nothing canonicalizes here), so each "
+        "key is distinct."
+    )
     lines = [
-        "# urlseen vs peers: check-and-add over real URLs", "",
+        "# urlseen vs peers: check-and-add over real URLs",
+        "",
         f"- date: {meta['date']}",
         f"- python: {meta['python']}",
         f"- CPU: {meta['cpu']} ({os.cpu_count()} logical CPUs), {platform.platform()}",
@@ -462,8 +557,12 @@ def header(args: argparse.Namespace, meta: dict[str, Any], versions: dict[str, s
         f"- peers: {vers}",
         f"- data: `{args.data}`: {meta['data']['lines']:,} lines, "
         f"{meta['data']['distinct_nonempty']:,} distinct non-empty URLs"
-        + (f" ({meta['data']['dropped_reserved_suffix']} dropped: they end like a "
-           "benchmark suffix)" if meta['data']['dropped_reserved_suffix'] else ""),
+        + (
+            f" ({meta['data']['dropped_reserved_suffix']} dropped: they end like a "
+            "benchmark suffix)"
+            if meta["data"]["dropped_reserved_suffix"]
+            else ""
+        ),
         "- N up to the distinct count: the first N distinct URLs in file order. " + sfx,
         f"- every filter: capacity = N, error rate {ERROR_RATE}; nominal optimum for a "
         f"classic Bloom filter: {NOMINAL_BITS:.2f} bits/URL",
@@ -484,14 +583,31 @@ def header(args: argparse.Namespace, meta: dict[str, Any], versions: dict[str, s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                    help="gzip file, one URL per line (default: %(default)s)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 20_000_000],
-                    metavar="N", help="numbers of distinct keys (default: %(default)s)")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"smoke run: N = {QUICK_SIZE:,} only, {SLOW_CAP:,} probes")
-    ap.add_argument("--only", nargs="+", metavar="WORD",
-                    help="run only rows whose 'peer API' label contains one of the words")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="gzip file, one URL per line (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1_000_000, 20_000_000],
+        metavar="N",
+        help="numbers of distinct keys (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke run: N = {QUICK_SIZE:,} only, {SLOW_CAP:,} probes",
+    )
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        metavar="WORD",
+        help="run only rows whose 'peer API' label contains one of the words",
+    )
     ap.add_argument("--runs", type=int, help="override the best-of count for every size")
     ap.add_argument("--json", type=Path, help="write raw results here")
     args = ap.parse_args(argv)
@@ -503,8 +619,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, versions = build_rows()
     if args.only:
-        rows = [r for r in rows
-                if any(w.lower() in f"{r.peer} {r.api}".lower() for w in args.only)]
+        rows = [r for r in rows if any(w.lower() in f"{r.peer} {r.api}".lower() for w in args.only)]
     for r in rows:
         if r.skip:
             log(f"skipping {r.peer} {r.api}: {r.skip}")
@@ -514,10 +629,16 @@ def main(argv: list[str] | None = None) -> int:
     if not base:
         ap.error(f"{args.data}: no usable URLs")
     probes = probe_keys(base, n_probes)
-    meta = {"date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
-            "cpu": cpu_model(), "data": data_meta, "versions": versions,
-            "error_rate": ERROR_RATE, "sizes": sizes, "probes": len(probes)}
+    meta = {
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
+        "cpu": cpu_model(),
+        "data": data_meta,
+        "versions": versions,
+        "error_rate": ERROR_RATE,
+        "sizes": sizes,
+        "probes": len(probes),
+    }
     print(header(args, meta, versions), flush=True)
 
     all_results: list[Result] = []
@@ -534,8 +655,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + markdown(size, results), flush=True)
 
     if args.json:
-        args.json.write_text(json.dumps(
-            {"meta": meta, "results": [r.to_json() for r in all_results]}, indent=1))
+        args.json.write_text(
+            json.dumps({"meta": meta, "results": [r.to_json() for r in all_results]}, indent=1)
+        )
         log(f"wrote {args.json}")
     return 0
 

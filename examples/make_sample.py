@@ -30,7 +30,7 @@ def variant(url: str, rng: random.Random) -> str:
         return url + "#" + rng.choice(["comments", "top", "section-2"])
     if kind == 1:
         return urlunsplit(parts._replace(netloc=parts.netloc.upper()))
-    return parts.scheme.upper() + url[len(parts.scheme):]
+    return parts.scheme.upper() + url[len(parts.scheme) :]
 
 
 def main() -> None:
