@@ -46,7 +46,6 @@ from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
-import w3lib._url
 from w3lib.url import canonicalize_url
 
 from urlseen import canonical
@@ -185,8 +184,10 @@ def decode_only(url: str) -> str:
 
 
 def clear_w3lib_caches() -> None:
+    """Empty w3lib's internal LRU caches (private names, so looked up defensively)."""
+    internals = sys.modules.get("w3lib._url")
     for name in ("_urlsplit", "_idna", "_nfkc_netloc"):
-        cache_clear = getattr(getattr(w3lib._url, name, None), "cache_clear", None)
+        cache_clear = getattr(getattr(internals, name, None), "cache_clear", None)
         if cache_clear is not None:
             cache_clear()
 
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         ("ada-url candidate + memo", lambda: canonical._memoize(ada(), memo)),
     ]
 
-    print("# Canonicalization benchmark\n")
+    print("## Canonicalization benchmark\n")
     print(f"- data: `{args.data.name}`, {len(lines):,} lines, {len(distinct):,} distinct")
     for label, data in workloads.items():
         repeats = 1 - len(set(data)) / len(data)
@@ -397,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     naive = disagreements(make_naive_ada(), urls, reference)
 
     n = len(urls)
-    print(f"\n## Keys that differ from `canonicalize_url` ({n:,} distinct URLs)\n")
+    print(f"\n### Keys that differ from `canonicalize_url` ({n:,} distinct URLs)\n")
     print(f"w3lib refuses {refused:,} of them (ValueError); they are left out below.\n")
     print("| rule | differing keys | share | first differing part | handed to w3lib |")
     print("| --- | ---: | ---: | --- | ---: |")

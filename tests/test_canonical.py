@@ -50,7 +50,7 @@ TRICKY = [
     ("  http://example.com/a\n", "http://example.com/a"),
     ("\x00http://example.com/a\tb\r\n", "http://example.com/ab"),
     # Not absolute http(s): w3lib's treatment, no base URL applied.
-    ("/cnn-underscored/deals?b=2&a=1", "/cnn-underscored/deals?a=1&b=2"),
+    ("/news/deals?b=2&a=1", "/news/deals?a=1&b=2"),
     ("example.com/a", "example.com/a"),
     ("hhttps://example.com/a", "hhttps://example.com/a"),
     ("view-source:https://example.com/a?b=1&a=2#x", "view-source:https://example.com/a?a=2&b=1"),
@@ -92,13 +92,16 @@ def test_tricky_urls(url, expected):
     assert canonicalize(url) == expected
 
 
-@pytest.mark.parametrize("url", [u for u, _ in TRICKY if u.strip().startswith("http")])
-def test_tricky_urls_match_w3lib_where_it_parses(url):
+def _w3lib_or_none(url):
     try:
-        reference = canonicalize_url(url)
+        return canonicalize_url(url)
     except ValueError:
-        pytest.skip("w3lib refuses it; urlseen keeps it verbatim")
-    assert canonicalize(url) == reference
+        return None
+
+
+@pytest.mark.parametrize("url", [u for u, _ in TRICKY if _w3lib_or_none(u) is not None])
+def test_tricky_urls_match_w3lib_where_it_parses(url):
+    assert canonicalize(url) == canonicalize_url(url)
 
 
 @pytest.mark.parametrize("url", INVALID)
