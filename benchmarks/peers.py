@@ -236,6 +236,11 @@ def build_rows() -> tuple[list[Row], dict[str, str]]:
                 **common,
             )
         )
+        # update: the same batch check-and-add, returning only the count of new keys, like
+        # the peers' update (which return None); the fair row to compare batch against batch.
+        rows.append(
+            Row(api="update", answers="int count new", insert=lambda f, u: f.update(u), **common)
+        )
         rows.append(Row(api="add loop", answers="bool new", insert=add_loop(), **common))
 
     rb, why = try_import("rbloom")

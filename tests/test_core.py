@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from test_xxh3 import as_core_bytes, oracle_xxh3_128
 from urlseen import BloomFilter, _core
 
 M64 = (1 << 64) - 1
@@ -83,8 +84,17 @@ def _reduce(x: int, n: int) -> int:
     return (x * n) >> 64
 
 
-def oracle_positions(key: bytes | str, nbits: int, k: int, layout: int, seed: int = 0) -> list[int]:
-    digest = oracle_murmur3(key, seed)
+def oracle_digest(key: bytes | str, seed: int, hash_id: int) -> bytes:
+    """The filter's 128-bit digest as 16 bytes h1 || h2 (little-endian), by hash id."""
+    if hash_id == _core.HASH_MURMUR3_X64_128:
+        return oracle_murmur3(key, seed)
+    return as_core_bytes(oracle_xxh3_128(key, seed))
+
+
+def oracle_positions(
+    key: bytes | str, nbits: int, k: int, layout: int, seed: int = 0, hash_id: int = 0
+) -> list[int]:
+    digest = oracle_digest(key, seed, hash_id)
     h1 = int.from_bytes(digest[:8], "little")
     h2 = int.from_bytes(digest[8:], "little")
     if layout == _core.LAYOUT_BLOCKED:
@@ -230,23 +240,26 @@ def shapes(draw, max_nbits=M64):
     return nbits, draw(ks), layout
 
 
+hash_ids = st.sampled_from([_core.HASH_XXH3_128, _core.HASH_MURMUR3_X64_128])
+
+
 @settings(max_examples=300, deadline=None)
-@given(key=keys, shape=shapes(), seed=seeds)
-def test_positions_match_oracle(key, shape, seed):
+@given(key=keys, shape=shapes(), seed=seeds, hash_id=hash_ids)
+def test_positions_match_oracle(key, shape, seed, hash_id):
     nbits, k, layout = shape
-    got = _core.positions(key, nbits, k, layout, seed)
-    assert got == oracle_positions(key, nbits, k, layout, seed)
+    got = _core.positions(key, nbits, k, layout, seed, hash_id)
+    assert got == oracle_positions(key, nbits, k, layout, seed, hash_id)
     assert len(got) == k and all(0 <= p < nbits for p in got)
 
 
 @settings(max_examples=100, deadline=None)
-@given(key=keys, shape=shapes(max_nbits=1 << 16), seed=seeds)
-def test_bitfilter_positions_and_bits_match_oracle(key, shape, seed):
+@given(key=keys, shape=shapes(max_nbits=1 << 16), seed=seeds, hash_id=hash_ids)
+def test_bitfilter_positions_and_bits_match_oracle(key, shape, seed, hash_id):
     nbits, k, layout = shape
     offset = 3  # the bits need not start at byte 0 of the buffer
     buf = bytearray(offset + (nbits + 7) // 8)
-    f = _core.BitFilter(buf, offset, nbits, k, layout, seed)
-    expected = oracle_positions(key, nbits, k, layout, seed)
+    f = _core.BitFilter(buf, offset, nbits, k, layout, seed, hash=hash_id)
+    expected = oracle_positions(key, nbits, k, layout, seed, hash_id)
     assert f.positions(key) == expected
     assert key not in f
     assert f.add(key) is True
@@ -295,12 +308,14 @@ def test_blocked_positions_are_as_distinct_as_independent_picks():
     assert not any(p[14:20] == p[7:13] for p in patterns)
 
 
-def test_bloomfilter_positions_match_oracle():
+@pytest.mark.parametrize("hash_name", ["xxh3_128", "murmur3_x64_128"])
+def test_bloomfilter_positions_match_oracle(hash_name):
     for layout in ("standard", "blocked"):
-        f = BloomFilter(capacity=5000, error_rate=0.01, layout=layout, seed=99)
+        f = BloomFilter(capacity=5000, error_rate=0.01, layout=layout, seed=99, hash=hash_name)
         for i in range(200):
             key = f"https://example.com/{i}"
-            assert f.positions(key) == oracle_positions(key, f.nbits, f.k, LAYOUT_CODES[layout], 99)
+            expected = oracle_positions(key, f.nbits, f.k, LAYOUT_CODES[layout], 99, f.hash)
+            assert f.positions(key) == expected
 
 
 def test_count_is_mirrored_into_the_buffer():

@@ -165,7 +165,7 @@ def test_header_layout_matches_the_documented_table(state_path):
         "nbits": f.nbits,
         "k": f.k,
         "seed": 9,
-        "hash": "murmur3_x64_128",
+        "hash": "xxh3_128",
         "capacity": 1000,
         "error_rate": 0.01,
     }

@@ -105,7 +105,9 @@ KEY_CALLS = (
 )
 CORE_CALLS = (
     lambda f, key: _core.murmur3_x64_128(key),
+    lambda f, key: _core.xxh3_128(key),
     lambda f, key: _core.positions(key, 512, 3, _core.LAYOUT_BLOCKED),
+    lambda f, key: _core.positions(key, 512, 3, _core.LAYOUT_STANDARD, 0, 1),
 )
 
 

@@ -14,7 +14,9 @@
 #include <pythread.h>
 
 #include "csrc/bloom.h"
+#include "csrc/digest.h"
 #include "csrc/hash.h"
+#include "csrc/xxh3.h"
 
 
 static PyObject *InvalidKeyError; /* urlseen.errors.InvalidKeyError */
@@ -113,12 +115,23 @@ static inline void key_release(key_bytes *kb)
     if (kb->has_view) PyBuffer_Release(&kb->view);
 }
 
-static int key_hash(PyObject *key, uint32_t seed, us_hash128 *out, Py_ssize_t index)
+static int key_hash(PyObject *key, int hash_id, uint64_t seed, us_hash128 *out,
+                    Py_ssize_t index)
 {
     key_bytes kb;
     if (key_get(key, &kb, index) < 0) return -1;
-    *out = us_murmur3_x64_128(kb.data, (size_t)kb.len, seed);
+    *out = us_digest(hash_id, kb.data, (size_t)kb.len, seed);
     key_release(&kb);
+    return 0;
+}
+
+static int parse_hash_id(int hash_id)
+{
+    if (hash_id != US_HASH_XXH3_128 && hash_id != US_HASH_MURMUR3_X64_128) {
+        PyErr_Format(PyExc_ValueError, "hash must be %d (xxh3_128) or %d (murmur3_x64_128), not %d",
+                     US_HASH_XXH3_128, US_HASH_MURMUR3_X64_128, hash_id);
+        return -1;
+    }
     return 0;
 }
 
@@ -168,7 +181,42 @@ static PyObject *mod_murmur3(PyObject *mod, PyObject *args, PyObject *kwargs)
         return NULL;
     if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
     us_hash128 h;
-    if (key_hash(key, seed, &h, -1) < 0) return NULL;
+    if (key_hash(key, US_HASH_MURMUR3_X64_128, seed, &h, -1) < 0) return NULL;
+    unsigned char out[16];
+    for (int i = 0; i < 8; i++) {
+        out[i] = (unsigned char)(h.h1 >> (8 * i));
+        out[8 + i] = (unsigned char)(h.h2 >> (8 * i));
+    }
+    return PyBytes_FromStringAndSize((const char *)out, 16);
+}
+
+PyDoc_STRVAR(xxh3_doc,
+             "xxh3_128(key, seed=0) -> bytes\n\n"
+             "The 16-byte XXH3-128 digest of key (str as UTF-8, or bytes) with a 64-bit seed:\n"
+             "the result's low 64 bits little-endian, then its high 64 bits little-endian, i.e.\n"
+             "xxhash.xxh3_128_intdigest(key, seed).to_bytes(16, 'little').");
+
+static PyObject *mod_xxh3(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "seed", NULL};
+    PyObject *key, *seed_obj = NULL;
+    unsigned long long seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:xxh3_128", kwlist, &key, &seed_obj))
+        return NULL;
+    if (seed_obj) {
+        /* Every u64 is a valid seed, so only a non-int or an out-of-range value fails. */
+        seed = PyLong_AsUnsignedLongLong(seed_obj);
+        if (seed == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError) ||
+                PyErr_ExceptionMatches(PyExc_TypeError))
+                PyErr_SetString(PyExc_ValueError, "seed must be an integer in [0, 2**64)");
+            return NULL;
+        }
+    }
+    key_bytes kb;
+    if (key_get(key, &kb, -1) < 0) return NULL;
+    us_hash128 h = us_xxh3_128(kb.data, (size_t)kb.len, (uint64_t)seed);
+    key_release(&kb);
     unsigned char out[16];
     for (int i = 0; i < 8; i++) {
         out[i] = (unsigned char)(h.h1 >> (8 * i));
@@ -186,6 +234,7 @@ typedef struct {
     int readonly; /* the buffer is read-only: add raises */
     int busy;     /* a batch is probing without the GIL; read/written under the GIL only */
     us_bloom bloom;
+    int hash_id; /* csrc/digest.h */
     uint32_t seed;
     unsigned long long count; /* keys reported new (len) */
     uint8_t *count_ptr;       /* if set, count is mirrored here (u64 LE, in the buffer) */
@@ -270,16 +319,17 @@ static int BitFilter_clear(BitFilter *self)
 
 static int BitFilter_init(BitFilter *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"buffer", "offset", "nbits", "k",           "layout",
-                             "seed",   "count",  "count_offset", NULL};
+    static char *kwlist[] = {"buffer", "offset", "nbits",        "k",    "layout",
+                             "seed",   "count",  "count_offset", "hash", NULL};
     PyObject *buffer, *seed_obj = NULL;
     Py_ssize_t offset, count_offset = -1;
     unsigned long long nbits, k64, count = 0;
-    int layout;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnO&O&i|OO&n:BitFilter", kwlist, &buffer,
+    int layout, hash_id = US_HASH_XXH3_128;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnO&O&i|OO&ni:BitFilter", kwlist, &buffer,
                                      &offset, to_u64, &nbits, to_u64, &k64, &layout, &seed_obj,
-                                     to_u64, &count, &count_offset))
+                                     to_u64, &count, &count_offset, &hash_id))
         return -1;
+    if (parse_hash_id(hash_id) < 0) return -1;
     if (k64 < 1 || k64 > US_MAX_K) {
         PyErr_Format(PyExc_ValueError, "k must be in [1, %u], not %llu", US_MAX_K, k64);
         return -1;
@@ -343,6 +393,7 @@ static int BitFilter_init(BitFilter *self, PyObject *args, PyObject *kwargs)
     self->bloom.k = k;
     self->bloom.layout = layout;
     self->seed = seed;
+    self->hash_id = hash_id;
     self->count_ptr = count_offset >= 0 ? (uint8_t *)view.buf + count_offset : NULL;
     self->count = 0;
     add_count(self, count);
@@ -358,7 +409,7 @@ PyDoc_STRVAR(add_doc,
 static PyObject *BitFilter_add(BitFilter *self, PyObject *key)
 {
     us_hash128 h;
-    if (key_hash(key, self->seed, &h, -1) < 0) return NULL;
+    if (key_hash(key, self->hash_id, self->seed, &h, -1) < 0) return NULL;
     int fresh;
     if (self->busy) { /* a batch holds the bits: wait for it */
         acquire(self);
@@ -380,7 +431,7 @@ static PyObject *BitFilter_add(BitFilter *self, PyObject *key)
 static int BitFilter_contains(BitFilter *self, PyObject *key)
 {
     us_hash128 h;
-    if (key_hash(key, self->seed, &h, -1) < 0) return -1;
+    if (key_hash(key, self->hash_id, self->seed, &h, -1) < 0) return -1;
     int present;
     if (self->busy) {
         acquire(self);
@@ -434,7 +485,7 @@ static int digests_reserve(digest_vec *v, size_t cap)
  * leave the first 899999 applied, since the caller would never learn which of them were new.
  * One pass over the keys (each str object is touched once: with millions of fresh strings, each
  * touch is a cache miss); 16 bytes of temporary memory per key. */
-static int hash_batch(PyObject *keys, uint32_t seed, digest_vec *v)
+static int hash_batch(PyObject *keys, int hash_id, uint32_t seed, digest_vec *v)
 {
     if (PyUnicode_Check(keys) || PyBytes_Check(keys) || PyByteArray_Check(keys)) {
         /* Iterating would add every character as a key: surely not what was meant. */
@@ -455,7 +506,7 @@ static int hash_batch(PyObject *keys, uint32_t seed, digest_vec *v)
             }
             PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
             Py_INCREF(key);
-            int rc = key_hash(key, seed, &v->items[i], i);
+            int rc = key_hash(key, hash_id, seed, &v->items[i], i);
             Py_DECREF(key);
             if (rc < 0) return -1;
         }
@@ -474,7 +525,7 @@ static int hash_batch(PyObject *keys, uint32_t seed, digest_vec *v)
     PyObject *key;
     while ((key = PyIter_Next(it)) != NULL) {
         us_hash128 h;
-        int rc = key_hash(key, seed, &h, (Py_ssize_t)v->len);
+        int rc = key_hash(key, hash_id, seed, &h, (Py_ssize_t)v->len);
         Py_DECREF(key);
         if (rc < 0 || (v->len == v->cap && digests_reserve(v, v->cap ? 2 * v->cap : 1024) < 0)) {
             Py_DECREF(it);
@@ -495,7 +546,7 @@ static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode
     digest_vec digests = {NULL, 0, 0};
     uint8_t *flags = NULL;
     PyObject *result = NULL;
-    if (hash_batch(keys, self->seed, &digests) < 0) goto fail;
+    if (hash_batch(keys, self->hash_id, self->seed, &digests) < 0) goto fail;
     size_t n = digests.len;
     flags = PyMem_RawMalloc(n ? n : 1);
     if (flags == NULL) {
@@ -578,7 +629,7 @@ static PyObject *BitFilter_positions(BitFilter *self, PyObject *key)
 {
     if (check_usable(self, 0) < 0) return NULL;
     us_hash128 h;
-    if (key_hash(key, self->seed, &h, -1) < 0) return NULL;
+    if (key_hash(key, self->hash_id, self->seed, &h, -1) < 0) return NULL;
     uint64_t pos[US_MAX_K];
     us_bloom_positions(&self->bloom, h, pos);
     PyObject *out = PyList_New(self->bloom.k);
@@ -655,6 +706,7 @@ static PyObject *get_nbits(BitFilter *self, void *c) { return PyLong_FromUnsigne
 static PyObject *get_k(BitFilter *self, void *c) { return PyLong_FromUnsignedLong(self->bloom.k); }
 static PyObject *get_layout(BitFilter *self, void *c) { return PyLong_FromLong(self->bloom.layout); }
 static PyObject *get_seed(BitFilter *self, void *c) { return PyLong_FromUnsignedLong(self->seed); }
+static PyObject *get_hash(BitFilter *self, void *c) { return PyLong_FromLong(self->hash_id); }
 static PyObject *get_closed(BitFilter *self, void *c) { return PyBool_FromLong(!self->bound); }
 static PyObject *get_readonly(BitFilter *self, void *c) { return PyBool_FromLong(self->readonly); }
 static PyObject *get_count(BitFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->count); }
@@ -677,6 +729,7 @@ static PyGetSetDef BitFilter_getset[] = {
     {"k", (getter)get_k, NULL, "Bits probed per key.", NULL},
     {"layout", (getter)get_layout, NULL, "0 = standard, 1 = blocked (512-bit blocks).", NULL},
     {"seed", (getter)get_seed, NULL, "Hash seed.", NULL},
+    {"hash", (getter)get_hash, NULL, "Hash id: 0 = XXH3-128, 1 = MurmurHash3 x64-128.", NULL},
     {"closed", (getter)get_closed, NULL, "True once the buffer was released.", NULL},
     {"readonly", (getter)get_readonly, NULL, "True if the buffer is read-only.", NULL},
     {"count", (getter)get_count, (setter)set_count, "Keys reported new (len(filter)).", NULL},
@@ -701,7 +754,7 @@ static PySequenceMethods BitFilter_as_sequence = {
 };
 
 PyDoc_STRVAR(BitFilter_doc,
-             "BitFilter(buffer, offset, nbits, k, layout, seed=0, count=0, count_offset=-1)\n\n"
+             "BitFilter(buffer, offset, nbits, k, layout, seed=0, count=0, count_offset=-1, hash=0)\n\n"
              "Bloom-filter probes over nbits bits that start at byte offset of a buffer the\n"
              "caller owns (bytearray, mmap, ...). A read-only buffer gives a read-only filter.\n"
              "With count_offset >= 0 the count of new keys is mirrored into the buffer there\n"
@@ -727,18 +780,19 @@ static PyTypeObject BitFilterType = {
 /* ---- module ------------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(positions_fn_doc,
-             "positions(key, nbits, k, layout, seed=0) -> list[int]\n\n"
+             "positions(key, nbits, k, layout, seed=0, hash=0) -> list[int]\n\n"
              "The k bit positions of key in a filter of nbits bits, without a filter.");
 
 static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"key", "nbits", "k", "layout", "seed", NULL};
+    static char *kwlist[] = {"key", "nbits", "k", "layout", "seed", "hash", NULL};
     PyObject *key, *seed_obj = NULL;
     unsigned long long nbits, k;
-    int layout;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&O&i|O:positions", kwlist, &key, to_u64,
-                                     &nbits, to_u64, &k, &layout, &seed_obj))
+    int layout, hash_id = US_HASH_XXH3_128;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&O&i|Oi:positions", kwlist, &key, to_u64,
+                                     &nbits, to_u64, &k, &layout, &seed_obj, &hash_id))
         return NULL;
+    if (parse_hash_id(hash_id) < 0) return NULL;
     uint32_t seed = 0;
     if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
     if ((layout != US_LAYOUT_STANDARD && layout != US_LAYOUT_BLOCKED) || k < 1 || k > US_MAX_K ||
@@ -747,7 +801,7 @@ static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     us_hash128 h;
-    if (key_hash(key, seed, &h, -1) < 0) return NULL;
+    if (key_hash(key, hash_id, seed, &h, -1) < 0) return NULL;
     us_bloom b = {NULL, nbits, (uint32_t)k, layout};
     uint64_t pos[US_MAX_K];
     us_bloom_positions(&b, h, pos);
@@ -786,6 +840,7 @@ static PyMethodDef module_methods[] = {
     {"set_prefetch_distance", (PyCFunction)mod_set_prefetch, METH_O, set_prefetch_doc},
     {"murmur3_x64_128", (PyCFunction)(void (*)(void))mod_murmur3, METH_VARARGS | METH_KEYWORDS,
      murmur3_doc},
+    {"xxh3_128", (PyCFunction)(void (*)(void))mod_xxh3, METH_VARARGS | METH_KEYWORDS, xxh3_doc},
     {"positions", (PyCFunction)(void (*)(void))mod_positions, METH_VARARGS | METH_KEYWORDS,
      positions_fn_doc},
     {NULL},
@@ -819,7 +874,9 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddIntConstant(m, "LAYOUT_STANDARD", US_LAYOUT_STANDARD) < 0 ||
         PyModule_AddIntConstant(m, "LAYOUT_BLOCKED", US_LAYOUT_BLOCKED) < 0 ||
         PyModule_AddIntConstant(m, "BLOCK_BITS", US_BLOCK_BITS) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_K", US_MAX_K) < 0) {
+        PyModule_AddIntConstant(m, "MAX_K", US_MAX_K) < 0 ||
+        PyModule_AddIntConstant(m, "HASH_XXH3_128", US_HASH_XXH3_128) < 0 ||
+        PyModule_AddIntConstant(m, "HASH_MURMUR3_X64_128", US_HASH_MURMUR3_X64_128) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -11,11 +11,16 @@ LAYOUT_STANDARD: Final[int]
 LAYOUT_BLOCKED: Final[int]
 BLOCK_BITS: Final[int]
 MAX_K: Final[int]
+HASH_XXH3_128: Final[int]
+HASH_MURMUR3_X64_128: Final[int]
 
 def murmur3_x64_128(key: Key, seed: int = 0) -> bytes:
     """The 16-byte MurmurHash3 x64-128 digest of key (str is hashed as UTF-8)."""
 
-def positions(key: Key, nbits: int, k: int, layout: int, seed: int = 0) -> list[int]:
+def xxh3_128(key: Key, seed: int = 0) -> bytes:
+    """The 16-byte XXH3-128 digest of key (str as UTF-8): low64 then high64, each little-endian."""
+
+def positions(key: Key, nbits: int, k: int, layout: int, seed: int = 0, hash: int = 0) -> list[int]:
     """The k bit positions of key in a filter of nbits bits."""
 
 def set_prefetch_distance(keys: int) -> int:
@@ -34,6 +39,7 @@ class BitFilter:
         seed: int = 0,
         count: int = 0,
         count_offset: int = -1,
+        hash: int = 0,
     ) -> None: ...
     @property
     def nbits(self) -> int: ...
@@ -43,6 +49,8 @@ class BitFilter:
     def layout(self) -> int: ...
     @property
     def seed(self) -> int: ...
+    @property
+    def hash(self) -> int: ...
     @property
     def closed(self) -> bool: ...
     @property

@@ -1,4 +1,5 @@
-/* hash.h: the fixed, seeded 128-bit hash every urlseen filter is built on.
+/* hash.h: MurmurHash3 x64-128, one of the two fixed, seeded 128-bit hashes a filter may use
+ * (digest.h chooses; XXH3-128 in xxh3.h is the default).
  *
  * MurmurHash3 x64-128 (Austin Appleby, public domain), written here from its published
  * description. The output must never change: persisted filters, Redis bitmaps and other
@@ -13,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The two 64-bit halves of a 128-bit digest: h1 is bytes 0-7 of the reference output and h2
- * bytes 8-15, each read little-endian. */
+/* The two 64-bit halves of a 128-bit digest. MurmurHash3: h1 is bytes 0-7 of the reference
+ * output and h2 bytes 8-15, each read little-endian. XXH3-128: h1 = low64, h2 = high64. */
 typedef struct {
     uint64_t h1;
     uint64_t h2;

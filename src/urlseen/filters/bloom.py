@@ -16,7 +16,9 @@ from urlseen.stores.memory import MemoryStore
 from urlseen.stores.mmapfile import MappedFile
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
-HASH_NAME = "murmur3_x64_128"
+# Hash names as stored in state files, and the C core's ids for them (csrc/digest.h).
+HASHES = {"xxh3_128": _core.HASH_XXH3_128, "murmur3_x64_128": _core.HASH_MURMUR3_X64_128}
+DEFAULT_HASH = "xxh3_128"
 
 
 def _check_seed(seed: object) -> int:
@@ -39,7 +41,9 @@ class BloomFilter(_core.BitFilter):
         layout: "blocked" (default): every key in one 64-byte cache line, fastest once the
             filter outgrows the CPU cache, at some extra memory (8.6% at 0.001, see
             benchmarks/RESULTS.md); "standard": the textbook filter, minimal memory.
-        seed: hash seed; filters combine only with the same seed.
+        seed: hash seed, in [0, 2**32); filters combine only with the same seed and hash.
+        hash: "xxh3_128" (default, ~9 ns per URL) or "murmur3_x64_128" (~22 ns), both 128-bit
+            and fixed forever (state files record which).
 
     Example:
         >>> seen = BloomFilter(capacity=1_000_000, error_rate=0.001)
@@ -53,9 +57,15 @@ class BloomFilter(_core.BitFilter):
     _store: BufferStore | None
 
     def __init__(
-        self, capacity: int, error_rate: float = 0.001, *, layout: str = "blocked", seed: int = 0
+        self,
+        capacity: int,
+        error_rate: float = 0.001,
+        *,
+        layout: str = "blocked",
+        seed: int = 0,
+        hash: str = DEFAULT_HASH,
     ) -> None:
-        params = _params(capacity, error_rate, layout, seed)
+        params = _params(capacity, error_rate, layout, seed, hash)
         self._attach(MemoryStore(_nbytes(params), params))
 
     # -- construction -------------------------------------------------------------------
@@ -69,13 +79,14 @@ class BloomFilter(_core.BitFilter):
         *,
         layout: str = "blocked",
         seed: int = 0,
+        hash: str = DEFAULT_HASH,
         overwrite: bool = False,
     ) -> BloomFilter:
         """Create an empty filter backed by a new state file at path (memory-mapped).
 
         Raises FileExistsError if path exists, unless overwrite is True.
         """
-        params = _params(capacity, error_rate, layout, seed)
+        params = _params(capacity, error_rate, layout, seed, hash)
         store = MappedFile.create(path, params, _nbytes(params), overwrite=overwrite)
         return cls._from_store(store)
 
@@ -109,6 +120,7 @@ class BloomFilter(_core.BitFilter):
             params["seed"],
             store.stored_count(),
             store.count_offset if not store.readonly else -1,
+            HASHES[params["hash"]],
         )
 
     # -- persistence and lifecycle -------------------------------------------------------
@@ -245,15 +257,19 @@ class BloomFilter(_core.BitFilter):
         raise TypeError("BloomFilter cannot be pickled; use save() and BloomFilter.open()")
 
 
-def _params(capacity: object, error_rate: object, layout: object, seed: object) -> dict[str, Any]:
+def _params(
+    capacity: object, error_rate: object, layout: object, seed: object, hash: object
+) -> dict[str, Any]:
     size = _sizing.size_filter(capacity, error_rate, layout)
+    if hash not in HASHES:
+        raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {hash!r}")
     return {
         "kind": "bloom",
         "layout": size.layout,
         "nbits": size.nbits,
         "k": size.k,
         "seed": _check_seed(seed),
-        "hash": HASH_NAME,
+        "hash": hash,
         "capacity": capacity,
         "error_rate": float(error_rate),  # type: ignore[arg-type]
     }
@@ -270,7 +286,7 @@ def _check_header(header: _format.Header, where: str) -> None:
         raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not a Bloom filter")
     _format.require(params, where, nbits=int, k=int, seed=int, capacity=int, layout=str, hash=str)
     _format.require(params, where, error_rate=float)
-    if params["hash"] != HASH_NAME:
+    if params["hash"] not in HASHES:
         raise FormatError(f"{where}: unknown hash {params['hash']!r}")
     if params["layout"] not in _LAYOUT_CODES:
         raise FormatError(f"{where}: unknown layout {params['layout']!r}")

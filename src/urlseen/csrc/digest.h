@@ -1,0 +1,22 @@
+/* digest.h: the hash a filter uses, chosen by a small integer stored in its state file.
+ *
+ * Ids are part of the file format and never change meaning: 0 = XXH3-128 (the default: ~9 ns
+ * per 60-byte URL here), 1 = MurmurHash3 x64-128 (~22 ns; kept so that filters made with it,
+ * or compared against systems that use it, keep working). Pure C.
+ */
+#ifndef URLSEEN_DIGEST_H
+#define URLSEEN_DIGEST_H
+
+#include "hash.h"
+#include "xxh3.h"
+
+enum us_hash_id { US_HASH_XXH3_128 = 0, US_HASH_MURMUR3_X64_128 = 1 };
+
+/* MurmurHash3 takes a 32-bit seed: callers keep seeds below 2**32 for every hash id. */
+static inline us_hash128 us_digest(int hash_id, const void *key, size_t len, uint64_t seed)
+{
+    if (hash_id == US_HASH_MURMUR3_X64_128) return us_murmur3_x64_128(key, len, (uint32_t)seed);
+    return us_xxh3_128(key, len, seed);
+}
+
+#endif

@@ -1,0 +1,356 @@
+/* xxh3.c: XXH3-128 with a 64-bit seed, from the xxHash specification (doc/xxhash_spec.md).
+ *
+ * One function per length class of the spec: 0, 1-3, 4-8, 9-16, 17-128, 129-240 and > 240
+ * bytes. Names follow the spec's pseudo-code where it has one (mix_step = mixStep, ...).
+ */
+#include "xxh3.h"
+
+#include <string.h>
+
+#define P32_1 0x9E3779B1U
+#define P32_2 0x85EBCA77U
+#define P32_3 0xC2B2AE3DU
+#define P64_1 0x9E3779B185EBCA87ULL
+#define P64_2 0xC2B2AE3D27D4EB4FULL
+#define P64_3 0x165667B19E3779F9ULL
+#define P64_4 0x85EBCA77C2B2AE63ULL
+#define P64_5 0x27D4EB2F165667C5ULL
+#define PRIME_MX1 0x165667919E3779F9ULL
+#define PRIME_MX2 0x9FB21C651E98DF25ULL
+
+#define SECRET_LEN 192
+#define STRIPE_LEN 64
+/* (SECRET_LEN - STRIPE_LEN) / 8 stripes per block: each stripe reads the secret 8 bytes further
+ * on, and the last 64 bytes of the secret are kept for the scramble. */
+#define STRIPES_PER_BLOCK ((SECRET_LEN - STRIPE_LEN) / 8)
+#define BLOCK_LEN (STRIPE_LEN * STRIPES_PER_BLOCK)
+
+/* The spec's default secret, read as little-endian words at arbitrary byte offsets. */
+static const uint8_t default_secret[SECRET_LEN] = {
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+    0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+    0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+    0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
+    0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3, 0xc5, 0x81, 0xa0, 0xff, 0xfa, 0x13, 0x63, 0xeb,
+    0x17, 0x0d, 0xdd, 0x51, 0xb7, 0xf0, 0xda, 0x49, 0xd3, 0x16, 0x55, 0x26, 0x29, 0xd4, 0x68, 0x9e,
+    0x2b, 0x16, 0xbe, 0x58, 0x7d, 0x47, 0xa1, 0xfc, 0x8f, 0xf8, 0xb8, 0xd1, 0x7a, 0xd0, 0x31, 0xce,
+    0x45, 0xcb, 0x3a, 0x8f, 0x95, 0x16, 0x04, 0x28, 0xaf, 0xd7, 0xfb, 0xca, 0xbb, 0x4b, 0x40, 0x7e,
+};
+
+#if defined(__GNUC__) || defined(__clang__)
+#define US_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define US_NOINLINE __declspec(noinline)
+#else
+#define US_NOINLINE
+#endif
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define US_XXH3_LE 1
+#else
+#define US_XXH3_LE 0
+#endif
+
+/* Little-endian loads and store; memcpy keeps unaligned input legal and compiles to one mov
+ * (and folds to a constant when it reads the static default secret). */
+static inline uint64_t load64_le(const uint8_t *p)
+{
+#if US_XXH3_LE
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+#else
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+#endif
+}
+
+static inline uint32_t load32_le(const uint8_t *p)
+{
+#if US_XXH3_LE
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#else
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+#endif
+}
+
+static inline void store64_le(uint8_t *p, uint64_t v)
+{
+#if US_XXH3_LE
+    memcpy(p, &v, 8);
+#else
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+#endif
+}
+
+static inline uint32_t bswap32(uint32_t x)
+{
+    return (x >> 24) | ((x >> 8) & 0xff00U) | ((x << 8) & 0xff0000U) | (x << 24);
+}
+
+static inline uint64_t bswap64(uint64_t x)
+{
+    return (uint64_t)bswap32((uint32_t)x) << 32 | bswap32((uint32_t)(x >> 32));
+}
+
+static inline uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
+
+/* The full 64x64 -> 128-bit product, the spec's (u128)x * (u128)y. The portable branch splits
+ * into 32-bit halves for compilers without a 128-bit integer type. */
+static inline uint64_t mul128(uint64_t a, uint64_t b, uint64_t *hi)
+{
+#if defined(__SIZEOF_INT128__)
+    __extension__ unsigned __int128 r = (unsigned __int128)a * b;
+    *hi = (uint64_t)(r >> 64);
+    return (uint64_t)r;
+#else
+    uint64_t a_lo = a & 0xFFFFFFFFU, a_hi = a >> 32, b_lo = b & 0xFFFFFFFFU, b_hi = b >> 32;
+    uint64_t lo_lo = a_lo * b_lo, hi_lo = a_hi * b_lo, lo_hi = a_lo * b_hi, hi_hi = a_hi * b_hi;
+    uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xFFFFFFFFU) + lo_hi;
+    *hi = (hi_lo >> 32) + (cross >> 32) + hi_hi;
+    return (cross << 32) | (lo_lo & 0xFFFFFFFFU);
+#endif
+}
+
+/* lowerHalf(p) xor higherHalf(p) of the 128-bit product: keeps all of it in 64 bits. */
+static inline uint64_t mul_fold64(uint64_t a, uint64_t b)
+{
+    uint64_t hi, lo = mul128(a, b, &hi);
+    return lo ^ hi;
+}
+
+static inline uint64_t avalanche(uint64_t x)
+{
+    x ^= x >> 37;
+    x *= PRIME_MX1;
+    x ^= x >> 32;
+    return x;
+}
+
+static inline uint64_t avalanche_xxh64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= P64_2;
+    x ^= x >> 29;
+    x *= P64_3;
+    x ^= x >> 32;
+    return x;
+}
+
+static inline us_hash128 make(uint64_t low, uint64_t high)
+{
+    us_hash128 out = {low, high};
+    return out;
+}
+
+/* ---- 0-16 bytes: the input is read at most twice, overlapping; one or two multiplies ------ */
+
+static us_hash128 len_0(uint64_t seed)
+{
+    const uint8_t *s = default_secret;
+    return make(avalanche_xxh64(seed ^ load64_le(s + 64) ^ load64_le(s + 72)),
+                avalanche_xxh64(seed ^ load64_le(s + 80) ^ load64_le(s + 88)));
+}
+
+static us_hash128 len_1to3(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = default_secret;
+    /* The last, first and middle byte plus the length: for len 1 or 2 some bytes are read
+     * twice, which is why the length must be folded in too. */
+    uint32_t combined = (uint32_t)p[len - 1] | (uint32_t)len << 8 | (uint32_t)p[0] << 16 |
+                        (uint32_t)p[len >> 1] << 24;
+    uint64_t low = ((uint64_t)(load32_le(s) ^ load32_le(s + 4)) + seed) ^ combined;
+    uint64_t high = ((uint64_t)(load32_le(s + 8) ^ load32_le(s + 12)) - seed) ^
+                    (uint64_t)rotl32(bswap32(combined), 13);
+    return make(avalanche_xxh64(low), avalanche_xxh64(high));
+}
+
+static us_hash128 len_4to8(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = default_secret;
+    uint32_t first = load32_le(p), last = load32_le(p + len - 4);
+    /* The seed's low half, byte-swapped, also lands in the high half. */
+    uint64_t modified_seed = seed ^ ((uint64_t)bswap32((uint32_t)seed) << 32);
+    uint64_t combined = (uint64_t)first | (uint64_t)last << 32;
+    uint64_t value = ((load64_le(s + 16) ^ load64_le(s + 24)) + modified_seed) ^ combined;
+    uint64_t high, low = mul128(value, P64_1 + ((uint64_t)len << 2), &high);
+    high += low << 1;
+    low ^= high >> 3;
+    low ^= low >> 35;
+    low *= PRIME_MX2;
+    low ^= low >> 28;
+    return make(low, avalanche(high));
+}
+
+static us_hash128 len_9to16(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = default_secret;
+    uint64_t first = load64_le(p), last = load64_le(p + len - 8);
+    uint64_t val1 = ((load64_le(s + 32) ^ load64_le(s + 40)) - seed) ^ first ^ last;
+    uint64_t val2 = ((load64_le(s + 48) ^ load64_le(s + 56)) + seed) ^ last;
+    uint64_t mhi, mlo = mul128(val1, P64_1, &mhi);
+    uint64_t low = mlo + ((uint64_t)(len - 1) << 54);
+    /* The spec's simplified form of hi32(val2) << 32 + lo32(val2) * PRIME32_2. */
+    uint64_t high = mhi + val2 + (uint64_t)(uint32_t)val2 * (P32_2 - 1);
+    low ^= bswap64(high);
+    /* {low, high} * PRIME64_2 as a 128x64 -> 128-bit multiply. */
+    uint64_t m2hi, m2lo = mul128(low, P64_2, &m2hi);
+    high = m2hi + high * P64_2;
+    return make(avalanche(m2lo), avalanche(high));
+}
+
+/* ---- 17-240 bytes: pairs of 16-byte chunks into two accumulators ---------------------------- */
+
+/* mixStep: one 16-byte chunk against 16 bytes of secret, the seed added to one word and
+ * subtracted from the other. */
+static inline uint64_t mix_step(const uint8_t *data, const uint8_t *secret, uint64_t seed)
+{
+    return mul_fold64(load64_le(data) ^ (load64_le(secret) + seed),
+                      load64_le(data + 8) ^ (load64_le(secret + 8) - seed));
+}
+
+/* mixTwoChunks: each accumulator also takes the raw sum of the *other* chunk's words, so a
+ * chunk whose mix step happens to multiply by zero still reaches the result. */
+static inline void mix_two_chunks(uint64_t acc[2], const uint8_t *d1, const uint8_t *d2,
+                                  const uint8_t *secret, uint64_t seed)
+{
+    acc[0] += mix_step(d1, secret, seed);
+    acc[1] += mix_step(d2, secret + 16, seed);
+    acc[0] ^= load64_le(d2) + load64_le(d2 + 8);
+    acc[1] ^= load64_le(d1) + load64_le(d1 + 8);
+}
+
+static inline us_hash128 finish_17to240(const uint64_t acc[2], size_t len, uint64_t seed)
+{
+    uint64_t low = acc[0] + acc[1];
+    uint64_t high = acc[0] * P64_1 + acc[1] * P64_4 + ((uint64_t)len - seed) * P64_2;
+    return make(avalanche(low), (uint64_t)0 - avalanche(high));
+}
+
+static us_hash128 len_17to128(const uint8_t *p, size_t len, uint64_t seed)
+{
+    uint64_t acc[2] = {(uint64_t)len * P64_1, 0};
+    /* N = ceil(len / 32) chunks from the front paired with N from the back, innermost pair
+     * first (the order matters: each step xors into what the previous one added). Nested ifs
+     * rather than the spec's loop: the same order, with straight-line code and constant secret
+     * offsets for each count of pairs. */
+    const uint8_t *s = default_secret;
+    if (len > 32) {
+        if (len > 64) {
+            if (len > 96) mix_two_chunks(acc, p + 48, p + len - 64, s + 96, seed);
+            mix_two_chunks(acc, p + 32, p + len - 48, s + 64, seed);
+        }
+        mix_two_chunks(acc, p + 16, p + len - 32, s + 32, seed);
+    }
+    mix_two_chunks(acc, p, p + len - 16, s, seed);
+    return finish_17to240(acc, len, seed);
+}
+
+static us_hash128 len_129to240(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = default_secret;
+    uint64_t acc[2] = {(uint64_t)len * P64_1, 0};
+    size_t chunks = len >> 5;
+    for (size_t i = 0; i < 4; i++)
+        mix_two_chunks(acc, p + 32 * i, p + 32 * i + 16, s + 32 * i, seed);
+    acc[0] = avalanche(acc[0]);
+    acc[1] = avalanche(acc[1]);
+    /* Past 128 bytes the secret is reused from offset 3, so its words are read misaligned with
+     * respect to the first pass. */
+    for (size_t i = 4; i < chunks; i++)
+        mix_two_chunks(acc, p + 32 * i, p + 32 * i + 16, s + 32 * (i - 4) + 3, seed);
+    /* The last 32 bytes (which may overlap the loop's): halves swapped and the seed negated. */
+    mix_two_chunks(acc, p + len - 16, p + len - 32, s + 103, (uint64_t)0 - seed);
+    return finish_17to240(acc, len, seed);
+}
+
+/* ---- > 240 bytes: 8 lanes over 64-byte stripes, scrambled after every 1024-byte block ------- */
+
+static inline void accumulate(uint64_t acc[8], const uint8_t *stripe, const uint8_t *secret)
+{
+    for (int i = 0; i < 8; i++) {
+        uint64_t lane = load64_le(stripe + 8 * i);
+        uint64_t value = lane ^ load64_le(secret + 8 * i);
+        /* The raw lane goes into the neighbour, so a lane the 32x32 product loses (a zero
+         * half) still counts. */
+        acc[i ^ 1] += lane;
+        acc[i] += (value & 0xFFFFFFFFU) * (value >> 32);
+    }
+}
+
+static inline void scramble(uint64_t acc[8], const uint8_t *secret)
+{
+    for (int i = 0; i < 8; i++) {
+        uint64_t a = acc[i];
+        a ^= a >> 47;
+        a ^= load64_le(secret + 8 * i);
+        acc[i] = a * P32_1;
+    }
+}
+
+static uint64_t final_merge(const uint64_t acc[8], uint64_t init, const uint8_t *secret)
+{
+    uint64_t result = init;
+    for (int i = 0; i < 4; i++)
+        result += mul_fold64(acc[2 * i] ^ load64_le(secret + 16 * i),
+                             acc[2 * i + 1] ^ load64_le(secret + 16 * i + 8));
+    return avalanche(result);
+}
+
+/* Out of line: inlined into us_xxh3_128, its 192-byte secret and eight accumulators would make
+ * every call, even a 60-byte URL's, save six registers and reserve the stack frame. */
+US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t seed)
+{
+    /* A seed reaches long inputs only through the secret: 24 words, the seed added to the even
+     * ones and subtracted from the odd. Seed 0 derives the default secret, so skip the copy. */
+    uint8_t derived[SECRET_LEN];
+    const uint8_t *s = default_secret;
+    if (seed) {
+        for (int i = 0; i < SECRET_LEN; i += 16) {
+            store64_le(derived + i, load64_le(default_secret + i) + seed);
+            store64_le(derived + i + 8, load64_le(default_secret + i + 8) - seed);
+        }
+        s = derived;
+    }
+
+    uint64_t acc[8] = {P32_3, P64_1, P64_2, P64_3, P64_4, P32_2, P64_5, P32_1};
+    /* Full blocks, each followed by a scramble, while more than one block remains: the last
+     * block (even a full one) is left for the tail below and never scrambled. */
+    size_t blocks = (len - 1) / BLOCK_LEN;
+    for (size_t b = 0; b < blocks; b++) {
+        const uint8_t *block = p + b * BLOCK_LEN;
+        for (size_t n = 0; n < STRIPES_PER_BLOCK; n++)
+            accumulate(acc, block + n * STRIPE_LEN, s + n * 8);
+        scramble(acc, s + SECRET_LEN - STRIPE_LEN);
+    }
+    const uint8_t *last_block = p + blocks * BLOCK_LEN;
+    size_t stripes = (len - blocks * BLOCK_LEN - 1) / STRIPE_LEN;
+    for (size_t n = 0; n < stripes; n++) accumulate(acc, last_block + n * STRIPE_LEN, s + n * 8);
+    /* The last 64 bytes of the input, overlapping what came before unless len is a multiple of
+     * 64, with a secret offset no full stripe uses. */
+    accumulate(acc, p + len - STRIPE_LEN, s + SECRET_LEN - STRIPE_LEN - 7);
+
+    return make(final_merge(acc, (uint64_t)len * P64_1, s + 11),
+                final_merge(acc, ~((uint64_t)len * P64_2), s + SECRET_LEN - STRIPE_LEN - 11));
+}
+
+us_hash128 us_xxh3_128(const void *key, size_t len, uint64_t seed)
+{
+    const uint8_t *p = (const uint8_t *)key;
+    if (len <= 16) {
+        if (len > 8) return len_9to16(p, len, seed);
+        if (len >= 4) return len_4to8(p, len, seed);
+        if (len) return len_1to3(p, len, seed);
+        return len_0(seed);
+    }
+    if (len <= 128) return len_17to128(p, len, seed);
+    if (len <= 240) return len_129to240(p, len, seed);
+    return len_long(p, len, seed);
+}
