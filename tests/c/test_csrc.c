@@ -4,17 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
+
 #include "bloom.h"
 #include "hash.h"
 
-static int failures = 0;
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
 
 static void put_digest(uint8_t *out, us_hash128 h)
 {

@@ -6,16 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
+
 #include "xxh3.h"
 
-static int failures = 0;
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
 
 /* Digests from the xxhash package 4.1 (it wraps the reference xxHash 0.8 library):
  * xxhash.xxh3_128_intdigest(data(len), seed) split into low64 (h1) and high64 (h2), where

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bytes.h"
 #include "hash.h"
 
 enum us_layout { US_LAYOUT_STANDARD = 0, US_LAYOUT_BLOCKED = 1 };
@@ -56,16 +57,6 @@ void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out);
 
 /* Single-key probes, inline: the per-call path is a few dozen instructions, and a call
  * and a layout branch would be a visible part of them. Names ending in _ are private. */
-static inline uint64_t us_fmix64_(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-}
-
 static inline uint8_t *us_block_of_(const us_bloom *b, us_hash128 h)
 {
     return b->bits + us_reduce(h.h1, b->nbits / US_BLOCK_BITS) * US_BLOCK_BYTES;
@@ -86,7 +77,7 @@ static inline us_block_bits_ us_block_bits_start_(us_hash128 h)
 
 static inline uint32_t us_block_bit_(uint32_t i, us_block_bits_ *s, uint64_t h1)
 {
-    if (i && i % US_BLOCK_FIELDS_PER_WORD == 0) s->fields = s->word = us_fmix64_(s->word + h1);
+    if (i && i % US_BLOCK_FIELDS_PER_WORD == 0) s->fields = s->word = us_fmix64(s->word + h1);
     uint32_t bit = (uint32_t)(s->fields & (US_BLOCK_BITS - 1));
     s->fields >>= 9;
     return bit;

@@ -1,37 +1,12 @@
 /* hash.c: MurmurHash3 x64-128, from the published algorithm description. */
 #include "hash.h"
 
+#include "bytes.h"
+
 #include <string.h>
 
 #define US_C1 0x87c37b91114253d5ULL
 #define US_C2 0x4cf5ad432745937fULL
-
-static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-/* Little-endian 64-bit load; memcpy keeps unaligned input legal and compiles to one mov. */
-static inline uint64_t load64_le(const uint8_t *p)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-#else
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-#endif
-}
-
-/* The finalizer: forces every input bit to affect every output bit. */
-static inline uint64_t fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-}
 
 us_hash128 us_murmur3_x64_128(const void *key, size_t len, uint32_t seed)
 {
@@ -40,14 +15,14 @@ us_hash128 us_murmur3_x64_128(const void *key, size_t len, uint32_t seed)
     uint64_t h1 = seed, h2 = seed;
 
     for (size_t i = 0; i < nblocks; i++) {
-        uint64_t k1 = load64_le(data + 16 * i);
-        uint64_t k2 = load64_le(data + 16 * i + 8);
+        uint64_t k1 = us_load64_le(data + 16 * i);
+        uint64_t k2 = us_load64_le(data + 16 * i + 8);
 
-        k1 *= US_C1; k1 = rotl64(k1, 31); k1 *= US_C2; h1 ^= k1;
-        h1 = rotl64(h1, 27); h1 += h2; h1 = h1 * 5 + 0x52dce729;
+        k1 *= US_C1; k1 = us_rotl64(k1, 31); k1 *= US_C2; h1 ^= k1;
+        h1 = us_rotl64(h1, 27); h1 += h2; h1 = h1 * 5 + 0x52dce729;
 
-        k2 *= US_C2; k2 = rotl64(k2, 33); k2 *= US_C1; h2 ^= k2;
-        h2 = rotl64(h2, 31); h2 += h1; h2 = h2 * 5 + 0x38495ab5;
+        k2 *= US_C2; k2 = us_rotl64(k2, 33); k2 *= US_C1; h2 ^= k2;
+        h2 = us_rotl64(h2, 31); h2 += h1; h2 = h2 * 5 + 0x38495ab5;
     }
 
     /* Tail: the last len % 16 bytes, zero-padded; bytes 0-7 go to k1, bytes 8-14 to k2. */
@@ -55,19 +30,19 @@ us_hash128 us_murmur3_x64_128(const void *key, size_t len, uint32_t seed)
     if (rest) {
         uint8_t pad[16] = {0};
         memcpy(pad, data + nblocks * 16, rest);
-        uint64_t k1 = load64_le(pad), k2 = load64_le(pad + 8);
+        uint64_t k1 = us_load64_le(pad), k2 = us_load64_le(pad + 8);
         if (rest > 8) {
-            k2 *= US_C2; k2 = rotl64(k2, 33); k2 *= US_C1; h2 ^= k2;
+            k2 *= US_C2; k2 = us_rotl64(k2, 33); k2 *= US_C1; h2 ^= k2;
         }
-        k1 *= US_C1; k1 = rotl64(k1, 31); k1 *= US_C2; h1 ^= k1;
+        k1 *= US_C1; k1 = us_rotl64(k1, 31); k1 *= US_C2; h1 ^= k1;
     }
 
     h1 ^= (uint64_t)len;
     h2 ^= (uint64_t)len;
     h1 += h2;
     h2 += h1;
-    h1 = fmix64(h1);
-    h2 = fmix64(h2);
+    h1 = us_fmix64(h1);
+    h2 = us_fmix64(h2);
     h1 += h2;
     h2 += h1;
 

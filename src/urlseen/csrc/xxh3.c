@@ -5,6 +5,8 @@
  */
 #include "xxh3.h"
 
+#include "bytes.h"
+
 #include <string.h>
 
 #define P32_1 0x9E3779B1U
@@ -48,47 +50,6 @@ static const uint8_t default_secret[SECRET_LEN] = {
 #else
 #define US_NOINLINE
 #endif
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define US_XXH3_LE 1
-#else
-#define US_XXH3_LE 0
-#endif
-
-/* Little-endian loads and store; memcpy keeps unaligned input legal and compiles to one mov
- * (and folds to a constant when it reads the static default secret). */
-static inline uint64_t load64_le(const uint8_t *p)
-{
-#if US_XXH3_LE
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-#else
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-#endif
-}
-
-static inline uint32_t load32_le(const uint8_t *p)
-{
-#if US_XXH3_LE
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-#else
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-#endif
-}
-
-static inline void store64_le(uint8_t *p, uint64_t v)
-{
-#if US_XXH3_LE
-    memcpy(p, &v, 8);
-#else
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-#endif
-}
 
 static inline uint32_t bswap32(uint32_t x)
 {
@@ -155,8 +116,8 @@ static inline us_hash128 make(uint64_t low, uint64_t high)
 static us_hash128 len_0(uint64_t seed)
 {
     const uint8_t *s = default_secret;
-    return make(avalanche_xxh64(seed ^ load64_le(s + 64) ^ load64_le(s + 72)),
-                avalanche_xxh64(seed ^ load64_le(s + 80) ^ load64_le(s + 88)));
+    return make(avalanche_xxh64(seed ^ us_load64_le(s + 64) ^ us_load64_le(s + 72)),
+                avalanche_xxh64(seed ^ us_load64_le(s + 80) ^ us_load64_le(s + 88)));
 }
 
 static us_hash128 len_1to3(const uint8_t *p, size_t len, uint64_t seed)
@@ -166,8 +127,8 @@ static us_hash128 len_1to3(const uint8_t *p, size_t len, uint64_t seed)
      * twice, which is why the length must be folded in too. */
     uint32_t combined = (uint32_t)p[len - 1] | (uint32_t)len << 8 | (uint32_t)p[0] << 16 |
                         (uint32_t)p[len >> 1] << 24;
-    uint64_t low = ((uint64_t)(load32_le(s) ^ load32_le(s + 4)) + seed) ^ combined;
-    uint64_t high = ((uint64_t)(load32_le(s + 8) ^ load32_le(s + 12)) - seed) ^
+    uint64_t low = ((uint64_t)(us_load32_le(s) ^ us_load32_le(s + 4)) + seed) ^ combined;
+    uint64_t high = ((uint64_t)(us_load32_le(s + 8) ^ us_load32_le(s + 12)) - seed) ^
                     (uint64_t)rotl32(bswap32(combined), 13);
     return make(avalanche_xxh64(low), avalanche_xxh64(high));
 }
@@ -175,11 +136,11 @@ static us_hash128 len_1to3(const uint8_t *p, size_t len, uint64_t seed)
 static us_hash128 len_4to8(const uint8_t *p, size_t len, uint64_t seed)
 {
     const uint8_t *s = default_secret;
-    uint32_t first = load32_le(p), last = load32_le(p + len - 4);
+    uint32_t first = us_load32_le(p), last = us_load32_le(p + len - 4);
     /* The seed's low half, byte-swapped, also lands in the high half. */
     uint64_t modified_seed = seed ^ ((uint64_t)bswap32((uint32_t)seed) << 32);
     uint64_t combined = (uint64_t)first | (uint64_t)last << 32;
-    uint64_t value = ((load64_le(s + 16) ^ load64_le(s + 24)) + modified_seed) ^ combined;
+    uint64_t value = ((us_load64_le(s + 16) ^ us_load64_le(s + 24)) + modified_seed) ^ combined;
     uint64_t high, low = mul128(value, P64_1 + ((uint64_t)len << 2), &high);
     high += low << 1;
     low ^= high >> 3;
@@ -192,9 +153,9 @@ static us_hash128 len_4to8(const uint8_t *p, size_t len, uint64_t seed)
 static us_hash128 len_9to16(const uint8_t *p, size_t len, uint64_t seed)
 {
     const uint8_t *s = default_secret;
-    uint64_t first = load64_le(p), last = load64_le(p + len - 8);
-    uint64_t val1 = ((load64_le(s + 32) ^ load64_le(s + 40)) - seed) ^ first ^ last;
-    uint64_t val2 = ((load64_le(s + 48) ^ load64_le(s + 56)) + seed) ^ last;
+    uint64_t first = us_load64_le(p), last = us_load64_le(p + len - 8);
+    uint64_t val1 = ((us_load64_le(s + 32) ^ us_load64_le(s + 40)) - seed) ^ first ^ last;
+    uint64_t val2 = ((us_load64_le(s + 48) ^ us_load64_le(s + 56)) + seed) ^ last;
     uint64_t mhi, mlo = mul128(val1, P64_1, &mhi);
     uint64_t low = mlo + ((uint64_t)(len - 1) << 54);
     /* The spec's simplified form of hi32(val2) << 32 + lo32(val2) * PRIME32_2. */
@@ -212,8 +173,8 @@ static us_hash128 len_9to16(const uint8_t *p, size_t len, uint64_t seed)
  * subtracted from the other. */
 static inline uint64_t mix_step(const uint8_t *data, const uint8_t *secret, uint64_t seed)
 {
-    return mul_fold64(load64_le(data) ^ (load64_le(secret) + seed),
-                      load64_le(data + 8) ^ (load64_le(secret + 8) - seed));
+    return mul_fold64(us_load64_le(data) ^ (us_load64_le(secret) + seed),
+                      us_load64_le(data + 8) ^ (us_load64_le(secret + 8) - seed));
 }
 
 /* mixTwoChunks: each accumulator also takes the raw sum of the *other* chunk's words, so a
@@ -223,8 +184,8 @@ static inline void mix_two_chunks(uint64_t acc[2], const uint8_t *d1, const uint
 {
     acc[0] += mix_step(d1, secret, seed);
     acc[1] += mix_step(d2, secret + 16, seed);
-    acc[0] ^= load64_le(d2) + load64_le(d2 + 8);
-    acc[1] ^= load64_le(d1) + load64_le(d1 + 8);
+    acc[0] ^= us_load64_le(d2) + us_load64_le(d2 + 8);
+    acc[1] ^= us_load64_le(d1) + us_load64_le(d1 + 8);
 }
 
 static inline us_hash128 finish_17to240(const uint64_t acc[2], size_t len, uint64_t seed)
@@ -276,8 +237,8 @@ static us_hash128 len_129to240(const uint8_t *p, size_t len, uint64_t seed)
 static inline void accumulate(uint64_t acc[8], const uint8_t *stripe, const uint8_t *secret)
 {
     for (int i = 0; i < 8; i++) {
-        uint64_t lane = load64_le(stripe + 8 * i);
-        uint64_t value = lane ^ load64_le(secret + 8 * i);
+        uint64_t lane = us_load64_le(stripe + 8 * i);
+        uint64_t value = lane ^ us_load64_le(secret + 8 * i);
         /* The raw lane goes into the neighbour, so a lane the 32x32 product loses (a zero
          * half) still counts. */
         acc[i ^ 1] += lane;
@@ -290,7 +251,7 @@ static inline void scramble(uint64_t acc[8], const uint8_t *secret)
     for (int i = 0; i < 8; i++) {
         uint64_t a = acc[i];
         a ^= a >> 47;
-        a ^= load64_le(secret + 8 * i);
+        a ^= us_load64_le(secret + 8 * i);
         acc[i] = a * P32_1;
     }
 }
@@ -299,8 +260,8 @@ static uint64_t final_merge(const uint64_t acc[8], uint64_t init, const uint8_t 
 {
     uint64_t result = init;
     for (int i = 0; i < 4; i++)
-        result += mul_fold64(acc[2 * i] ^ load64_le(secret + 16 * i),
-                             acc[2 * i + 1] ^ load64_le(secret + 16 * i + 8));
+        result += mul_fold64(acc[2 * i] ^ us_load64_le(secret + 16 * i),
+                             acc[2 * i + 1] ^ us_load64_le(secret + 16 * i + 8));
     return avalanche(result);
 }
 
@@ -314,8 +275,8 @@ US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t se
     const uint8_t *s = default_secret;
     if (seed) {
         for (int i = 0; i < SECRET_LEN; i += 16) {
-            store64_le(derived + i, load64_le(default_secret + i) + seed);
-            store64_le(derived + i + 8, load64_le(default_secret + i + 8) - seed);
+            us_store64_le(derived + i, us_load64_le(default_secret + i) + seed);
+            us_store64_le(derived + i + 8, us_load64_le(default_secret + i + 8) - seed);
         }
         s = derived;
     }
