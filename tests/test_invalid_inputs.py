@@ -224,3 +224,17 @@ def test_failing_iterable_leaves_the_filter_unchanged():
         with pytest.raises(Boom):
             BATCH_OPS[op](f, _exploding(["https://c/", "https://d/"]))
     assert len(f) == 2 and f.popcount() == ones and "https://c/" not in f
+
+
+def test_a_bad_key_after_the_first_chunk_changes_nothing():
+    # Batches over 2**21 keys are probed in chunks; a validation pass must still refuse the
+    # whole batch before the first chunk is applied.
+    f = BloomFilter(capacity=3_000_000, error_rate=0.01)
+    keys = [f"https://example.com/{i}" for i in range((1 << 21) + 100)]
+    keys.append("\ud800")
+    with pytest.raises(InvalidKeyError, match=f"key {len(keys) - 1} of the batch"):
+        f.add_many(keys)
+    assert len(f) == 0 and keys[0] not in f
+    new = f.update(keys[:-1])  # the valid part goes through, chunk after chunk
+    assert new == len(f) >= 0.99 * (len(keys) - 1)
+    assert all(f.contains_many(keys[:-1]))
