@@ -131,9 +131,9 @@ class BloomFilter(_core.BitFilter):
         size = _nbytes(store.params())
         target = MappedFile.create(path, store.params(), size, overwrite=overwrite)
         try:
-            target.buffer[target.data_offset : target.data_offset + size] = store.buffer[
-                store.data_offset : store.data_offset + size
-            ]
+            start = store.data_offset
+            with memoryview(store.buffer) as whole, whole[start : start + size] as bits:
+                target.buffer[target.data_offset : target.data_offset + size] = bits  # no copy
             target.buffer[target.count_offset : target.count_offset + 8] = len(self).to_bytes(
                 8, "little"
             )
