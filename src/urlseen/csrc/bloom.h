@@ -83,29 +83,44 @@ static inline uint32_t us_block_bit_(uint32_t i, us_block_bits_ *s, uint64_t h1)
     return bit;
 }
 
+/* The key's bits as a mask per 64-bit word of its block: bit j of the block is bit j % 64 of
+ * word j / 64, which on every machine is byte j / 8, bit j % 8 (words are read little-endian).
+ * Building masks first and touching each word once costs about half the instructions of a
+ * byte read-modify-write per probe (callgrind, per-call add). */
+static inline void us_block_masks_(uint32_t k, us_hash128 h, uint64_t masks[8])
+{
+    uint64_t word = h.h2, fields = h.h2;
+    for (uint32_t i = 0; i < 8; i++) masks[i] = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        if (i && i % US_BLOCK_FIELDS_PER_WORD == 0) fields = word = us_fmix64(word + h.h1);
+        uint32_t bit = (uint32_t)(fields & (US_BLOCK_BITS - 1));
+        fields >>= 9;
+        masks[bit >> 6] |= 1ULL << (bit & 63);
+    }
+}
+
 static inline int us_test_blocked_(const us_bloom *b, us_hash128 h)
 {
     const uint8_t *block = us_block_of_(b, h);
-    us_block_bits_ s = us_block_bits_start_(h);
-    for (uint32_t i = 0; i < b->k; i++) {
-        uint32_t bit = us_block_bit_(i, &s, h.h1);
-        if (!(block[bit >> 3] & (1u << (bit & 7)))) return 0;
-    }
-    return 1;
+    uint64_t masks[8];
+    us_block_masks_(b->k, h, masks);
+    uint64_t missing = 0;
+    for (int w = 0; w < 8; w++) missing |= masks[w] & ~us_load64_le(block + 8 * w);
+    return missing == 0;
 }
 
 static inline int us_test_and_set_blocked_(us_bloom *b, us_hash128 h)
 {
     uint8_t *block = us_block_of_(b, h);
-    us_block_bits_ s = us_block_bits_start_(h);
-    unsigned missing = 0;
-    for (uint32_t i = 0; i < b->k; i++) {
-        uint32_t bit = us_block_bit_(i, &s, h.h1);
-        uint8_t mask = (uint8_t)(1u << (bit & 7));
-        missing |= !(block[bit >> 3] & mask);
-        block[bit >> 3] |= mask;
+    uint64_t masks[8];
+    us_block_masks_(b->k, h, masks);
+    uint64_t missing = 0;
+    for (int w = 0; w < 8; w++) {
+        uint64_t old = us_load64_le(block + 8 * w);
+        missing |= masks[w] & ~old;
+        us_store64_le(block + 8 * w, old | masks[w]);
     }
-    return (int)missing;
+    return missing != 0;
 }
 
 static inline int us_test_standard_(const us_bloom *b, us_hash128 h)
