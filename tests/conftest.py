@@ -37,6 +37,22 @@ def _read_distinct(path: Path) -> list[str]:
     return list(distinct)
 
 
+def require_dev_urls_path() -> Path:
+    """The development set's path; when it is missing, skip, or fail in CI."""
+    path = dev_urls_path()
+    if not path.is_file():
+        if in_ci():
+            pytest.fail(
+                f"URL development set not found at {path} and CI is set: CI must run the "
+                "real-data tests (set URLSEEN_DEV_URLS to its path)"
+            )
+        pytest.skip(
+            f"URL development set not found at {path}; set URLSEEN_DEV_URLS to the path of "
+            "urls-dev.txt.gz to run this test"
+        )
+    return path
+
+
 @pytest.fixture(scope="session")
 def dev_urls_optional() -> list[str] | None:
     """The distinct URLs of the development set, or None if it is missing (not in CI)."""
@@ -55,10 +71,8 @@ def dev_urls_optional() -> list[str] | None:
 def dev_urls(dev_urls_optional: list[str] | None) -> list[str]:
     """The distinct URLs of the development set; skips (fails in CI) if it is missing."""
     if dev_urls_optional is None:
-        pytest.skip(
-            f"URL development set not found at {dev_urls_path()}; set URLSEEN_DEV_URLS to "
-            "the path of urls-dev.txt.gz to run this test"
-        )
+        require_dev_urls_path()
+    assert dev_urls_optional is not None
     return dev_urls_optional
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import struct
 
+import mmh3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -205,7 +206,6 @@ def test_buffer_keys_hash_as_their_bytes():
 
 
 def test_randomized_cross_check_against_mmh3():
-    mmh3 = pytest.importorskip("mmh3")
     rng = random.Random(20240611)
     for _ in range(2000):
         key = rng.randbytes(rng.choice([rng.randrange(0, 40), rng.randrange(0, 4000)]))

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from conftest import require_dev_urls_path
 from urlseen import BloomFilter, UncleanShutdownWarning
 from urlseen.canonical import canonicalize
 from urlseen.cli import cli
@@ -42,21 +43,10 @@ STRIDE = 13  # every 13th dev line: ~212k lines from all three sections of the f
 KILL_BANDS = [(0.05, 0.25), (0.35, 0.55), (0.65, 0.85)]  # share of the full output at the kill
 
 
-def _dev_urls_path() -> Path:
-    env = os.environ.get("URLSEEN_DEV_URLS")
-    path = Path(env) if env else REPO.parent / "shared" / "data" / "urls-dev.txt.gz"
-    if not path.is_file():
-        why = f"development URLs not found at {path} (set URLSEEN_DEV_URLS)"
-        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"{why}; CI is set, so this is a failure, not a skip")
-        pytest.skip(why)
-    return path
-
-
 @pytest.fixture(scope="module")
 def crash_input(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
     """A ~212k-line input file sampled from the dev URLs (in a temp dir, never the repo)."""
-    source = _dev_urls_path()
+    source = require_dev_urls_path()
     with gzip.open(source, "rb") as f:
         sample = list(itertools.islice(f, 0, None, STRIDE))
     assert len(sample) > 150_000, f"{source} is smaller than expected"

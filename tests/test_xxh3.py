@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -410,11 +411,6 @@ def test_docstring_opens_with_the_signature():
 
 # ---- C == the xxhash package on random inputs ---------------------------------------------------
 
-try:
-    import xxhash
-except ImportError:  # the known answers and the oracle still run without it
-    xxhash = None
-needs_xxhash = pytest.mark.skipif(xxhash is None, reason="pip install urlseen[test] (xxhash)")
 
 seeds = st.integers(0, M64)
 # Every class: many short keys (the small cases), up to 260 (the medium ones), up to 1000, and
@@ -429,14 +425,12 @@ data = st.one_of(
 )
 
 
-@needs_xxhash
 @settings(max_examples=500, deadline=None)
 @given(key=data, seed=seeds)
 def test_matches_xxhash_package(key, seed):
     assert _core.xxh3_128(key, seed) == as_core_bytes(xxhash.xxh3_128_intdigest(key, seed))
 
 
-@needs_xxhash
 @settings(max_examples=200, deadline=None)
 @given(key=st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=80), seed=seeds)
 def test_str_matches_xxhash_package_on_utf8(key, seed):
