@@ -135,18 +135,27 @@ static int parse_hash_id(int hash_id)
     return 0;
 }
 
-static int parse_seed(PyObject *obj, uint32_t *seed)
+/* A seed below 2**bits (32 for filters and MurmurHash3, 64 for plain XXH3), as ValueError. */
+static int parse_seed_bits(PyObject *obj, int bits, uint64_t *seed)
 {
     unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError) || PyErr_ExceptionMatches(PyExc_TypeError))
-            PyErr_SetString(PyExc_ValueError, "seed must be an integer in [0, 2**32)");
+    int bad = v == (unsigned long long)-1 && PyErr_Occurred();
+    if (bad && !PyErr_ExceptionMatches(PyExc_OverflowError) &&
+        !PyErr_ExceptionMatches(PyExc_TypeError))
+        return -1;
+    if (bad || (bits < 64 && v >> bits)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "seed must be an integer in [0, 2**%d)", bits);
         return -1;
     }
-    if (v > 0xFFFFFFFFULL) {
-        PyErr_SetString(PyExc_ValueError, "seed must be an integer in [0, 2**32)");
-        return -1;
-    }
+    *seed = v;
+    return 0;
+}
+
+static int parse_seed(PyObject *obj, uint32_t *seed)
+{
+    uint64_t v;
+    if (parse_seed_bits(obj, 32, &v) < 0) return -1;
     *seed = (uint32_t)v;
     return 0;
 }
@@ -167,6 +176,23 @@ static int to_u64(PyObject *obj, void *out)
 
 /* ---- module functions -------------------------------------------------------------------- */
 
+/* The module-level digest functions: key and seed in, h1 then h2 (little-endian) out. */
+static PyObject *digest_function(PyObject *args, PyObject *kwargs, const char *format,
+                                 int hash_id, int seed_bits)
+{
+    static char *kwlist[] = {"key", "seed", NULL};
+    PyObject *key, *seed_obj = NULL;
+    uint64_t seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, kwlist, &key, &seed_obj)) return NULL;
+    if (seed_obj && parse_seed_bits(seed_obj, seed_bits, &seed) < 0) return NULL;
+    us_hash128 h;
+    if (key_hash(key, hash_id, seed, &h, -1) < 0) return NULL;
+    uint8_t out[16];
+    us_store64_le(out, h.h1);
+    us_store64_le(out + 8, h.h2);
+    return PyBytes_FromStringAndSize((const char *)out, 16);
+}
+
 PyDoc_STRVAR(murmur3_doc,
              "murmur3_x64_128(key, seed=0) -> bytes\n\n"
              "The 16-byte MurmurHash3 x64-128 digest of key (str as UTF-8, or bytes), exactly as\n"
@@ -174,20 +200,7 @@ PyDoc_STRVAR(murmur3_doc,
 
 static PyObject *mod_murmur3(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"key", "seed", NULL};
-    PyObject *key, *seed_obj = NULL;
-    uint32_t seed = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:murmur3_x64_128", kwlist, &key, &seed_obj))
-        return NULL;
-    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
-    us_hash128 h;
-    if (key_hash(key, US_HASH_MURMUR3_X64_128, seed, &h, -1) < 0) return NULL;
-    unsigned char out[16];
-    for (int i = 0; i < 8; i++) {
-        out[i] = (unsigned char)(h.h1 >> (8 * i));
-        out[8 + i] = (unsigned char)(h.h2 >> (8 * i));
-    }
-    return PyBytes_FromStringAndSize((const char *)out, 16);
+    return digest_function(args, kwargs, "O|O:murmur3_x64_128", US_HASH_MURMUR3_X64_128, 32);
 }
 
 PyDoc_STRVAR(xxh3_doc,
@@ -198,31 +211,7 @@ PyDoc_STRVAR(xxh3_doc,
 
 static PyObject *mod_xxh3(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"key", "seed", NULL};
-    PyObject *key, *seed_obj = NULL;
-    unsigned long long seed = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:xxh3_128", kwlist, &key, &seed_obj))
-        return NULL;
-    if (seed_obj) {
-        /* Every u64 is a valid seed, so only a non-int or an out-of-range value fails. */
-        seed = PyLong_AsUnsignedLongLong(seed_obj);
-        if (seed == (unsigned long long)-1 && PyErr_Occurred()) {
-            if (PyErr_ExceptionMatches(PyExc_OverflowError) ||
-                PyErr_ExceptionMatches(PyExc_TypeError))
-                PyErr_SetString(PyExc_ValueError, "seed must be an integer in [0, 2**64)");
-            return NULL;
-        }
-    }
-    key_bytes kb;
-    if (key_get(key, &kb, -1) < 0) return NULL;
-    us_hash128 h = us_xxh3_128(kb.data, (size_t)kb.len, (uint64_t)seed);
-    key_release(&kb);
-    unsigned char out[16];
-    for (int i = 0; i < 8; i++) {
-        out[i] = (unsigned char)(h.h1 >> (8 * i));
-        out[8 + i] = (unsigned char)(h.h2 >> (8 * i));
-    }
-    return PyBytes_FromStringAndSize((const char *)out, 16);
+    return digest_function(args, kwargs, "O|O:xxh3_128", US_HASH_XXH3_128, 64);
 }
 
 /* ---- the BitFilter type ------------------------------------------------------------------ */
@@ -247,9 +236,7 @@ static inline void add_count(BitFilter *self, unsigned long long fresh)
 {
     if (!fresh) return;
     self->count += fresh;
-    if (self->count_ptr) {
-        for (int i = 0; i < 8; i++) self->count_ptr[i] = (uint8_t)(self->count >> (8 * i));
-    }
+    if (self->count_ptr) us_store64_le(self->count_ptr, self->count);
 }
 
 static void acquire(BitFilter *self)

@@ -89,12 +89,10 @@ static inline uint32_t us_block_bit_(uint32_t i, us_block_bits_ *s, uint64_t h1)
  * byte read-modify-write per probe (callgrind, per-call add). */
 static inline void us_block_masks_(uint32_t k, us_hash128 h, uint64_t masks[8])
 {
-    uint64_t word = h.h2, fields = h.h2;
+    us_block_bits_ s = us_block_bits_start_(h);
     for (uint32_t i = 0; i < 8; i++) masks[i] = 0;
     for (uint32_t i = 0; i < k; i++) {
-        if (i && i % US_BLOCK_FIELDS_PER_WORD == 0) fields = word = us_fmix64(word + h.h1);
-        uint32_t bit = (uint32_t)(fields & (US_BLOCK_BITS - 1));
-        fields >>= 9;
+        uint32_t bit = us_block_bit_(i, &s, h.h1);
         masks[bit >> 6] |= 1ULL << (bit & 63);
     }
 }
