@@ -86,3 +86,120 @@ def state_path(tmp_path: Path) -> Path:
 def other_state_path(tmp_path: Path) -> Path:
     """A second, distinct state-file path in the same directory as state_path."""
     return tmp_path / "other.urlseen"
+
+
+# ---- Redis ------------------------------------------------------------------------------------
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"  # database 15: tests keep clear of real data
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """A real Redis server's URL ($URLSEEN_REDIS_URL, else 127.0.0.1:6379 database 15).
+
+    No server: skip with the reason, or fail in CI (.ci/run starts one)."""
+    url = os.environ.get("URLSEEN_REDIS_URL", DEFAULT_REDIS_URL)
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except Exception as exc:
+        if in_ci():
+            pytest.fail(f"Redis at {url} does not answer ({exc}) and CI is set: CI starts one")
+        pytest.skip(f"no Redis server at {url} ({exc}); start one or set URLSEEN_REDIS_URL")
+    return url
+
+
+@pytest.fixture
+def redis_name(redis_url: str, request: pytest.FixtureRequest):
+    """A filter name unique to this test; its keys are deleted afterwards."""
+    import uuid
+
+    import redis
+
+    name = f"test-{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"urlseen:{{{name}}}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory):
+    """A Redis Cluster of 3 masters on loopback, started for the test session with
+    `redis-cli --cluster create`; its URL is redis-cluster://127.0.0.1:<port>."""
+    import random
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    if not (shutil.which("redis-server") and shutil.which("redis-cli")):
+        if in_ci():
+            pytest.fail("redis-server and redis-cli are needed for the cluster tests in CI")
+        pytest.skip("redis-server / redis-cli not installed: no Redis Cluster tests")
+
+    def free(port: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+            return True
+
+    # A cluster node also listens on port + 10000 (its bus): both must be free and <= 65535.
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < 3:
+        port = rng.randrange(20000, 45000)
+        if port not in ports and free(port) and free(port + 10000):
+            ports.append(port)
+    folder = tmp_path_factory.mktemp("redis-cluster")
+    procs = [
+        subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(p),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{p}.conf",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(folder),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        for p in ports
+    ]
+    try:
+        for p in ports:
+            for _ in range(100):
+                if subprocess.run(["redis-cli", "-p", str(p), "ping"], capture_output=True).stdout:
+                    break
+                time.sleep(0.05)
+        create = ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports]]
+        subprocess.run([*create, "--cluster-replicas", "0", "--cluster-yes"], check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+        for _ in range(200):
+            info = subprocess.run(
+                ["redis-cli", "-p", str(ports[0]), "cluster", "info"], capture_output=True
+            ).stdout
+            if b"cluster_state:ok" in info:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the Redis Cluster did not reach cluster_state:ok")
+        yield f"redis-cluster://127.0.0.1:{ports[0]}"
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)

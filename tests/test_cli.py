@@ -12,32 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 import urlseen
-from urlseen.cli import cli
+from cli_helpers import dedup, invoke
 
 FIVE_MB = 5 * 1024 * 1024
-
-
-def _runner() -> CliRunner:
-    """stdout and stderr kept apart (click >= 8.2 always does; 8.1 needs mix_stderr=False)."""
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
-
-
-def invoke(*args: str | os.PathLike[str], input: bytes | None = None) -> Result:
-    return _runner().invoke(cli, [os.fspath(a) for a in args], input=input)
-
-
-def dedup(*args: str | os.PathLike[str], input: bytes | None = None) -> Result:
-    """Run `urlseen dedup ARGS` and require success."""
-    result = invoke("dedup", *args, input=input)
-    assert result.exception is None, result.stderr
-    assert result.exit_code == 0, result.stderr
-    return result
 
 
 def summary(result: Result) -> dict[str, Any]:
@@ -274,7 +254,7 @@ def test_text_summary_reports_counts_and_skips() -> None:
     assert "4 lines, 2 new, 1 duplicates" in err
     assert "1 empty skipped" in err
     assert "1 invalid UTF-8 kept verbatim" in err
-    assert "new URLs/s" in err and "bits" in err
+    assert "new URLs/s" in err and "MiB in memory" in err
 
 
 @pytest.mark.parametrize("flag", [[], ["--no-canonicalize"]])

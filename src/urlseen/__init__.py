@@ -25,8 +25,19 @@ from urlseen.errors import (
     StateInUseError,
     UrlseenError,
 )
-from urlseen.filters import BloomFilter, FilterStats, SeenFilter
+from urlseen.filters import (
+    BloomFilter,
+    CountersRebuiltWarning,
+    CountingBloomFilter,
+    ExactFilter,
+    FilterStats,
+    FingerprintLibraryFilter,
+    SeenFilter,
+)
+from urlseen.stores.library import FingerprintLibrary
+from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.mmapfile import UncleanShutdownWarning
+from urlseen.stores.sqlite_library import SQLiteLibrary
 
 try:
     __version__ = version("urlseen")
@@ -37,12 +48,19 @@ __all__ = [
     "BloomFilter",
     "ClosedError",
     "ConfigError",
+    "CountersRebuiltWarning",
+    "CountingBloomFilter",
+    "ExactFilter",
     "FilterStats",
+    "FingerprintLibrary",
+    "FingerprintLibraryFilter",
     "FormatError",
     "IncompatibleFiltersError",
     "InvalidKeyError",
+    "MemoryLibrary",
     "MissingDependencyError",
     "ReadOnlyError",
+    "SQLiteLibrary",
     "SeenFilter",
     "StateInUseError",
     "UncleanShutdownWarning",

@@ -9,8 +9,8 @@
  * `busy` flag (read and written only under the GIL) tells a single-key call that it must take
  * that lock too. So a key reported new is reported new exactly once, whatever the threads do.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_binding.h"
+
 #include <pythread.h>
 
 #include "csrc/bloom.h"
@@ -18,161 +18,6 @@
 #include "csrc/hash.h"
 #include "csrc/xxh3.h"
 
-
-static PyObject *InvalidKeyError; /* urlseen.errors.InvalidKeyError */
-static PyObject *ClosedError;     /* urlseen.errors.ClosedError */
-static PyObject *ReadOnlyError;   /* urlseen.errors.ReadOnlyError */
-
-/* ---- keys -------------------------------------------------------------------------------- */
-
-typedef struct {
-    const char *data;
-    Py_ssize_t len;
-    Py_buffer view;
-    int has_view;
-} key_bytes;
-
-/* Re-raise a failed UTF-8 encoding as InvalidKeyError, naming the batch position if any. */
-static void raise_unencodable(Py_ssize_t index)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (index >= 0)
-        PyErr_Format(InvalidKeyError,
-                     "key %zd of the batch cannot be encoded as UTF-8 (%S); pass bytes, or "
-                     "a str without lone surrogates",
-                     index, value ? value : Py_None);
-    else
-        PyErr_Format(InvalidKeyError,
-                     "key cannot be encoded as UTF-8 (%S); pass bytes, or a str without lone "
-                     "surrogates",
-                     value ? value : Py_None);
-    PyObject *type2, *value2, *tb2;
-    PyErr_Fetch(&type2, &value2, &tb2);
-    PyErr_NormalizeException(&type2, &value2, &tb2);
-    if (value) PyException_SetCause(value2, Py_NewRef(value));
-    PyErr_Restore(type2, value2, tb2);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-}
-
-static void raise_bad_key_type(PyObject *key, Py_ssize_t index)
-{
-    if (index >= 0)
-        PyErr_Format(PyExc_TypeError,
-                     "key %zd of the batch must be str or bytes-like, not '%.200s'", index,
-                     Py_TYPE(key)->tp_name);
-    else
-        PyErr_Format(PyExc_TypeError, "key must be str or bytes-like, not '%.200s'",
-                     Py_TYPE(key)->tp_name);
-}
-
-/* Borrow the bytes of a key: a str's UTF-8 (cached by CPython; an ASCII str is its own UTF-8),
- * a bytes object, or any contiguous buffer. Call key_release afterwards. */
-static int key_get(PyObject *key, key_bytes *kb, Py_ssize_t index)
-{
-    kb->has_view = 0;
-    if (PyUnicode_Check(key)) {
-        if (PyUnicode_IS_COMPACT_ASCII(key)) {
-            kb->data = (const char *)PyUnicode_DATA(key);
-            kb->len = PyUnicode_GET_LENGTH(key);
-            return 0;
-        }
-        kb->data = PyUnicode_AsUTF8AndSize(key, &kb->len);
-        if (kb->data == NULL) {
-            if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) raise_unencodable(index);
-            return -1;
-        }
-        return 0;
-    }
-    if (PyBytes_Check(key)) {
-        kb->data = PyBytes_AS_STRING(key);
-        kb->len = PyBytes_GET_SIZE(key);
-        return 0;
-    }
-    if (PyObject_CheckBuffer(key)) {
-        if (PyObject_GetBuffer(key, &kb->view, PyBUF_SIMPLE) < 0) {
-            if (PyErr_ExceptionMatches(PyExc_BufferError)) { /* e.g. a strided memoryview */
-                PyErr_Clear();
-                PyErr_Format(PyExc_TypeError, "key%s must be a contiguous buffer, not a strided '%.200s'",
-                             index >= 0 ? " of the batch" : "", Py_TYPE(key)->tp_name);
-            }
-            return -1;
-        }
-        kb->has_view = 1;
-        kb->data = (const char *)kb->view.buf;
-        kb->len = kb->view.len;
-        return 0;
-    }
-    raise_bad_key_type(key, index);
-    return -1;
-}
-
-static inline void key_release(key_bytes *kb)
-{
-    if (kb->has_view) PyBuffer_Release(&kb->view);
-}
-
-static int key_hash(PyObject *key, int hash_id, uint64_t seed, us_hash128 *out,
-                    Py_ssize_t index)
-{
-    key_bytes kb;
-    if (key_get(key, &kb, index) < 0) return -1;
-    *out = us_digest(hash_id, kb.data, (size_t)kb.len, seed);
-    key_release(&kb);
-    return 0;
-}
-
-static int parse_hash_id(int hash_id)
-{
-    if (hash_id != US_HASH_XXH3_128 && hash_id != US_HASH_MURMUR3_X64_128) {
-        PyErr_Format(PyExc_ValueError, "hash must be %d (xxh3_128) or %d (murmur3_x64_128), not %d",
-                     US_HASH_XXH3_128, US_HASH_MURMUR3_X64_128, hash_id);
-        return -1;
-    }
-    return 0;
-}
-
-/* A seed below 2**bits (32 for filters and MurmurHash3, 64 for plain XXH3), as ValueError. */
-static int parse_seed_bits(PyObject *obj, int bits, uint64_t *seed)
-{
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    int bad = v == (unsigned long long)-1 && PyErr_Occurred();
-    if (bad && !PyErr_ExceptionMatches(PyExc_OverflowError) &&
-        !PyErr_ExceptionMatches(PyExc_TypeError))
-        return -1;
-    if (bad || (bits < 64 && v >> bits)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "seed must be an integer in [0, 2**%d)", bits);
-        return -1;
-    }
-    *seed = v;
-    return 0;
-}
-
-static int parse_seed(PyObject *obj, uint32_t *seed)
-{
-    uint64_t v;
-    if (parse_seed_bits(obj, 32, &v) < 0) return -1;
-    *seed = (uint32_t)v;
-    return 0;
-}
-
-/* PyArg "O&" converter: a Python int in [0, 2**64), with OverflowError outside (the "K" format
- * would silently wrap a negative or oversized value). */
-static int to_u64(PyObject *obj, void *out)
-{
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "expected an int, not '%.200s'", Py_TYPE(obj)->tp_name);
-        return 0;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) return 0;
-    *(unsigned long long *)out = v;
-    return 1;
-}
 
 /* ---- module functions -------------------------------------------------------------------- */
 
@@ -187,10 +32,7 @@ static PyObject *digest_function(PyObject *args, PyObject *kwargs, const char *f
     if (seed_obj && parse_seed_bits(seed_obj, seed_bits, &seed) < 0) return NULL;
     us_hash128 h;
     if (key_hash(key, hash_id, seed, &h, -1) < 0) return NULL;
-    uint8_t out[16];
-    us_store64_le(out, h.h1);
-    us_store64_le(out + 8, h.h2);
-    return PyBytes_FromStringAndSize((const char *)out, 16);
+    return digest_bytes(h.h1, h.h2);
 }
 
 PyDoc_STRVAR(murmur3_doc,
@@ -212,6 +54,16 @@ PyDoc_STRVAR(xxh3_doc,
 static PyObject *mod_xxh3(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
     return digest_function(args, kwargs, "O|O:xxh3_128", US_HASH_XXH3_128, 64);
+}
+
+PyDoc_STRVAR(md5_doc,
+             "md5(key, seed=0) -> bytes\n\n"
+             "The 16-byte MD5 digest of key (str as UTF-8, or bytes), as hashlib.md5 gives it; with\n"
+             "a seed (< 2**32), the MD5 of the seed's 4 little-endian bytes followed by the key.");
+
+static PyObject *mod_md5(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    return digest_function(args, kwargs, "O|O:md5", US_HASH_MD5, 32);
 }
 
 /* ---- the BitFilter type ------------------------------------------------------------------ */
@@ -251,11 +103,11 @@ static void acquire(BitFilter *self)
 static int check_usable(BitFilter *self, int write)
 {
     if (!self->bound) {
-        PyErr_SetString(ClosedError, "the filter is closed");
+        PyErr_SetString(us_ClosedError, "the filter is closed");
         return -1;
     }
     if (write && self->readonly) {
-        PyErr_SetString(ReadOnlyError, "the filter was opened read-only");
+        PyErr_SetString(us_ReadOnlyError, "the filter was opened read-only");
         return -1;
     }
     return 0;
@@ -334,35 +186,10 @@ static int BitFilter_init(BitFilter *self, PyObject *args, PyObject *kwargs)
                      layout == US_LAYOUT_BLOCKED ? " and a multiple of 512" : "", nbits);
         return -1;
     }
-    if (offset < 0) {
-        PyErr_Format(PyExc_ValueError, "offset must be >= 0, not %zd", offset);
-        return -1;
-    }
-
     Py_buffer view;
-    int readonly = 0;
-    if (PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
-            return -1;
-        PyErr_Clear();
-        if (PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE) < 0) return -1;
-        readonly = 1;
-    }
-    unsigned long long need = (nbits + 7) / 8;
-    if ((unsigned long long)view.len < (unsigned long long)offset ||
-        (unsigned long long)(view.len - offset) < need) {
-        PyErr_Format(PyExc_ValueError,
-                     "buffer of %zd bytes is too small for %llu bits at offset %zd", view.len,
-                     nbits, offset);
-        PyBuffer_Release(&view);
+    int readonly;
+    if (bind_buffer(buffer, offset, (nbits + 7) / 8, count_offset, &view, &readonly) < 0)
         return -1;
-    }
-    if (count_offset >= 0 && (readonly || count_offset > view.len - 8)) {
-        PyErr_Format(PyExc_ValueError, "count_offset %zd does not fit a writable buffer of %zd bytes",
-                     count_offset, view.len);
-        PyBuffer_Release(&view);
-        return -1;
-    }
 
     acquire(self);
     if (self->busy) { /* re-init during a batch of another thread: refuse */
@@ -490,26 +317,6 @@ static int validate_batch(PyObject *seq)
         }
     }
     return 0;
-}
-
-/* The batch as a list or tuple (any other iterable is read into a tuple first). */
-static PyObject *batch_sequence(PyObject *keys)
-{
-    if (PyUnicode_Check(keys) || PyBytes_Check(keys) || PyByteArray_Check(keys)) {
-        /* Iterating would add every character as a key: surely not what was meant. */
-        PyErr_Format(PyExc_TypeError,
-                     "expected an iterable of keys, not a single '%.200s' (wrap it in a list)",
-                     Py_TYPE(keys)->tp_name);
-        return NULL;
-    }
-    if (PyList_CheckExact(keys) || PyTuple_CheckExact(keys)) return Py_NewRef(keys);
-    PyObject *tuple = PySequence_Tuple(keys);
-    if (tuple == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "expected an iterable of str or bytes, not '%.200s'",
-                     Py_TYPE(keys)->tp_name);
-    }
-    return tuple;
 }
 
 enum batch_mode { BATCH_ADD_LIST, BATCH_ADD_COUNT, BATCH_TEST_LIST };
@@ -707,7 +514,7 @@ static PyObject *BitFilter_merge_bits(BitFilter *self, PyObject *other_obj)
 PyDoc_STRVAR(release_doc,
              "_release() -> None\n\n"
              "Let go of the buffer (waiting for a running batch) so that its owner, e.g. an mmap,\n"
-             "can be closed. Afterwards every operation raises ClosedError.");
+             "can be closed. Afterwards every operation raises us_ClosedError.");
 
 static PyObject *BitFilter_release(BitFilter *self, PyObject *unused)
 {
@@ -810,11 +617,7 @@ static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
     if (parse_hash_id(hash_id) < 0) return NULL;
     uint32_t seed = 0;
     if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
-    if ((layout != US_LAYOUT_STANDARD && layout != US_LAYOUT_BLOCKED) || k < 1 || k > US_MAX_K ||
-        nbits == 0 || (layout == US_LAYOUT_BLOCKED && nbits % US_BLOCK_BITS)) {
-        PyErr_SetString(PyExc_ValueError, "invalid nbits, k or layout");
-        return NULL;
-    }
+    if (check_shape(nbits, k, layout, 0) < 0) return NULL;
     us_hash128 h;
     if (key_hash(key, hash_id, seed, &h, -1) < 0) return NULL;
     us_bloom b = {NULL, nbits, (uint32_t)k, layout};
@@ -856,21 +659,11 @@ static PyMethodDef module_methods[] = {
     {"murmur3_x64_128", (PyCFunction)(void (*)(void))mod_murmur3, METH_VARARGS | METH_KEYWORDS,
      murmur3_doc},
     {"xxh3_128", (PyCFunction)(void (*)(void))mod_xxh3, METH_VARARGS | METH_KEYWORDS, xxh3_doc},
+    {"md5", (PyCFunction)(void (*)(void))mod_md5, METH_VARARGS | METH_KEYWORDS, md5_doc},
     {"positions", (PyCFunction)(void (*)(void))mod_positions, METH_VARARGS | METH_KEYWORDS,
      positions_fn_doc},
     {NULL},
 };
-
-static int load_errors(void)
-{
-    PyObject *errors = PyImport_ImportModule("urlseen.errors");
-    if (errors == NULL) return -1;
-    InvalidKeyError = PyObject_GetAttrString(errors, "InvalidKeyError");
-    ClosedError = PyObject_GetAttrString(errors, "ClosedError");
-    ReadOnlyError = PyObject_GetAttrString(errors, "ReadOnlyError");
-    Py_DECREF(errors);
-    return (InvalidKeyError && ClosedError && ReadOnlyError) ? 0 : -1;
-}
 
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "urlseen._core",
@@ -881,7 +674,7 @@ static struct PyModuleDef core_module = {
 
 PyMODINIT_FUNC PyInit__core(void)
 {
-    if (load_errors() < 0) return NULL;
+    if (us_load_errors() < 0) return NULL;
     if (PyType_Ready(&BitFilterType) < 0) return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL) return NULL;
@@ -891,7 +684,9 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddIntConstant(m, "BLOCK_BITS", US_BLOCK_BITS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_K", US_MAX_K) < 0 ||
         PyModule_AddIntConstant(m, "HASH_XXH3_128", US_HASH_XXH3_128) < 0 ||
-        PyModule_AddIntConstant(m, "HASH_MURMUR3_X64_128", US_HASH_MURMUR3_X64_128) < 0) {
+        PyModule_AddIntConstant(m, "HASH_MURMUR3_X64_128", US_HASH_MURMUR3_X64_128) < 0 ||
+        PyModule_AddIntConstant(m, "HASH_MD5", US_HASH_MD5) < 0 || us_counting_add_types(m) < 0 ||
+        us_remote_add_functions(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -2,15 +2,17 @@
 
 It is library code (the CLI only parses options), so a crawler's own pipeline can call it too.
 
-Crash safety with a persistent filter (`transactional=True`): each batch is first only tested,
-its new lines are written and flushed, and only then are their keys added. The filter therefore
-never gets ahead of the output: a run killed at any moment and run again on the same input
-prints every distinct line at least once across the two runs, and at most one batch
-(`batch_size` lines) twice.
+Crash safety with a persistent filter (`transactional=True`): the new lines of a batch are
+written and flushed before their keys are committed to the filter. A Bloom filter is first only
+tested, then added to; an exact filter (`commits_after_callback`) does both in one pass and
+writes the lines from its before_commit callback. The filter therefore never gets ahead of the
+output: a run killed at any moment and run again on the same input prints every distinct line
+at least once across the two runs, and at most one batch (`batch_size` lines) twice.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ class DedupSummary:
     filter_bits: int = 0
     filter_count: int = 0
     filter_capacity: int = 0
+    filter_kind: str = ""
     skipped: LineCounts = field(default_factory=LineCounts)
 
     @property
@@ -62,6 +65,7 @@ class DedupSummary:
             "filter_bits": self.filter_bits,
             "filter_count": self.filter_count,
             "filter_capacity": self.filter_capacity,
+            "filter_kind": self.filter_kind,
             "over_capacity": self.filter_count > self.filter_capacity,
             "skipped": self.skipped.as_dict(),
         }
@@ -91,6 +95,16 @@ def _new_in_batch(seen: SeenFilter, keys: list[Any], transactional: bool) -> lis
             fresh = as_bytes not in firsts
             firsts.add(as_bytes)
         flags.append(fresh)
+    return flags
+
+
+def _write_new(out: BinaryIO, lines: list[bytes], flags: list[bool], flush: bool) -> list[bool]:
+    """Write the lines flagged new; with flush, they are out before their keys are committed."""
+    chunks = [line for line, fresh in zip(lines, flags, strict=True) if fresh]
+    if chunks:
+        out.write(b"\n".join(chunks) + b"\n")
+    if flush:
+        out.flush()
     return flags
 
 
@@ -124,27 +138,26 @@ def dedup(
         keyed = [(line, keyer.key(line)) for line in raw]
         urls = [(line, key) for line, key in keyed if key is not None]
         keys = [key for _, key in urls]
-        flags = _new_in_batch(seen, keys, transactional)
-        fresh_keys = []
-        chunks = []
-        for (line, key), fresh in zip(urls, flags, strict=True):
-            if fresh:
-                chunks.append(line)
-                fresh_keys.append(key)
-        if chunks:
-            out.write(b"\n".join(chunks) + b"\n")
-        if transactional:
-            out.flush()  # the lines are out before their keys go in
-            if fresh_keys:
-                seen.add_many(fresh_keys)
+        lines_out = [line for line, _ in urls]
+        if getattr(seen, "commits_after_callback", False):
+            write = functools.partial(_write_new, out, lines_out, flush=transactional)
+            flags = seen.add_many(keys, before_commit=write)  # type: ignore[call-arg]
+        else:
+            flags = _new_in_batch(seen, keys, transactional)
+            _write_new(out, lines_out, flags, transactional)
+            if transactional:
+                fresh_keys = [key for key, fresh in zip(keys, flags, strict=True) if fresh]
+                if fresh_keys:
+                    seen.add_many(fresh_keys)
+        written = sum(flags)
         summary.lines += len(batch)
-        summary.new += len(fresh_keys)
-        summary.duplicates += len(keys) - len(fresh_keys)
+        summary.new += written
+        summary.duplicates += len(keys) - written
         if progress is not None:
             progress(sum(len(line) for line in batch))
     out.flush()
     summary.seconds = time.perf_counter() - start
     stats = seen.stats()
     summary.filter_bits, summary.filter_count = stats.bits, stats.count
-    summary.filter_capacity = stats.capacity
+    summary.filter_capacity, summary.filter_kind = stats.capacity, stats.kind
     return summary

@@ -23,7 +23,8 @@ def cli_errors() -> Iterator[None]:
     except OSError as exc:
         if exc.errno == errno.EPIPE:
             raise SystemExit(0) from None
-        raise click.ClickException(f"{exc.filename or ''}: {exc.strerror or exc}") from exc
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise click.ClickException(f"{where}{exc.strerror or exc}") from exc
 
 
 def human(n: float) -> str:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import math
 import os
 import sys
+import tempfile
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -18,11 +22,26 @@ from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, human
 from urlseen.dedup import DEFAULT_BATCH_SIZE, DedupSummary, dedup
 from urlseen.filters.bloom import BloomFilter
+from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES, LIBRARY_FILE, ExactFilter
+from urlseen.filters.library import FingerprintLibraryFilter
+from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.linekeys import LineKeyer
 from urlseen.stores.mmapfile import UncleanShutdownWarning
 
 DEFAULT_CAPACITY = 10_000_000
 DEFAULT_ERROR_RATE = 1e-6
+EXACT_ERROR_RATE = 1e-3
+MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
+EXACT_BATCH_SIZE = 65536  # a library commit per batch: larger batches amortize it (EXACT.md)
+
+
+@contextlib.contextmanager
+def seen_closed_on_error(seen: ExactFilter) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        seen.close()
+        raise
 
 
 def _open_input(name: str) -> BinaryIO:
@@ -79,33 +98,143 @@ def _open_output(path: str, append: bool) -> BinaryIO:
     return out
 
 
-def _open_filter(
+def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:
+    for warning in caught:
+        click.echo(f"warning: {warning.message}", err=True)
+
+
+def _check_given(
+    ctx: click.Context, given: Mapping[str, object], stored: Mapping[str, object], what: str
+) -> None:
+    """An explicit option that contradicts the state's own parameters is a usage error."""
+    for name, value in given.items():
+        explicit = ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        if explicit and value != stored[name]:
+            raise click.UsageError(
+                f"--{name.replace('_', '-')} {value} differs from the {what}'s "
+                f"{stored[name]}; a {what} keeps the parameters it was created with"
+            )
+
+
+def _open_bloom(
     ctx: click.Context, state: str | None, capacity: int, error_rate: float, layout: str
 ) -> BloomFilter:
     if state is None:
         return BloomFilter(capacity, error_rate, layout=layout)
     if not Path(state).exists():
         return BloomFilter.create(state, capacity, error_rate, layout=layout)
+    if Path(state).is_dir():
+        raise click.UsageError(f"--state {state} is a folder: a Bloom filter's state is a file")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UncleanShutdownWarning)
         seen = BloomFilter.open(state)
-    for warning in caught:
-        click.echo(f"warning: {warning.message}", err=True)
-    given = {"capacity": capacity, "error_rate": error_rate, "layout": layout}
+    _echo_warnings(caught)
     stored = {
         "capacity": seen.capacity,
         "error_rate": seen.error_rate,
         "layout": seen.stats().details["layout"],
     }
-    for name, value in given.items():
-        explicit = ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
-        if explicit and value != stored[name]:
-            seen.close()
-            raise click.UsageError(
-                f"--{name.replace('_', '-')} {value} differs from the state file's "
-                f"{stored[name]}; a state file keeps the parameters it was created with"
-            )
+    try:
+        given = {"capacity": capacity, "error_rate": error_rate, "layout": layout}
+        _check_given(ctx, given, stored, "state file")
+    except click.UsageError:
+        seen.close()
+        raise
     return seen
+
+
+def _open_redis_bloom(
+    ctx: click.Context,
+    url: str,
+    name: str,
+    capacity: int,
+    error_rate: float | None,
+    layout: str,
+) -> RedisBloomFilter:
+    """The shared filter: created with these parameters if it is new, else its own ones (an
+    explicit option that differs is an error)."""
+    if not RedisBloomFilter.exists(url, name):
+        rate = DEFAULT_ERROR_RATE if error_rate is None else error_rate
+        return RedisBloomFilter(url, name, capacity, rate, layout=layout)
+    explicit = ctx.get_parameter_source("capacity") is click.core.ParameterSource.COMMANDLINE
+    return RedisBloomFilter(url, name, capacity if explicit else None, error_rate)
+
+
+def _open_exact(
+    ctx: click.Context,
+    stack: contextlib.ExitStack,
+    filter_name: str,
+    state: str | None,
+    capacity: int,
+    error_rate: float,
+    cache_entries: int,
+) -> ExactFilter | FingerprintLibraryFilter:
+    """An exact filter: its state folder, or a temporary one (the library stays on disk, so
+    memory stays bounded however many URLs come)."""
+    folder = (
+        Path(state)
+        if state is not None
+        else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="urlseen-")))
+    )
+    if folder.exists() and not folder.is_dir():
+        raise click.UsageError(f"--state {folder} is a file: --filter {filter_name} keeps a folder")
+    exists = (folder / LIBRARY_FILE).exists()
+    if filter_name == "library":
+        if exists:
+            return FingerprintLibraryFilter.open(folder)
+        return FingerprintLibraryFilter.create(folder)
+    if not exists:
+        return ExactFilter.create(folder, capacity, error_rate, cache_entries=cache_entries)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen = ExactFilter.open(folder, cache_entries=cache_entries)
+    _echo_warnings(caught)
+    stored = {"capacity": seen.counters.capacity, "error_rate": seen.counters.error_rate}
+    try:
+        _check_given(ctx, {"capacity": capacity, "error_rate": error_rate}, stored, "state")
+    except click.UsageError:
+        seen.close()
+        raise
+    return seen
+
+
+def _parse_age(text: str) -> float:
+    """A cut-off time from "30d", "12h", "90m", "45s" (ago) or Unix seconds or an ISO date."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    cutoff: float | None = None
+    if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
+        cutoff = time.time() - float(text[:-1]) * units[text[-1]]
+    else:
+        try:
+            cutoff = float(text)
+        except ValueError:
+            with contextlib.suppress(ValueError, OverflowError):
+                cutoff = datetime.fromisoformat(text).timestamp()
+    if cutoff is None or not math.isfinite(cutoff) or abs(cutoff) > MAX_TIMESTAMP:
+        raise click.BadParameter(
+            f"{text!r}: use an age like 30d / 12h / 90m / 45s, Unix seconds, or an ISO date"
+            " (within 300,000 years of 1970)",
+            param_hint="--forget-older-than",
+        )
+    return cutoff
+
+
+def _forget(
+    seen: ExactFilter, remove: str | None, older_than: float | None, keyer: LineKeyer
+) -> None:
+    """Apply --remove and --forget-older-than before the run: those URLs become new again."""
+    forgotten = 0
+    if remove is not None:
+        with contextlib.ExitStack() as stack:
+            stream = _open_input(remove)
+            if remove != "-":
+                stack.enter_context(stream)
+            keys = [k for line in stream if (k := keyer.key(line.rstrip(b"\n"))) is not None]
+        forgotten += sum(seen.forget_many(keys))
+    if older_than is not None:
+        forgotten += seen.forget_older_than(older_than)
+    if remove is not None or older_than is not None:
+        click.echo(f"urlseen dedup: forgot {forgotten:,} URLs (they are new again)", err=True)
 
 
 def _report(summary: DedupSummary, as_json: bool) -> None:
@@ -117,7 +246,7 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
         f"urlseen dedup: {s.lines:,} lines, {s.new:,} new, {s.duplicates:,} duplicates "
         f"({s.duplicate_rate:.1%}), {human(s.new_per_second)} new URLs/s "
         f"({human(s.lines_per_second)} lines/s), "
-        f"filter {s.filter_bits:,} bits ({s.filter_bits / 8 / 2**20:.1f} MiB)"
+        f"{s.filter_kind} filter {s.filter_bits / 8 / 2**20:.1f} MiB in memory"
     )
     skipped = s.skipped
     odd = [f"{skipped.empty:,} empty skipped"] if skipped.empty else []
@@ -129,7 +258,13 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
         if count:
             odd.append(f"{count:,} {what} kept verbatim")
     click.echo(line + (f"; {', '.join(odd)}" if odd else ""), err=True)
-    if s.filter_count > s.filter_capacity:
+    if s.filter_count > s.filter_capacity and s.filter_kind == "exact":
+        click.echo(
+            f"note: {s.filter_count:,} URLs in an exact filter sized for {s.filter_capacity:,}: "
+            "answers stay exact, but more new URLs now cost a library look-up",
+            err=True,
+        )
+    elif s.filter_count > s.filter_capacity and s.filter_kind in ("bloom", "redis-bloom"):
         click.echo(
             f"warning: {s.filter_count:,} keys in a filter sized for {s.filter_capacity:,}: "
             "the false-positive rate is now above the configured one; use a larger --capacity",
@@ -154,16 +289,31 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
 )
 @click.option(
     "--state",
-    type=click.Path(dir_okay=False),
-    help="State file: created if missing, resumed if present (seen URLs stay seen).",
+    type=click.Path(),
+    help="State to resume (created if missing; seen URLs stay seen): a file for bloom, a "
+    "folder for exact and library.",
+)
+@click.option(
+    "--redis",
+    "redis_url",
+    metavar="URL",
+    help="Share the filter through Redis (redis://host:6379/0): processes that use the same "
+    "URL and --name print each distinct URL once between them. bloom only, for now.",
+)
+@click.option(
+    "--name",
+    default="dedup",
+    show_default=True,
+    help="With --redis: the shared filter's name.",
 )
 @click.option(
     "--filter",
     "filter_name",
-    type=click.Choice(["bloom"]),
+    type=click.Choice(["bloom", "exact", "library"]),
     default="bloom",
     show_default=True,
-    help="Seen-test algorithm.",
+    help="Seen-test: bloom (probabilistic, in memory), exact (IMP-CBFilter: counting filter + "
+    "fingerprint library on disk, never drops a new URL), library (fingerprint library alone).",
 )
 @click.option(
     "--capacity",
@@ -175,9 +325,28 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
 @click.option(
     "--error-rate",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=DEFAULT_ERROR_RATE,
+    default=None,
+    help="bloom: false-positive rate at capacity, the share of new URLs dropped as seen "
+    f"[default: {DEFAULT_ERROR_RATE}]. exact: the counting filter's rate, the share of new URLs "
+    f"that cost a library look-up (never a wrong answer) [default: {EXACT_ERROR_RATE}].",
+)
+@click.option(
+    "--cache-entries",
+    type=click.IntRange(0, 2**32),
+    default=DEFAULT_CACHE_ENTRIES,
     show_default=True,
-    help="False-positive rate at capacity: the share of new URLs dropped as seen.",
+    help="exact: hot fingerprints kept in memory (32 bytes each); 0 = none.",
+)
+@click.option(
+    "--remove",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="exact: forget the URLs listed in this file before the run (they are new again).",
+)
+@click.option(
+    "--forget-older-than",
+    metavar="AGE",
+    help="exact: before the run, forget URLs first seen before AGE (30d, 12h, Unix seconds "
+    "or an ISO date): expiry for re-crawl.",
 )
 @click.option(
     "--layout",
@@ -198,9 +367,10 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 1_000_000),
-    default=DEFAULT_BATCH_SIZE,
-    show_default=True,
-    help="Lines per batch; with --state, the most a killed run may print again when rerun.",
+    default=None,
+    help="Lines per batch; with --state, the most a killed run may print again when rerun "
+    f"[default: {DEFAULT_BATCH_SIZE} for bloom; {EXACT_BATCH_SIZE} for exact and library, "
+    "whose library commits once per batch].",
 )
 @click.option(
     "--progress/--no-progress",
@@ -215,13 +385,18 @@ def dedup_command(
     output: str,
     append: bool,
     state: str | None,
+    redis_url: str | None,
+    name: str,
     filter_name: str,
     capacity: int,
-    error_rate: float,
+    error_rate: float | None,
+    cache_entries: int,
+    remove: str | None,
+    forget_older_than: str | None,
     layout: str,
     profile: str,
     no_canonicalize: bool,
-    batch_size: int,
+    batch_size: int | None,
     progress: bool | None,
     as_json: bool,
 ) -> None:
@@ -236,11 +411,31 @@ def dedup_command(
     Example:
         urlseen dedup crawl-log.txt.gz -o unique.txt
         urlseen dedup --state seen.bloom new-links.txt   # URLs seen in earlier runs stay seen
+        urlseen dedup --filter exact --state seen/ new-links.txt   # exact, on disk
     """
-    keyer = LineKeyer(profile="none" if no_canonicalize else profile)
+    profile = "none" if no_canonicalize else profile
+    keyer = LineKeyer(profile=profile)
     show = sys.stderr.isatty() if progress is None else progress
-    with cli_errors():
-        seen = _open_filter(ctx, state, capacity, error_rate, layout)
+    if filter_name != "exact" and (remove is not None or forget_older_than is not None):
+        raise click.UsageError("--remove and --forget-older-than need --filter exact")
+    cutoff = (
+        None if forget_older_than is None else _parse_age(forget_older_than)
+    )  # before any change
+    with cli_errors(), contextlib.ExitStack() as outer:
+        seen: BloomFilter | ExactFilter | FingerprintLibraryFilter | RedisBloomFilter
+        if redis_url is not None:
+            if filter_name != "bloom" or state is not None:
+                raise click.UsageError("--redis works with --filter bloom and without --state")
+            seen = _open_redis_bloom(ctx, redis_url, name, capacity, error_rate, layout)
+        elif filter_name == "bloom":
+            rate = DEFAULT_ERROR_RATE if error_rate is None else error_rate
+            seen = _open_bloom(ctx, state, capacity, rate, layout)
+        else:
+            rate = EXACT_ERROR_RATE if error_rate is None else error_rate
+            seen = _open_exact(ctx, outer, filter_name, state, capacity, rate, cache_entries)
+            if isinstance(seen, ExactFilter):
+                with seen_closed_on_error(seen):
+                    _forget(seen, remove, cutoff, LineKeyer(profile=profile))
         with seen, contextlib.ExitStack() as stack:
             out = (
                 sys.stdout.buffer
@@ -266,7 +461,8 @@ def dedup_command(
                 out,
                 keyer=keyer,
                 transactional=state is not None,
-                batch_size=batch_size,
+                batch_size=batch_size
+                or (DEFAULT_BATCH_SIZE if filter_name == "bloom" else EXACT_BATCH_SIZE),
                 progress=bar.update if bar is not None else None,
             )
         _report(summary, as_json)

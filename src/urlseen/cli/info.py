@@ -4,31 +4,60 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import click
 
 from urlseen.cli._common import cli_errors
 from urlseen.filters import _sizing
 from urlseen.filters.bloom import BloomFilter
+from urlseen.filters.counting import CountingBloomFilter
+from urlseen.filters.exact import COUNTERS_FILE, LIBRARY_FILE
+from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.stores._format import FLAG_DATA_CRC, FLAG_OPEN, FORMAT_VERSION
 from urlseen.stores.mmapfile import read_header
+from urlseen.stores.sqlite_library import SQLiteLibrary
 
 
 @click.command("info")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.argument("path", type=click.Path(exists=True), required=False)
+@click.option("--redis", "redis_url", metavar="URL", help="Describe a filter kept in Redis.")
+@click.option("--name", help="With --redis: the filter's name.")
 @click.option(
     "--verify",
     is_flag=True,
     help="Also check the data against its checksum (reads the whole file).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def info_command(path: str, verify: bool, as_json: bool) -> None:
-    """Describe the state file PATH: filter, parameters, fill, state.
+def info_command(
+    path: str | None, redis_url: str | None, name: str | None, verify: bool, as_json: bool
+) -> None:
+    """Describe the state PATH (a Bloom filter's file, or an exact filter's folder), or with
+    --redis URL --name NAME a filter shared through Redis.
 
     \b
     Example:
         urlseen info seen.bloom
+        urlseen info seen/            # an exact filter: library records, counters, sync
+        urlseen info --redis redis://127.0.0.1:6379/0 --name crawl
     """
+    if (redis_url is None) == (path is None) or (redis_url is not None) != (name is not None):
+        raise click.UsageError("give a PATH, or --redis URL and --name NAME")
+    if redis_url is not None:
+        assert name is not None
+        with cli_errors():
+            _print(describe_redis(redis_url, name), as_json)
+        return
+    assert path is not None
+    if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, LIBRARY_FILE)):
+            raise click.UsageError(
+                f"{path} is a folder without {LIBRARY_FILE}: not a urlseen state"
+            )
+        with cli_errors():
+            folder_desc = describe_folder(path, verify)
+        _print(folder_desc, as_json)
+        return
     with cli_errors():
         header = read_header(path)
         params = header.params
@@ -51,6 +80,74 @@ def info_command(path: str, verify: bool, as_json: bool) -> None:
             else:
                 with BloomFilter.open(path, readonly=True) as seen:
                     desc["verified"] = seen.verify()
+    _print(desc, as_json)
+
+
+def describe_folder(path: str, verify: bool) -> dict[str, object]:
+    """An exact (or library-only) filter's folder, read-only: nothing is rebuilt or changed."""
+    folder = Path(path)
+    library = SQLiteLibrary(folder / LIBRARY_FILE, readonly=True)
+    try:
+        desc: dict[str, object] = {
+            "path": path,
+            "kind": "exact" if (folder / COUNTERS_FILE).exists() else "library",
+            "records": library.count(),
+            "fingerprint": library.get_meta("fingerprint"),
+            "library_bytes": sum(os.path.getsize(f) for f in library.files()),
+        }
+        if verify:
+            library.verify()
+            desc["library_verified"] = True
+        counters_path = folder / COUNTERS_FILE
+        if counters_path.exists():
+            header = read_header(counters_path)
+            params = header.params
+            desc.update(
+                {
+                    "counters_closed_cleanly": not header.flags & FLAG_OPEN,
+                    "counters_in_sync": library.get_meta("counters") == params.get("counters_id")
+                    and not header.flags & FLAG_OPEN,
+                    "capacity": params.get("capacity"),
+                    "error_rate": params.get("error_rate"),
+                    "ncounters": params.get("ncounters"),
+                    "counter_bits": params.get("counter_bits"),
+                    "k": params.get("k"),
+                    "counter_bytes": header.data_length,
+                }
+            )
+            if verify and header.flags & FLAG_DATA_CRC:
+                with CountingBloomFilter.open(counters_path, readonly=True) as counters:
+                    desc["counters_verified"] = counters.verify()
+        return desc
+    finally:
+        library.close()
+
+
+def describe_redis(url: str, name: str) -> dict[str, object]:
+    """A Redis filter's parameters, count and fill (BITCOUNT reads its bits on the server)."""
+    if not RedisBloomFilter.exists(url, name):
+        raise click.UsageError(f"no urlseen filter named {name!r} in {url}")
+    seen = RedisBloomFilter(url, name)
+    stats = seen.stats()
+    ones = seen.popcount()
+    return {
+        "redis": url,
+        "name": name,
+        "kind": stats.kind,
+        "count": stats.count,
+        "capacity": stats.capacity,
+        "error_rate": stats.error_rate,
+        "estimated_error_rate": stats.estimated_error_rate,
+        "nbits": seen.nbits,
+        "k": seen.k,
+        "layout": stats.details["layout"],
+        "hash": stats.details["hash"],
+        "fill": ones / seen.nbits,
+        "redis_bytes": seen.memory_usage(),
+    }
+
+
+def _print(desc: dict[str, object], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(desc))
         return

@@ -17,12 +17,7 @@ void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out)
         for (uint32_t i = 0; i < b->k; i++) out[i] = base + us_block_bit_(i, &s, h.h1);
         return;
     }
-    uint64_t x = h.h1, y = h.h2 | 1;
-    for (uint32_t i = 0; i < b->k; i++) {
-        out[i] = us_reduce(x, b->nbits);
-        x += y;
-        y += i + 1;
-    }
+    us_standard_indices(h, b->nbits, b->k, out);
 }
 
 /* Prefetch every cache line the key will touch: one for a blocked filter, k for a standard one. */

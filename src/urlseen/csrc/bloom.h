@@ -51,6 +51,18 @@ static inline uint64_t us_reduce(uint64_t x, uint64_t n)
     return (uint64_t)(((unsigned __int128)x * n) >> 64);
 }
 
+/* The k indices of the standard layout, in [0, n): enhanced double hashing (header comment).
+ * Shared with the counting filter (counting.h), whose counters are indexed the same way. */
+static inline void us_standard_indices(us_hash128 h, uint64_t n, uint32_t k, uint64_t *out)
+{
+    uint64_t x = h.h1, y = h.h2 | 1;
+    for (uint32_t i = 0; i < k; i++) {
+        out[i] = us_reduce(x, n);
+        x += y;
+        y += i + 1;
+    }
+}
+
 /* Writes the key's k bit positions (absolute, in [0, nbits)) to out[0..k-1]: the reference that
  * the Python oracle and the Redis backends reproduce. */
 void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out);

@@ -2,20 +2,30 @@
  *
  * Ids are part of the file format and never change meaning: 0 = XXH3-128 (the default: ~9 ns
  * per 60-byte URL here), 1 = MurmurHash3 x64-128 (~22 ns; kept so that filters made with it,
- * or compared against systems that use it, keep working). Pure C.
+ * or compared against systems that use it, keep working), 2 = MD5 (the fingerprint seeds A and D
+ * specify; h1 = its bytes 0-7 and h2 = bytes 8-15, little-endian; a seed is prefixed, md5.h).
+ * Pure C.
  */
 #ifndef URLSEEN_DIGEST_H
 #define URLSEEN_DIGEST_H
 
+#include "bytes.h"
 #include "hash.h"
+#include "md5.h"
 #include "xxh3.h"
 
-enum us_hash_id { US_HASH_XXH3_128 = 0, US_HASH_MURMUR3_X64_128 = 1 };
+enum us_hash_id { US_HASH_XXH3_128 = 0, US_HASH_MURMUR3_X64_128 = 1, US_HASH_MD5 = 2 };
 
 /* MurmurHash3 takes a 32-bit seed: callers keep seeds below 2**32 for every hash id. */
 static inline us_hash128 us_digest(int hash_id, const void *key, size_t len, uint64_t seed)
 {
     if (hash_id == US_HASH_MURMUR3_X64_128) return us_murmur3_x64_128(key, len, (uint32_t)seed);
+    if (hash_id == US_HASH_MD5) {
+        uint8_t out[16];
+        us_md5(key, len, (uint32_t)seed, out);
+        us_hash128 h = {us_load64_le(out), us_load64_le(out + 8)};
+        return h;
+    }
     return us_xxh3_128(key, len, seed);
 }
 

@@ -175,3 +175,67 @@ def error_rate_at(size_layout: str, nbits: int, k: int, count: int) -> float:
     if size_layout == "blocked":
         return blocked_error_rate(count, nbits // BLOCK_BITS, k)
     return standard_error_rate(count, nbits, k)
+
+
+@dataclass(frozen=True)
+class CountingSize:
+    """A sized counting filter: m counters, k per key, the filter stage's rate at capacity."""
+
+    ncounters: int
+    k: int
+    error_rate_at_capacity: float
+
+
+def size_counting(
+    capacity: int, error_rate: float, k: int | None = None, counters_per_key: float | None = None
+) -> CountingSize:
+    """Counters and k for a counting filter: the standard formulas with counters for bits, or
+    explicit k and/or m / n (seed A's experiment: k = 8, m / n = 20)."""
+    capacity, error_rate = check_target(capacity, error_rate)
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K):
+        raise ConfigError(f"k must be an int in [1, {MAX_K}], not {k!r}")
+    if counters_per_key is not None:
+        if isinstance(counters_per_key, bool) or not isinstance(counters_per_key, (int, float)):
+            raise ConfigError(f"counters_per_key must be a number, not {counters_per_key!r}")
+        if not 1 <= counters_per_key <= 1024:
+            raise ConfigError(f"counters_per_key must be in [1, 1024], not {counters_per_key!r}")
+        m = math.ceil(counters_per_key * capacity)
+        kk = k if k is not None else max(1, min(MAX_K, round(counters_per_key * math.log(2))))
+    else:
+        std = size_standard(capacity, error_rate)
+        m, kk = std.nbits, std.k
+        if k is not None and k != kk:  # keep k, find the m that meets the rate with it
+            inv = -math.expm1(math.log1p(-(error_rate ** (1.0 / k))) / (k * capacity))
+            m, kk = math.ceil(1.0 / inv), k
+    if m > MAX_BITS:
+        raise ConfigError(f"capacity {capacity} needs {m} counters, more than {MAX_BITS}")
+    return CountingSize(m, kk, standard_error_rate(capacity, m, kk))
+
+
+@dataclass(frozen=True)
+class SplittableSize:
+    """A dynamic splittable Bloom filter's shape (spec E2): k probes per leaf, at most u URLs per
+    leaf of m bits (its FP rate stays <= f), and c first-layer leaves for n expected URLs."""
+
+    k: int
+    leaf_capacity: int
+    first_leaves: int
+
+
+def size_splittable(n: int, m: int, f: float) -> SplittableSize:
+    """k in {floor(log2 1/f), ceil(log2 1/f)}, whichever lets a leaf hold more URLs; u by the
+    exact form of S0.2 (never the closed form, which overshoots); c = ceil(n / u)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"n (expected URLs) must be a positive int, not {n!r}")
+    if isinstance(m, bool) or not isinstance(m, int) or not 64 <= m <= 1 << 32:
+        raise ConfigError(f"m (bits per leaf) must be an int in [64, 2**32], not {m!r}")
+    check_target(n, f)
+    bits = math.log2(1.0 / f)
+    best = max(
+        {min(MAX_K, max(1, math.floor(bits))), min(MAX_K, max(1, math.ceil(bits)))},
+        key=lambda k: (standard_capacity(m, k, f), -k),
+    )
+    u = standard_capacity(m, best, f)
+    if u < 1:
+        raise ConfigError(f"a leaf of {m} bits cannot hold one URL at f = {f}")
+    return SplittableSize(best, u, -(-n // u))

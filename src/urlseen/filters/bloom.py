@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
 from urlseen import _core
-from urlseen.errors import ClosedError, ConfigError, FormatError, IncompatibleFiltersError
+from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.filters import _sizing
+from urlseen.filters._persistent import StoreBacked
 from urlseen.filters.base import FilterStats
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
@@ -17,7 +17,11 @@ from urlseen.stores.mmapfile import MappedFile
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 # Hash names as stored in state files, and the C core's ids for them (csrc/digest.h).
-HASHES = {"xxh3_128": _core.HASH_XXH3_128, "murmur3_x64_128": _core.HASH_MURMUR3_X64_128}
+HASHES = {
+    "xxh3_128": _core.HASH_XXH3_128,
+    "murmur3_x64_128": _core.HASH_MURMUR3_X64_128,
+    "md5": _core.HASH_MD5,
+}
 DEFAULT_HASH = "xxh3_128"
 
 
@@ -27,7 +31,7 @@ def _check_seed(seed: object) -> int:
     return seed
 
 
-class BloomFilter(_core.BitFilter):
+class BloomFilter(StoreBacked, _core.BitFilter):
     """A Bloom filter sized from capacity and error_rate: the URL-seen test in bounded memory.
 
     `add` (check-and-add), `in`, `add_many`, `contains_many` and `len` are the C core's own
@@ -88,25 +92,15 @@ class BloomFilter(_core.BitFilter):
         """
         params = _params(capacity, error_rate, layout, seed, hash)
         store = MappedFile.create(path, params, _nbytes(params), overwrite=overwrite)
-        return cls._from_store(store)
+        return cls.from_store(store)
 
-    @classmethod
-    def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> BloomFilter:
-        """Open a state file made by create() or save(). Reads the header only.
+    @staticmethod
+    def _check_header(header: _format.Header, where: str) -> None:
+        _check_header(header, where)
 
-        Raises:
-            FormatError: the file is not a urlseen Bloom-filter state file, or is corrupted,
-                truncated or of a newer format.
-            StateInUseError: another process has it open for writing.
-        """
-        return cls._from_store(MappedFile.open(path, readonly=readonly, check=_check_header))
-
-    @classmethod
-    def _from_store(cls, store: BufferStore) -> BloomFilter:
-        self = cls.__new__(cls)
-        self._store = None
-        self._attach(store)
-        return self
+    @staticmethod
+    def _data_bytes(params: dict[str, Any]) -> int:
+        return _nbytes(params)
 
     def _attach(self, store: BufferStore) -> None:
         params = store.params()
@@ -122,61 +116,6 @@ class BloomFilter(_core.BitFilter):
             store.count_offset if not store.readonly else -1,
             HASHES[params["hash"]],
         )
-
-    # -- persistence and lifecycle -------------------------------------------------------
-
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
-        """Write this filter to a new state file (atomically: temp file, then link or rename)."""
-        store = self._live_store()
-        size = _nbytes(store.params())
-        target = MappedFile.create(path, store.params(), size, overwrite=overwrite)
-        try:
-            start = store.data_offset
-            with memoryview(store.buffer) as whole, whole[start : start + size] as bits:
-                target.buffer[target.data_offset : target.data_offset + size] = bits  # no copy
-            target.buffer[target.count_offset : target.count_offset + 8] = len(self).to_bytes(
-                8, "little"
-            )
-        finally:
-            target.close()
-
-    def flush(self) -> None:
-        """Push the bits and count of a file-backed filter to disk (msync)."""
-        self._live_store().flush()
-
-    def close(self) -> None:
-        """Release the bits; a file-backed filter is sealed (count, checksum, clean flag)."""
-        store = getattr(self, "_store", None)
-        if store is None or store.buffer.closed:
-            return
-        self._release()
-        store.close()
-
-    def verify(self) -> bool:
-        """Check a file-backed filter's data against its checksum (reads all of it).
-
-        True if it matches. False if there is nothing to check: an in-memory filter, a file
-        opened for writing (the checksum is rewritten only when it is closed), or one that was
-        not closed cleanly. Raises FormatError if it does not match.
-        """
-        store = self._live_store()
-        return store.verify() if isinstance(store, MappedFile) else False
-
-    def __enter__(self) -> BloomFilter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter shutdown: nothing to report
-            self.close()
-
-    def _live_store(self) -> BufferStore:
-        store: BufferStore | None = getattr(self, "_store", None)
-        if store is None or self.closed:
-            raise ClosedError("the filter is closed")
-        return store
 
     # -- combination and inspection ------------------------------------------------------
 
@@ -199,7 +138,7 @@ class BloomFilter(_core.BitFilter):
         ]
         if diff:
             raise IncompatibleFiltersError("cannot combine filters: " + "; ".join(diff))
-        out = type(self)._from_store(MemoryStore(_nbytes(mine), dict(mine)))
+        out = type(self).from_store(MemoryStore(_nbytes(mine), dict(mine)))
         out._merge_bits(self)
         out._merge_bits(other)
         out.count = round(_sizing.estimate_count(self.nbits, self.k, out.popcount()))
@@ -209,19 +148,6 @@ class BloomFilter(_core.BitFilter):
         if not isinstance(other, BloomFilter):
             return NotImplemented
         return self.union(other)
-
-    @property
-    def capacity(self) -> int:
-        return int(self._live_store().params()["capacity"])
-
-    @property
-    def error_rate(self) -> float:
-        return float(self._live_store().params()["error_rate"])
-
-    @property
-    def path(self) -> str | None:
-        store = getattr(self, "_store", None)
-        return store.path if store is not None else None
 
     def stats(self) -> FilterStats:
         """Capacity, count, bits and error rates; O(1), reads no bits."""
@@ -252,9 +178,6 @@ class BloomFilter(_core.BitFilter):
             f"<{type(self).__name__} capacity={self.capacity} error_rate={self.error_rate} "
             f"layout={self._live_store().params()['layout']} count={len(self)}{where}>"
         )
-
-    def __reduce__(self) -> Any:
-        raise TypeError("BloomFilter cannot be pickled; use save() and BloomFilter.open()")
 
 
 def _params(

@@ -65,6 +65,7 @@ class MappedFile:
         self._fd = fd
         self.header = header
         self.readonly = readonly
+        self.unclean = False  # open() sets it: the last writer did not close the file
         self.data_offset = header.data_offset
         size = header.data_offset + header.data_length
         access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
@@ -134,11 +135,14 @@ class MappedFile:
                     UncleanShutdownWarning,
                     stacklevel=3,
                 )
+            unclean = bool(header.flags & FLAG_OPEN)
             if not readonly:
                 header.flags = (header.flags | FLAG_OPEN) & ~FLAG_DATA_CRC
                 os.pwrite(fd, header.encode_live(), _format.COUNT_OFFSET)
                 os.fsync(fd)
-            return cls(target, fd, header, readonly)
+            opened = cls(target, fd, header, readonly)
+            opened.unclean = unclean
+            return opened
         except BaseException:
             os.close(fd)
             raise

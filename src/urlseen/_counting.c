@@ -1,0 +1,892 @@
+/* _counting.c: the CPython binding of the counting filter and the hot-fingerprint cache.
+ *
+ * CountingFilter is the C base of urlseen.CountingBloomFilter (key-level check-and-add, remove,
+ * batches) and the counter array of urlseen.ExactFilter, which drives it by 16-byte digests.
+ * `_exact_step` is the exact filter's hot loop in one C call: per key, hash, test the counters,
+ * then either count it new (some counter was 0: no library I/O), answer it from the cache (a
+ * known duplicate), or hand it back to Python to ask the library. Only that last group, a
+ * small minority on a crawl's stream, costs Python work per key.
+ *
+ * Threads: every method holds the GIL throughout (the Python owners add their own lock around
+ * multi-step operations); a batch hashes every key before it changes anything, so a bad key
+ * raises and leaves the filter as it was.
+ */
+#include "_binding.h"
+
+#include "csrc/counting.h"
+#include "csrc/fpcache.h"
+
+/* ---- FingerprintCache ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    us_fpcache cache;
+    uint64_t entries; /* nbuckets * US_FPCACHE_WAYS */
+} FingerprintCache;
+
+static PyObject *FingerprintCache_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"entries", NULL};
+    unsigned long long want;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&:FingerprintCache", kwlist, to_u64, &want))
+        return NULL;
+    if (want < 1 || want > (1ULL << 32)) {
+        PyErr_Format(PyExc_ValueError, "entries must be in [1, 2**32], not %llu", want);
+        return NULL;
+    }
+    FingerprintCache *self = (FingerprintCache *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    uint64_t nbuckets = (want + US_FPCACHE_WAYS - 1) / US_FPCACHE_WAYS;
+    self->cache.nbuckets = nbuckets;
+    self->entries = nbuckets * US_FPCACHE_WAYS;
+    self->cache.entries = PyMem_RawCalloc((size_t)self->entries, sizeof(us_fp_entry));
+    self->cache.dirty = PyMem_RawCalloc((size_t)nbuckets, 1);
+    self->cache.dirty_list = PyMem_RawMalloc((size_t)nbuckets * sizeof(uint32_t));
+    if (!self->cache.entries || !self->cache.dirty || !self->cache.dirty_list) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void FingerprintCache_dealloc(FingerprintCache *self)
+{
+    PyMem_RawFree(self->cache.entries);
+    PyMem_RawFree(self->cache.dirty);
+    PyMem_RawFree(self->cache.dirty_list);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int fingerprint_arg(PyObject *obj, const uint8_t **fp)
+{
+    if (!PyBytes_Check(obj) || PyBytes_GET_SIZE(obj) != 16) {
+        PyErr_SetString(PyExc_TypeError, "a fingerprint is 16 bytes");
+        return -1;
+    }
+    *fp = (const uint8_t *)PyBytes_AS_STRING(obj);
+    return 0;
+}
+
+/* (fingerprint, pending, batch, seen) of an entry. */
+static PyObject *entry_tuple(const us_fp_entry *e)
+{
+    return Py_BuildValue("(NIII)", digest_bytes(e->a, e->b), e->pending, e->batch, e->seen);
+}
+
+static int append_entry(PyObject *list, const us_fp_entry *e)
+{
+    PyObject *item = entry_tuple(e);
+    if (item == NULL) return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+PyDoc_STRVAR(cache_hit_doc,
+             "hit(fp, now=0) -> bool\n\n"
+             "True if fp is cached; then it gets one increment in the current batch, is noted as\n"
+             "seen at `now` (Unix seconds) and becomes most recently used.");
+
+static PyObject *FingerprintCache_hit(FingerprintCache *self, PyObject *args)
+{
+    PyObject *obj;
+    unsigned int now = 0;
+    const uint8_t *fp;
+    if (!PyArg_ParseTuple(args, "O|I:hit", &obj, &now) || fingerprint_arg(obj, &fp) < 0)
+        return NULL;
+    return PyBool_FromLong(us_fpcache_hit(&self->cache, fp, now) & US_FP_FOUND);
+}
+
+PyDoc_STRVAR(cache_insert_doc,
+             "insert(fp, batch=0, now=0, pending=0) -> tuple | None\n\n"
+             "Cache fp (the caller knows it is absent) as most recently used, with `batch`\n"
+             "increments in the current batch and `pending` committed ones. Returns the evicted\n"
+             "(fingerprint, pending, batch, seen) whose increments must be written back, or None.");
+
+static PyObject *FingerprintCache_insert(FingerprintCache *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"fp", "batch", "now", "pending", NULL};
+    PyObject *obj;
+    unsigned int batch = 0, now = 0, pending = 0;
+    const uint8_t *fp;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|III:insert", kwlist, &obj, &batch, &now,
+                                     &pending) ||
+        fingerprint_arg(obj, &fp) < 0)
+        return NULL;
+    us_fp_entry spill;
+    if (us_fpcache_insert(&self->cache, fp, pending, batch, now, &spill) & US_FP_SPILLED)
+        return entry_tuple(&spill);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(cache_take_doc,
+             "take(fp) -> tuple[int, int, int] | None\n\n"
+             "Remove fp; its (pending, batch, seen), or None if it was not cached.");
+
+static PyObject *FingerprintCache_take(FingerprintCache *self, PyObject *arg)
+{
+    const uint8_t *fp;
+    if (fingerprint_arg(arg, &fp) < 0) return NULL;
+    us_fp_entry e;
+    if (!us_fpcache_take(&self->cache, fp, &e)) Py_RETURN_NONE;
+    return Py_BuildValue("(III)", e.pending, e.batch, e.seen);
+}
+
+PyDoc_STRVAR(cache_commit_doc,
+             "commit() -> list[tuple[bytes, int, int, int]]\n\n"
+             "The batch's library transaction committed: fold its increments into the pending\n"
+             "counts. Returns entries whose pending count would overflow (to write back).");
+
+static PyObject *FingerprintCache_commit(FingerprintCache *self, PyObject *unused)
+{
+    us_fp_entry *spills = PyMem_RawMalloc(((size_t)self->cache.ndirty + 1) * US_FPCACHE_WAYS *
+                                          sizeof(us_fp_entry));
+    if (spills == NULL) return PyErr_NoMemory();
+    size_t n = 0;
+    us_fpcache_commit(&self->cache, spills, &n);
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list != NULL && i < n; i++)
+        if (append_entry(list, &spills[i]) < 0) Py_CLEAR(list);
+    PyMem_RawFree(spills);
+    return list;
+}
+
+static PyObject *FingerprintCache_rollback(FingerprintCache *self, PyObject *unused)
+{
+    us_fpcache_rollback(&self->cache);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(cache_drain_doc,
+             "drain() -> list[tuple[bytes, int, int, int]]\n\n"
+             "Every cached (fingerprint, pending, batch, seen) with committed increments; their\n"
+             "pending counts are reset to 0 (the caller writes them back). Entries stay cached.");
+
+static PyObject *FingerprintCache_drain(FingerprintCache *self, PyObject *unused)
+{
+    PyObject *list = PyList_New(0);
+    if (list == NULL) return NULL;
+    for (uint64_t i = 0; i < self->entries; i++) {
+        us_fp_entry *e = &self->cache.entries[i];
+        if (!e->used || !e->pending) continue;
+        if (append_entry(list, e) < 0) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        e->pending = 0;
+    }
+    return list;
+}
+
+PyDoc_STRVAR(cache_clear_doc, "clear()\n\nForget every entry (pending increments included).");
+
+static PyObject *FingerprintCache_clear(FingerprintCache *self, PyObject *unused)
+{
+    memset(self->cache.entries, 0, (size_t)self->entries * sizeof(us_fp_entry));
+    memset(self->cache.dirty, 0, (size_t)self->cache.nbuckets);
+    self->cache.ndirty = 0;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t FingerprintCache_len(FingerprintCache *self)
+{
+    Py_ssize_t used = 0;
+    for (uint64_t i = 0; i < self->entries; i++) used += self->cache.entries[i].used != 0;
+    return used;
+}
+
+static PyObject *cache_get_entries(FingerprintCache *self, void *c)
+{
+    return PyLong_FromUnsignedLongLong(self->entries);
+}
+
+static PyObject *cache_get_nbytes(FingerprintCache *self, void *c)
+{
+    uint64_t n = self->cache.nbuckets;
+    return PyLong_FromUnsignedLongLong(self->entries * sizeof(us_fp_entry) + n * 5);
+}
+
+static PyGetSetDef FingerprintCache_getset[] = {
+    {"entries", (getter)cache_get_entries, NULL, "Entries the cache holds at most.", NULL},
+    {"nbytes", (getter)cache_get_nbytes, NULL, "Memory of the cache, in bytes.", NULL},
+    {NULL},
+};
+
+static PyMethodDef FingerprintCache_methods[] = {
+    {"hit", (PyCFunction)FingerprintCache_hit, METH_VARARGS, cache_hit_doc},
+    {"insert", (PyCFunction)(void (*)(void))FingerprintCache_insert, METH_VARARGS | METH_KEYWORDS,
+     cache_insert_doc},
+    {"take", (PyCFunction)FingerprintCache_take, METH_O, cache_take_doc},
+    {"commit", (PyCFunction)FingerprintCache_commit, METH_NOARGS, cache_commit_doc},
+    {"rollback", (PyCFunction)FingerprintCache_rollback, METH_NOARGS,
+     "rollback()\n\nThe batch failed: drop its increments."},
+    {"drain", (PyCFunction)FingerprintCache_drain, METH_NOARGS, cache_drain_doc},
+    {"clear", (PyCFunction)FingerprintCache_clear, METH_NOARGS, cache_clear_doc},
+    {NULL},
+};
+
+static PySequenceMethods FingerprintCache_as_sequence = {
+    .sq_length = (lenfunc)FingerprintCache_len,
+};
+
+PyDoc_STRVAR(FingerprintCache_doc,
+             "FingerprintCache(entries)\n\n"
+             "A bounded, set-associative LRU cache of 16-byte fingerprints known to be in an exact\n"
+             "filter's library, with their increments not yet written back: committed ones\n"
+             "(`pending`) and those of the batch in progress (`batch`, see commit/rollback).");
+
+static PyTypeObject FingerprintCacheType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "urlseen._core.FingerprintCache",
+    .tp_basicsize = sizeof(FingerprintCache),
+    .tp_dealloc = (destructor)FingerprintCache_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = FingerprintCache_doc,
+    .tp_methods = FingerprintCache_methods,
+    .tp_getset = FingerprintCache_getset,
+    .tp_as_sequence = &FingerprintCache_as_sequence,
+    .tp_new = FingerprintCache_new,
+};
+
+/* ---- CountingFilter ----------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int bound;
+    int readonly;
+    us_counters c;
+    int hash_id;
+    uint32_t seed;
+    unsigned long long count; /* keys reported new and not removed */
+    uint8_t *count_ptr;       /* if set, count is mirrored here (u64 LE, in the buffer) */
+} CountingFilter;
+
+static inline void set_count(CountingFilter *self, unsigned long long count)
+{
+    self->count = count;
+    if (self->count_ptr) us_store64_le(self->count_ptr, count);
+}
+
+static int usable(CountingFilter *self, int write)
+{
+    if (!self->bound) {
+        PyErr_SetString(us_ClosedError, "the filter is closed");
+        return -1;
+    }
+    if (write && self->readonly) {
+        PyErr_SetString(us_ReadOnlyError, "the filter was opened read-only");
+        return -1;
+    }
+    return 0;
+}
+
+static void counting_unbind(CountingFilter *self)
+{
+    self->count_ptr = NULL;
+    if (self->bound) {
+        PyBuffer_Release(&self->view);
+        self->bound = 0;
+    }
+}
+
+static void CountingFilter_dealloc(CountingFilter *self)
+{
+    PyObject_GC_UnTrack(self);
+    counting_unbind(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int CountingFilter_traverse(CountingFilter *self, visitproc visit, void *arg)
+{
+    if (self->bound) Py_VISIT(self->view.obj);
+    return 0;
+}
+
+static int CountingFilter_clear(CountingFilter *self)
+{
+    counting_unbind(self);
+    return 0;
+}
+
+static int CountingFilter_init(CountingFilter *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"buffer", "offset", "ncounters",    "k",    "counter_bits",
+                             "seed",   "count",  "count_offset", "hash", NULL};
+    PyObject *buffer, *seed_obj = NULL;
+    Py_ssize_t offset, count_offset = -1;
+    unsigned long long m, k64, count = 0;
+    int width, hash_id = US_HASH_XXH3_128;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnO&O&i|OO&ni:CountingFilter", kwlist,
+                                     &buffer, &offset, to_u64, &m, to_u64, &k64, &width,
+                                     &seed_obj, to_u64, &count, &count_offset, &hash_id))
+        return -1;
+    if (parse_hash_id(hash_id) < 0) return -1;
+    if (k64 < 1 || k64 > US_MAX_K) {
+        PyErr_Format(PyExc_ValueError, "k must be in [1, %u], not %llu", US_MAX_K, k64);
+        return -1;
+    }
+    if (width != 2 && width != 4 && width != 8) {
+        PyErr_Format(PyExc_ValueError, "counter_bits must be 2, 4 or 8, not %d", width);
+        return -1;
+    }
+    if (m == 0 || m > (1ULL << 60)) {
+        PyErr_Format(PyExc_ValueError, "ncounters must be in [1, 2**60], not %llu", m);
+        return -1;
+    }
+    uint32_t seed = 0;
+    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return -1;
+    Py_buffer view;
+    int readonly;
+    if (bind_buffer(buffer, offset, (m * (unsigned)width + 7) / 8, count_offset, &view,
+                    &readonly) < 0)
+        return -1;
+    counting_unbind(self);
+    self->view = view;
+    self->bound = 1;
+    self->readonly = readonly;
+    self->c.cells = (uint8_t *)view.buf + offset;
+    self->c.m = m;
+    self->c.k = (uint32_t)k64;
+    self->c.width = (uint32_t)width;
+    self->seed = seed;
+    self->hash_id = hash_id;
+    self->count_ptr = count_offset >= 0 ? (uint8_t *)view.buf + count_offset : NULL;
+    set_count(self, count);
+    return 0;
+}
+
+static inline int hash_key(CountingFilter *self, PyObject *key, us_hash128 *h, Py_ssize_t index)
+{
+    return key_hash(key, self->hash_id, self->seed, h, index);
+}
+
+/* -- single keys -- */
+
+PyDoc_STRVAR(cf_add_doc,
+             "add(key) -> bool\n\n"
+             "Check-and-add: if some counter of key is 0, increment its counters and return True\n"
+             "(new); otherwise change nothing and return False. Each distinct key is counted once.");
+
+static PyObject *CountingFilter_add(CountingFilter *self, PyObject *key)
+{
+    us_hash128 h;
+    if (usable(self, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
+    if (us_counting_test(&self->c, h)) Py_RETURN_FALSE;
+    us_counting_add(&self->c, h, NULL, NULL);
+    set_count(self, self->count + 1);
+    Py_RETURN_TRUE;
+}
+
+static int CountingFilter_contains(CountingFilter *self, PyObject *key)
+{
+    us_hash128 h;
+    if (usable(self, 0) < 0 || hash_key(self, key, &h, -1) < 0) return -1;
+    return us_counting_test(&self->c, h);
+}
+
+PyDoc_STRVAR(cf_remove_doc,
+             "remove(key) -> bool\n\n"
+             "Decrement key's counters (saturated ones stay) and return True; False, changing\n"
+             "nothing, if key is certainly absent. Precondition: key was added (a false positive\n"
+             "removed would take counts from other keys and could make them look new).");
+
+static PyObject *CountingFilter_remove(CountingFilter *self, PyObject *key)
+{
+    us_hash128 h;
+    if (usable(self, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
+    if (!us_counting_remove(&self->c, h, NULL, NULL)) Py_RETURN_FALSE;
+    if (self->count) set_count(self, self->count - 1);
+    Py_RETURN_TRUE;
+}
+
+static Py_ssize_t CountingFilter_len(CountingFilter *self)
+{
+    if (usable(self, 0) < 0) return -1;
+    return (Py_ssize_t)(self->count > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : self->count);
+}
+
+/* -- batches: every key hashed first, then applied in order -- */
+
+#define PREFETCH_AHEAD 8
+
+/* The digests of every key of the batch; NULL with an exception (nothing changed). */
+static us_hash128 *hash_batch(CountingFilter *self, PyObject *seq, Py_ssize_t *n)
+{
+    *n = PySequence_Fast_GET_SIZE(seq);
+    us_hash128 *h = PyMem_RawMalloc(((size_t)*n + 1) * sizeof *h);
+    if (h == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(key);
+        int rc = hash_key(self, key, &h[i], i);
+        Py_DECREF(key);
+        if (rc < 0 || PySequence_Fast_GET_SIZE(seq) != *n) {
+            if (rc == 0)
+                PyErr_SetString(PyExc_RuntimeError, "the list of keys changed during the batch");
+            PyMem_RawFree(h);
+            return NULL;
+        }
+    }
+    return h;
+}
+
+enum counting_op { OP_ADD, OP_TEST, OP_REMOVE };
+
+static PyObject *counting_batch(CountingFilter *self, PyObject *keys, enum counting_op op)
+{
+    if (usable(self, op != OP_TEST) < 0) return NULL;
+    PyObject *seq = batch_sequence(keys);
+    if (seq == NULL) return NULL;
+    Py_ssize_t n;
+    us_hash128 *h = hash_batch(self, seq, &n);
+    Py_DECREF(seq);
+    if (h == NULL) return NULL;
+    PyObject *result = PyList_New(n);
+    if (result == NULL) {
+        PyMem_RawFree(h);
+        return NULL;
+    }
+    unsigned long long count = self->count;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
+        int yes;
+        if (op == OP_TEST) {
+            yes = us_counting_test(&self->c, h[i]);
+        } else if (op == OP_ADD) {
+            yes = !us_counting_test(&self->c, h[i]);
+            if (yes) {
+                us_counting_add(&self->c, h[i], NULL, NULL);
+                count++;
+            }
+        } else {
+            yes = us_counting_remove(&self->c, h[i], NULL, NULL);
+            if (yes && count) count--;
+        }
+        PyList_SET_ITEM(result, i, Py_NewRef(yes ? Py_True : Py_False));
+    }
+    if (op != OP_TEST) set_count(self, count);
+    PyMem_RawFree(h);
+    return result;
+}
+
+static PyObject *CountingFilter_add_many(CountingFilter *self, PyObject *keys)
+{
+    return counting_batch(self, keys, OP_ADD);
+}
+
+static PyObject *CountingFilter_contains_many(CountingFilter *self, PyObject *keys)
+{
+    return counting_batch(self, keys, OP_TEST);
+}
+
+static PyObject *CountingFilter_remove_many(CountingFilter *self, PyObject *keys)
+{
+    return counting_batch(self, keys, OP_REMOVE);
+}
+
+/* -- digest-level access for the exact filter -- */
+
+static int bytes_to_digest(PyObject *obj, us_hash128 *h)
+{
+    const uint8_t *fp;
+    if (fingerprint_arg(obj, &fp) < 0) return -1;
+    h->h1 = us_load64_le(fp);
+    h->h2 = us_load64_le(fp + 8);
+    return 0;
+}
+
+static int append_events(PyObject *list, const us_overflow *ev, size_t nev)
+{
+    for (size_t i = 0; i < nev; i++) {
+        PyObject *item = Py_BuildValue("(KI)", (unsigned long long)ev[i].index, ev[i].delta);
+        if (item == NULL || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            return -1;
+        }
+        Py_DECREF(item);
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(cf_digest_doc,
+             "_digest(key) -> bytes\n\nThe key's 16-byte digest (its fingerprint) with this "
+             "filter's hash and seed.");
+
+static PyObject *CountingFilter_digest(CountingFilter *self, PyObject *key)
+{
+    us_hash128 h;
+    if (hash_key(self, key, &h, -1) < 0) return NULL;
+    return digest_bytes(h.h1, h.h2);
+}
+
+PyDoc_STRVAR(cf_indices_doc,
+             "_indices(fp) -> list[int]\n\nThe k counter indices of a 16-byte digest, with repeats.");
+
+static PyObject *CountingFilter_indices(CountingFilter *self, PyObject *arg)
+{
+    us_hash128 h;
+    if (usable(self, 0) < 0 || bytes_to_digest(arg, &h) < 0) return NULL;
+    uint64_t idx[US_MAX_K];
+    us_standard_indices(h, self->c.m, self->c.k, idx);
+    PyObject *list = PyList_New(self->c.k);
+    if (list == NULL) return NULL;
+    for (uint32_t i = 0; i < self->c.k; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(idx[i]);
+        if (v == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
+/* Apply increments (add=1) or decrements to a list of digests; returns the overflow events. A
+ * digest that cannot be removed (a counter below its occurrences) raises RuntimeError after the
+ * ones before it were applied: the caller then rebuilds the counters from its library. */
+static PyObject *apply_digests(CountingFilter *self, PyObject *fps, int add)
+{
+    if (usable(self, 1) < 0) return NULL;
+    PyObject *seq = PySequence_Fast(fps, "expected a sequence of 16-byte digests");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    us_hash128 *h = PyMem_RawMalloc(((size_t)n + 1) * sizeof *h);
+    PyObject *events = PyList_New(0);
+    if (h == NULL || events == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (bytes_to_digest(PySequence_Fast_GET_ITEM(seq, i), &h[i]) < 0) goto fail;
+    us_overflow ev[US_MAX_K];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
+        size_t nev = 0;
+        if (add) {
+            us_counting_add(&self->c, h[i], ev, &nev);
+        } else if (!us_counting_remove(&self->c, h[i], ev, &nev)) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "digest %zd cannot be removed: the counters do not hold it", i);
+            goto fail;
+        }
+        if (nev && append_events(events, ev, nev) < 0) goto fail;
+    }
+    PyMem_RawFree(h);
+    Py_DECREF(seq);
+    return events;
+fail:
+    PyMem_RawFree(h);
+    Py_XDECREF(events);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+PyDoc_STRVAR(cf_add_fps_doc,
+             "_add_digests(fps) -> list[tuple[int, int]]\n\n"
+             "Increment the counters of each 16-byte digest (no check); the overflow events\n"
+             "(index, delta) of counters that reached or were at their maximum.");
+
+static PyObject *CountingFilter_add_digests(CountingFilter *self, PyObject *fps)
+{
+    return apply_digests(self, fps, 1);
+}
+
+PyDoc_STRVAR(cf_remove_fps_doc,
+             "_remove_digests(fps) -> list[tuple[int, int]]\n\n"
+             "Decrement the counters of each digest; events (index, 1) for saturated counters,\n"
+             "which stay unchanged (the caller recounts them).");
+
+static PyObject *CountingFilter_remove_digests(CountingFilter *self, PyObject *fps)
+{
+    return apply_digests(self, fps, 0);
+}
+
+static int counter_index(CountingFilter *self, PyObject *obj, uint64_t *i)
+{
+    unsigned long long v;
+    if (!to_u64(obj, &v)) return -1;
+    if (v >= self->c.m) {
+        PyErr_Format(PyExc_IndexError, "counter %llu out of range [0, %llu)", v,
+                     (unsigned long long)self->c.m);
+        return -1;
+    }
+    *i = v;
+    return 0;
+}
+
+static PyObject *CountingFilter_get(CountingFilter *self, PyObject *arg)
+{
+    uint64_t i;
+    if (usable(self, 0) < 0 || counter_index(self, arg, &i) < 0) return NULL;
+    return PyLong_FromUnsignedLong(us_counter_get(&self->c, i));
+}
+
+static PyObject *CountingFilter_set(CountingFilter *self, PyObject *args)
+{
+    PyObject *iobj;
+    unsigned int v;
+    uint64_t i;
+    if (!PyArg_ParseTuple(args, "OI:_set", &iobj, &v)) return NULL;
+    if (usable(self, 1) < 0 || counter_index(self, iobj, &i) < 0) return NULL;
+    if (v > us_counter_max(&self->c)) {
+        PyErr_Format(PyExc_ValueError, "counter value %u above the maximum %u", v,
+                     us_counter_max(&self->c));
+        return NULL;
+    }
+    us_counter_set(&self->c, i, v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *CountingFilter_zero(CountingFilter *self, PyObject *unused)
+{
+    if (usable(self, 1) < 0) return NULL;
+    memset(self->c.cells, 0, (size_t)((self->c.m * self->c.width + 7) / 8));
+    set_count(self, 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *CountingFilter_histogram(CountingFilter *self, PyObject *unused)
+{
+    if (usable(self, 0) < 0) return NULL;
+    uint64_t hist[256] = {0};
+    us_counting_histogram(&self->c, hist);
+    unsigned max = us_counter_max(&self->c);
+    PyObject *list = PyList_New(max + 1);
+    if (list == NULL) return NULL;
+    for (unsigned v = 0; v <= max; v++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(hist[v]);
+        if (x == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, v, x);
+    }
+    return list;
+}
+
+static PyObject *CountingFilter_release(CountingFilter *self, PyObject *unused)
+{
+    counting_unbind(self);
+    Py_RETURN_NONE;
+}
+
+/* -- the exact filter's batch step -- */
+
+PyDoc_STRVAR(cf_exact_step_doc,
+             "_exact_step(keys, cache, now=0) -> (flags, new, ask, spills, events)\n\n"
+             "One batch of the exact filter's check-and-add. Every key is hashed first (a bad key\n"
+             "raises, nothing changed). Then in order, per key: some counter 0 -> new: counters\n"
+             "incremented, digest cached, flags[i] = True, digest appended to `new`; else cached\n"
+             "-> duplicate, one increment in the cache's batch, flags[i] = False; else None and\n"
+             "(i, digest) appended to `ask` (the library decides). `spills`: cache entries\n"
+             "(digest, pending, batch, seen) evicted with increments to write back; `events`:\n"
+             "overflow events of the increments. cache may be None; now: Unix seconds.");
+
+static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
+{
+    PyObject *keys, *cache_obj;
+    unsigned int now = 0;
+    if (!PyArg_ParseTuple(args, "OO|I:_exact_step", &keys, &cache_obj, &now)) return NULL;
+    us_fpcache *cache = NULL;
+    if (cache_obj != Py_None) {
+        if (!PyObject_TypeCheck(cache_obj, &FingerprintCacheType)) {
+            PyErr_SetString(PyExc_TypeError, "cache must be a FingerprintCache or None");
+            return NULL;
+        }
+        cache = &((FingerprintCache *)cache_obj)->cache;
+    }
+    if (usable(self, 1) < 0) return NULL;
+    PyObject *seq = batch_sequence(keys);
+    if (seq == NULL) return NULL;
+    Py_ssize_t n;
+    us_hash128 *h = hash_batch(self, seq, &n);
+    Py_DECREF(seq);
+    if (h == NULL) return NULL;
+    PyObject *flags = PyList_New(n), *fresh = PyList_New(0), *ask = PyList_New(0);
+    PyObject *spills = PyList_New(0), *events = PyList_New(0);
+    if (!flags || !fresh || !ask || !spills || !events) goto fail;
+    us_overflow ev[US_MAX_K];
+    unsigned long long count = self->count;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
+        uint8_t fp[16];
+        us_store64_le(fp, h[i].h1);
+        us_store64_le(fp + 8, h[i].h2);
+        us_fp_entry spill;
+        PyObject *flag;
+        if (!us_counting_test(&self->c, h[i])) {
+            size_t nev = 0;
+            us_counting_add(&self->c, h[i], ev, &nev);
+            count++;
+            if (nev && append_events(events, ev, nev) < 0) goto fail;
+            PyObject *d = digest_bytes(h[i].h1, h[i].h2);
+            if (d == NULL || PyList_Append(fresh, d) < 0) {
+                Py_XDECREF(d);
+                goto fail;
+            }
+            Py_DECREF(d);
+            if (cache && (us_fpcache_insert(cache, fp, 0, 0, now, &spill) & US_FP_SPILLED) &&
+                append_entry(spills, &spill) < 0)
+                goto fail;
+            flag = Py_True;
+        } else if (cache && us_fpcache_hit(cache, fp, now)) {
+            flag = Py_False;
+        } else {
+            PyObject *item = Py_BuildValue("(nN)", i, digest_bytes(h[i].h1, h[i].h2));
+            if (item == NULL || PyList_Append(ask, item) < 0) {
+                Py_XDECREF(item);
+                goto fail;
+            }
+            Py_DECREF(item);
+            flag = Py_None;
+        }
+        PyList_SET_ITEM(flags, i, Py_NewRef(flag));
+    }
+    set_count(self, count);
+    PyMem_RawFree(h);
+    return Py_BuildValue("(NNNNN)", flags, fresh, ask, spills, events);
+fail:
+    /* Only an allocation failure gets here, after counters may have changed: the caller
+     * treats any exception from this step as "rebuild the counters from the library". */
+    PyMem_RawFree(h);
+    Py_XDECREF(flags);
+    Py_XDECREF(fresh);
+    Py_XDECREF(ask);
+    Py_XDECREF(spills);
+    Py_XDECREF(events);
+    return NULL;
+}
+
+/* -- attributes and type -- */
+
+static PyObject *cf_get_m(CountingFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->c.m); }
+static PyObject *cf_get_k(CountingFilter *self, void *c) { return PyLong_FromUnsignedLong(self->c.k); }
+static PyObject *cf_get_width(CountingFilter *self, void *c) { return PyLong_FromUnsignedLong(self->c.width); }
+static PyObject *cf_get_seed(CountingFilter *self, void *c) { return PyLong_FromUnsignedLong(self->seed); }
+static PyObject *cf_get_hash(CountingFilter *self, void *c) { return PyLong_FromLong(self->hash_id); }
+static PyObject *cf_get_closed(CountingFilter *self, void *c) { return PyBool_FromLong(!self->bound); }
+static PyObject *cf_get_readonly(CountingFilter *self, void *c) { return PyBool_FromLong(self->readonly); }
+static PyObject *cf_get_count(CountingFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->count); }
+
+static int cf_set_count(CountingFilter *self, PyObject *value, void *c)
+{
+    unsigned long long v;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete count");
+        return -1;
+    }
+    if (!to_u64(value, &v)) return -1;
+    set_count(self, v);
+    return 0;
+}
+
+static PyGetSetDef CountingFilter_getset[] = {
+    {"ncounters", (getter)cf_get_m, NULL, "Number of counters (m).", NULL},
+    {"k", (getter)cf_get_k, NULL, "Counters per key.", NULL},
+    {"counter_bits", (getter)cf_get_width, NULL, "Bits per counter (2, 4 or 8).", NULL},
+    {"seed", (getter)cf_get_seed, NULL, "Hash seed.", NULL},
+    {"hash", (getter)cf_get_hash, NULL, "Hash id (csrc/digest.h).", NULL},
+    {"closed", (getter)cf_get_closed, NULL, "True once the counters were released.", NULL},
+    {"readonly", (getter)cf_get_readonly, NULL, "True if the buffer is read-only.", NULL},
+    {"count", (getter)cf_get_count, (setter)cf_set_count, "Keys counted in.", NULL},
+    {NULL},
+};
+
+static PyMethodDef CountingFilter_methods[] = {
+    {"add", (PyCFunction)CountingFilter_add, METH_O, cf_add_doc},
+    {"remove", (PyCFunction)CountingFilter_remove, METH_O, cf_remove_doc},
+    {"add_many", (PyCFunction)CountingFilter_add_many, METH_O,
+     "add_many(keys) -> list[bool]\n\nadd() for each key, in order."},
+    {"contains_many", (PyCFunction)CountingFilter_contains_many, METH_O,
+     "contains_many(keys) -> list[bool]\n\n`key in filter` for each key; never writes."},
+    {"remove_many", (PyCFunction)CountingFilter_remove_many, METH_O,
+     "remove_many(keys) -> list[bool]\n\nremove() for each key, in order."},
+    {"_digest", (PyCFunction)CountingFilter_digest, METH_O, cf_digest_doc},
+    {"_indices", (PyCFunction)CountingFilter_indices, METH_O, cf_indices_doc},
+    {"_add_digests", (PyCFunction)CountingFilter_add_digests, METH_O, cf_add_fps_doc},
+    {"_remove_digests", (PyCFunction)CountingFilter_remove_digests, METH_O, cf_remove_fps_doc},
+    {"_get", (PyCFunction)CountingFilter_get, METH_O, "_get(i) -> int: counter i."},
+    {"_set", (PyCFunction)CountingFilter_set, METH_VARARGS, "_set(i, value): set counter i."},
+    {"_zero", (PyCFunction)CountingFilter_zero, METH_NOARGS, "_zero(): all counters and count to 0."},
+    {"_histogram", (PyCFunction)CountingFilter_histogram, METH_NOARGS,
+     "_histogram() -> list[int]: how many counters hold each value 0 .. max (reads all)."},
+    {"_exact_step", (PyCFunction)CountingFilter_exact_step, METH_VARARGS, cf_exact_step_doc},
+    {"_release", (PyCFunction)CountingFilter_release, METH_NOARGS,
+     "_release(): let go of the buffer (the filter is closed afterwards)."},
+    {NULL},
+};
+
+static PySequenceMethods CountingFilter_as_sequence = {
+    .sq_length = (lenfunc)CountingFilter_len,
+    .sq_contains = (objobjproc)CountingFilter_contains,
+};
+
+PyDoc_STRVAR(CountingFilter_doc,
+             "CountingFilter(buffer, offset, ncounters, k, counter_bits, seed=0, count=0,\n"
+             "               count_offset=-1, hash=0)\n\n"
+             "Packed saturating counters on a caller-owned buffer (see csrc/counting.h).");
+
+static PyTypeObject CountingFilterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "urlseen._core.CountingFilter",
+    .tp_basicsize = sizeof(CountingFilter),
+    .tp_dealloc = (destructor)CountingFilter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)CountingFilter_traverse,
+    .tp_clear = (inquiry)CountingFilter_clear,
+    .tp_doc = CountingFilter_doc,
+    .tp_methods = CountingFilter_methods,
+    .tp_getset = CountingFilter_getset,
+    .tp_as_sequence = &CountingFilter_as_sequence,
+    .tp_init = (initproc)CountingFilter_init,
+    .tp_new = PyType_GenericNew,
+};
+
+PyDoc_STRVAR(digests_doc,
+             "digests(keys, hash=HASH_MD5, seed=0) -> list[bytes]\n\n"
+             "The 16-byte digest (fingerprint) of every key, in C: h1 then h2, little-endian.");
+
+static PyObject *mod_digests(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"keys", "hash", "seed", NULL};
+    PyObject *keys, *seed_obj = NULL;
+    int hash_id = US_HASH_MD5;
+    uint32_t seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iO:digests", kwlist, &keys, &hash_id,
+                                     &seed_obj))
+        return NULL;
+    if (parse_hash_id(hash_id) < 0 || (seed_obj && parse_seed(seed_obj, &seed) < 0)) return NULL;
+    PyObject *seq = batch_sequence(keys);
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        us_hash128 h;
+        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *d = NULL;
+        Py_INCREF(key);
+        if (key_hash(key, hash_id, seed, &h, i) == 0) d = digest_bytes(h.h1, h.h2);
+        Py_DECREF(key);
+        if (d == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, d);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyMethodDef counting_functions[] = {
+    {"digests", (PyCFunction)(void (*)(void))mod_digests, METH_VARARGS | METH_KEYWORDS,
+     digests_doc},
+    {NULL},
+};
+
+int us_counting_add_types(PyObject *module)
+{
+    if (PyModule_AddFunctions(module, counting_functions) < 0) return -1;
+    if (PyType_Ready(&CountingFilterType) < 0 || PyType_Ready(&FingerprintCacheType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "CountingFilter", (PyObject *)&CountingFilterType) < 0 ||
+        PyModule_AddObjectRef(module, "FingerprintCache", (PyObject *)&FingerprintCacheType) < 0 ||
+        PyModule_AddIntConstant(module, "FPCACHE_ENTRY_BYTES", sizeof(us_fp_entry)) < 0)
+        return -1;
+    return 0;
+}

@@ -1,0 +1,108 @@
+/* _remote.c: what a filter whose bits live elsewhere (a Redis string) needs from the C core.
+ *
+ * byte_masks() turns a batch of keys into the bytes each key must find set: per key, a count
+ * and (byte offset, bit mask) pairs. A Lua script on the server tests and sets them for a whole
+ * batch in one round trip; hashing and position arithmetic stay here, in C, with the same
+ * positions as a local filter, so a Redis bitmap and a local filter of the same parameters hold
+ * identical bytes (bit j is bit j % 8 of byte j / 8).
+ */
+#include "_binding.h"
+
+#include "csrc/bloom.h"
+
+PyDoc_STRVAR(byte_masks_doc,
+             "byte_masks(keys, nbits, k, layout, seed=0, hash=0) -> bytes\n\n"
+             "For each key, in order, one byte c (the number of distinct bytes its k bits fall\n"
+             "in), then: standard layout, c records of a 4-byte little-endian byte offset and a\n"
+             "1-byte mask; blocked layout, the 4-byte offset of the key's 64-byte block, then c\n"
+             "records of a 1-byte offset in the block and a 1-byte mask. For a filter of at most\n"
+             "2**32 bits. Every key is hashed before anything is returned.");
+
+static PyObject *mod_byte_masks(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"keys", "nbits", "k", "layout", "seed", "hash", NULL};
+    PyObject *keys, *seed_obj = NULL;
+    unsigned long long nbits, k;
+    int layout, hash_id = US_HASH_XXH3_128;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&O&i|Oi:byte_masks", kwlist, &keys,
+                                     to_u64, &nbits, to_u64, &k, &layout, &seed_obj, &hash_id))
+        return NULL;
+    if (parse_hash_id(hash_id) < 0) return NULL;
+    uint32_t seed = 0;
+    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
+    if (check_shape(nbits, k, layout, 1ULL << 32) < 0) return NULL;
+    PyObject *seq = batch_sequence(keys);
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    size_t cap = (size_t)n * (5 + 5 * (size_t)k); /* either format, with room to spare */
+    uint8_t *out = PyMem_RawMalloc(cap ? cap : 1);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    us_bloom b = {NULL, nbits, (uint32_t)k, layout};
+    size_t used = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        us_hash128 h;
+        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(key);
+        int rc = key_hash(key, hash_id, seed, &h, i);
+        Py_DECREF(key);
+        if (rc < 0) {
+            PyMem_RawFree(out);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        uint64_t pos[US_MAX_K];
+        us_bloom_positions(&b, h, pos);
+        uint32_t offsets[US_MAX_K];
+        uint8_t masks[US_MAX_K];
+        unsigned c = 0;
+        for (uint32_t j = 0; j < k; j++) {
+            uint32_t off = (uint32_t)(pos[j] >> 3);
+            uint8_t bit = (uint8_t)(1u << (pos[j] & 7));
+            unsigned t = 0;
+            while (t < c && offsets[t] != off) t++;
+            if (t == c) {
+                offsets[c] = off;
+                masks[c++] = 0;
+            }
+            masks[t] |= bit;
+        }
+        out[used++] = (uint8_t)c;
+        if (layout == US_LAYOUT_BLOCKED) { /* every byte of the key is in one 64-byte block */
+            uint32_t base = offsets[0] & ~(uint32_t)(US_BLOCK_BYTES - 1);
+            out[used++] = (uint8_t)base;
+            out[used++] = (uint8_t)(base >> 8);
+            out[used++] = (uint8_t)(base >> 16);
+            out[used++] = (uint8_t)(base >> 24);
+            for (unsigned t = 0; t < c; t++) {
+                out[used++] = (uint8_t)(offsets[t] - base);
+                out[used++] = masks[t];
+            }
+            continue;
+        }
+        for (unsigned t = 0; t < c; t++) {
+            out[used++] = (uint8_t)offsets[t];
+            out[used++] = (uint8_t)(offsets[t] >> 8);
+            out[used++] = (uint8_t)(offsets[t] >> 16);
+            out[used++] = (uint8_t)(offsets[t] >> 24);
+            out[used++] = masks[t];
+        }
+    }
+    Py_DECREF(seq);
+    PyObject *result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)used);
+    PyMem_RawFree(out);
+    return result;
+}
+
+static PyMethodDef remote_functions[] = {
+    {"byte_masks", (PyCFunction)(void (*)(void))mod_byte_masks, METH_VARARGS | METH_KEYWORDS,
+     byte_masks_doc},
+    {NULL},
+};
+
+int us_remote_add_functions(PyObject *module)
+{
+    return PyModule_AddFunctions(module, remote_functions);
+}

@@ -1,0 +1,66 @@
+/* counting.c: counting Bloom-filter operations (see counting.h for the contract). */
+#include "counting.h"
+
+int us_counting_test(const us_counters *c, us_hash128 h)
+{
+    uint64_t idx[US_MAX_K];
+    us_standard_indices(h, c->m, c->k, idx);
+    for (uint32_t i = 0; i < c->k; i++)
+        if (us_counter_get(c, idx[i]) == 0) return 0;
+    return 1;
+}
+
+int us_counting_add(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev)
+{
+    uint64_t idx[US_MAX_K];
+    unsigned max = us_counter_max(c);
+    int fresh = 0;
+    us_standard_indices(h, c->m, c->k, idx);
+    for (uint32_t i = 0; i < c->k; i++) fresh |= us_counter_get(c, idx[i]) == 0;
+    for (uint32_t i = 0; i < c->k; i++) {
+        unsigned v = us_counter_get(c, idx[i]);
+        if (v < max) us_counter_set(c, idx[i], v + 1);
+        if (ev != NULL && v >= max - 1) {
+            ev[*nev].index = idx[i];
+            ev[*nev].delta = v == max ? 1 : max;
+            (*nev)++;
+        }
+    }
+    return fresh;
+}
+
+int us_counting_remove(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev)
+{
+    uint64_t idx[US_MAX_K];
+    unsigned max = us_counter_max(c);
+    us_standard_indices(h, c->m, c->k, idx);
+    for (uint32_t i = 0; i < c->k; i++) {
+        unsigned v = us_counter_get(c, idx[i]), occurrences = 0;
+        if (v == max) continue;
+        for (uint32_t j = 0; j < c->k; j++) occurrences += idx[j] == idx[i];
+        if (v < occurrences) return 0;
+    }
+    for (uint32_t i = 0; i < c->k; i++) {
+        unsigned v = us_counter_get(c, idx[i]);
+        if (v < max) {
+            us_counter_set(c, idx[i], v - 1);
+        } else if (ev != NULL) {
+            ev[*nev].index = idx[i];
+            ev[*nev].delta = 1;
+            (*nev)++;
+        }
+    }
+    return 1;
+}
+
+void us_counting_prefetch(const us_counters *c, us_hash128 h)
+{
+    uint64_t idx[US_MAX_K];
+    us_standard_indices(h, c->m, c->k, idx);
+    for (uint32_t i = 0; i < c->k; i++) __builtin_prefetch(c->cells + (idx[i] * c->width >> 3), 1);
+}
+
+void us_counting_histogram(const us_counters *c, uint64_t *hist)
+{
+    for (uint64_t i = 0; i < c->m; i++) hist[us_counter_get(c, i)]++;
+}

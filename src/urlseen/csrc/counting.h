@@ -1,0 +1,71 @@
+/* counting.h: a counting Bloom filter's packed, saturating counters (spec A4, C2.1).
+ *
+ * m counters of `width` bits (2, 4 or 8: a counter never straddles a byte), counter i at bit
+ * i * width of the array, least significant first, so the bytes mean the same on every machine.
+ * Values 0 .. max-1 count; max = 2^width - 1 is sticky (the true count is max or more). The k
+ * indices of a key are the standard layout's (bloom.h: enhanced double hashing over m) and are
+ * a multiset: a repeated index is incremented, decremented and checked once per occurrence
+ * (spec S0.4).
+ *
+ * Overflow events tell an exact owner (the IMP-CBFilter, which keeps the true counts of
+ * saturated counters in its library) what the counters could not record: an increment that
+ * took a counter from max-1 to max gives (index, max), one that found it at max gives
+ * (index, 1), a decrement that found it at max gives (index, 1) and leaves it unchanged.
+ * Pure C: no Python.h, no allocation.
+ */
+#ifndef URLSEEN_COUNTING_H
+#define URLSEEN_COUNTING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bloom.h"
+#include "hash.h"
+
+typedef struct {
+    uint8_t *cells; /* ceil(m * width / 8) bytes the caller owns */
+    uint64_t m;
+    uint32_t k;     /* 1 .. US_MAX_K */
+    uint32_t width; /* 2, 4 or 8 */
+} us_counters;
+
+typedef struct {
+    uint64_t index;
+    uint32_t delta;
+} us_overflow;
+
+static inline unsigned us_counter_max(const us_counters *c) { return (1u << c->width) - 1; }
+
+static inline unsigned us_counter_get(const us_counters *c, uint64_t i)
+{
+    uint64_t bit = i * c->width;
+    return (c->cells[bit >> 3] >> (bit & 7)) & us_counter_max(c);
+}
+
+static inline void us_counter_set(us_counters *c, uint64_t i, unsigned v)
+{
+    uint64_t bit = i * c->width;
+    unsigned shift = (unsigned)(bit & 7), max = us_counter_max(c);
+    uint8_t *cell = &c->cells[bit >> 3];
+    *cell = (uint8_t)((*cell & ~(max << shift)) | ((v & max) << shift));
+}
+
+/* 1 if every counter of the key is above 0 (present, or a false positive). Never writes. */
+int us_counting_test(const us_counters *c, us_hash128 h);
+
+/* Increment the key's counters (saturating) and return 1 if any was 0 before (the key is new).
+ * If ev is not NULL, overflow events are appended at ev[*nev] (at most k per call). */
+int us_counting_add(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev);
+
+/* Decrement the key's counters, saturated ones excepted (reported as events if ev is not NULL).
+ * If some counter is lower than the key's occurrences of it, the key cannot have been added:
+ * nothing changes and 0 is returned; otherwise 1. */
+int us_counting_remove(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev);
+
+/* Prefetch the cache lines of the key's counters (batches call it a few keys ahead). */
+void us_counting_prefetch(const us_counters *c, us_hash128 h);
+
+/* hist[v] += number of counters holding v, for v in 0 .. max (hist has max + 1 entries). */
+void us_counting_histogram(const us_counters *c, uint64_t *hist);
+
+#endif

@@ -1,0 +1,139 @@
+"""The lifecycle the filters share.
+
+`Closing`: context manager and finalizer around close(), for every filter. `StoreBacked`: open,
+save, flush, close, verify for the Python subclasses of the C filter types (BloomFilter,
+CountingBloomFilter): they keep their store in `_store`, attach it in `_attach`, and say how
+their params are checked (`_check_header`) and how many data bytes they describe (`_data_bytes`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from urlseen.errors import ClosedError
+from urlseen.stores._format import Header
+from urlseen.stores.base import BufferStore
+from urlseen.stores.mmapfile import MappedFile
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+class Closing:
+    """`with f:` closes f; so does garbage collection, quietly."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown: nothing to report
+            self.close()
+
+
+class StoreBacked(Closing):
+    """Persistence and lifecycle on top of a C filter type that has `_release()` and `count`."""
+
+    __slots__ = ()
+    _store: BufferStore | None
+
+    @staticmethod
+    def _data_bytes(params: dict[str, Any]) -> int:
+        raise NotImplementedError
+
+    @staticmethod
+    def _check_header(header: Header, where: str) -> None:
+        """Refuse params this filter cannot use (FormatError), before the file is touched."""
+        raise NotImplementedError
+
+    def _attach(self, store: BufferStore) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> Self:
+        """Open a state file made by create() or save(). Reads the header only.
+
+        Raises:
+            FormatError: the file is not this filter's state file, or is corrupted, truncated
+                or of a newer format.
+            StateInUseError: another process has it open for writing.
+        """
+        return cls.from_store(MappedFile.open(path, readonly=readonly, check=cls._check_header))
+
+    @classmethod
+    def from_store(cls, store: BufferStore) -> Self:
+        """A filter on an open store (memory or file), whose params describe it."""
+        self = cls.__new__(cls)
+        self._store = None  # type: ignore[misc]  # the subclass's __slots__ has it
+        self._attach(store)
+        return self
+
+    @property
+    def capacity(self) -> int:
+        return int(self._live_store().params()["capacity"])
+
+    @property
+    def error_rate(self) -> float:
+        return float(self._live_store().params()["error_rate"])
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        """Write this filter to a new state file (atomically: temp file, then link or rename)."""
+        store = self._live_store()
+        size = self._data_bytes(store.params())
+        target = MappedFile.create(path, store.params(), size, overwrite=overwrite)
+        try:
+            start = store.data_offset
+            with memoryview(store.buffer) as whole, whole[start : start + size] as data:
+                target.buffer[target.data_offset : target.data_offset + size] = data  # no copy
+            count: int = self.count  # type: ignore[attr-defined]
+            target.buffer[target.count_offset : target.count_offset + 8] = count.to_bytes(
+                8, "little"
+            )
+        finally:
+            target.close()
+
+    def flush(self) -> None:
+        """Push the data and count of a file-backed filter to disk (msync)."""
+        self._live_store().flush()
+
+    def close(self) -> None:
+        """Release the data; a file-backed filter is sealed (count, checksum, clean flag)."""
+        store = getattr(self, "_store", None)
+        if store is None or store.buffer.closed:
+            return
+        self._release()  # type: ignore[attr-defined]
+        store.close()
+
+    def verify(self) -> bool:
+        """Check a file-backed filter's data against its checksum (reads all of it).
+
+        True if it matches. False if there is nothing to check: an in-memory filter, a file
+        opened for writing (the checksum is rewritten only when it is closed), or one that was
+        not closed cleanly. Raises FormatError if it does not match.
+        """
+        store = self._live_store()
+        return store.verify() if isinstance(store, MappedFile) else False
+
+    def _live_store(self) -> BufferStore:
+        store: BufferStore | None = getattr(self, "_store", None)
+        if store is None or self.closed:  # type: ignore[attr-defined]
+            raise ClosedError("the filter is closed")
+        return store
+
+    @property
+    def path(self) -> str | None:
+        store = getattr(self, "_store", None)
+        return store.path if store is not None else None
+
+    def __reduce__(self) -> Any:
+        name = type(self).__name__
+        raise TypeError(f"{name} cannot be pickled; use save() and {name}.open()")

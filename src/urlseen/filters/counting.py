@@ -1,0 +1,207 @@
+"""CountingBloomFilter: a Bloom filter that can forget (spec A4, C2.1), in memory or in a file.
+
+Each position holds a small saturating counter instead of a bit, so a key can be removed again:
+the crawler can re-crawl a page. Removing needs the caller to know the key was added (a false
+positive removed would take counts from other keys); ExactFilter adds that knowledge, with its
+fingerprint library, and drives this class's counters.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from urlseen import _core
+from urlseen.errors import ConfigError, FormatError
+from urlseen.filters import _sizing
+from urlseen.filters._persistent import StoreBacked
+from urlseen.filters.base import FilterStats
+from urlseen.filters.bloom import DEFAULT_HASH, HASHES
+from urlseen.stores import _format
+from urlseen.stores.base import BufferStore
+from urlseen.stores.memory import MemoryStore
+from urlseen.stores.mmapfile import MappedFile
+
+COUNTER_BITS = (2, 4, 8)
+
+
+class CountingBloomFilter(StoreBacked, _core.CountingFilter):
+    """A counting Bloom filter sized from capacity and error_rate, with remove().
+
+    `add` is check-and-add: a key whose counters are all above 0 is reported seen and changes
+    nothing, so each distinct key is counted once and duplicates never push counters up.
+    `remove(key)` decrements; counters at their maximum (2^counter_bits - 1) stay there, which
+    is safe (never a false negative) but may leave a residual false positive.
+
+    Args:
+        capacity: distinct keys the filter must hold at error_rate.
+        error_rate: false-positive rate at capacity, in (0, 1).
+        counter_bits: bits per counter, 2, 4 (default, the papers' choice: overflow needs a
+            count of 16, probability < 1.4e-15 per counter at the optimal k) or 8.
+        k, counters_per_key: set them to override the sizing (seed A's experiment uses k=8,
+            counters_per_key=20).
+        seed: hash seed, in [0, 2**32).
+        hash: "xxh3_128" (default), "murmur3_x64_128" or "md5".
+
+    Example:
+        >>> seen = CountingBloomFilter(capacity=1000)
+        >>> seen.add("https://example.com/"), seen.add("https://example.com/")
+        (True, False)
+        >>> seen.remove("https://example.com/"), "https://example.com/" in seen
+        (True, False)
+    """
+
+    __slots__ = ("_store",)
+    _store: BufferStore | None
+
+    def __init__(
+        self,
+        capacity: int,
+        error_rate: float = 0.001,
+        *,
+        counter_bits: int = 4,
+        k: int | None = None,
+        counters_per_key: float | None = None,
+        seed: int = 0,
+        hash: str = DEFAULT_HASH,
+    ) -> None:
+        params = make_params(capacity, error_rate, counter_bits, k, counters_per_key, seed, hash)
+        self._attach(MemoryStore(data_bytes(params), params))
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        capacity: int,
+        error_rate: float = 0.001,
+        *,
+        counter_bits: int = 4,
+        k: int | None = None,
+        counters_per_key: float | None = None,
+        seed: int = 0,
+        hash: str = DEFAULT_HASH,
+        overwrite: bool = False,
+        extra: dict[str, str] | None = None,
+    ) -> CountingBloomFilter:
+        """Create an empty filter in a new state file (memory-mapped). `extra` params are kept
+        in the header verbatim (ExactFilter records which library the counters belong to)."""
+        params = make_params(capacity, error_rate, counter_bits, k, counters_per_key, seed, hash)
+        params.update(extra or {})
+        store = MappedFile.create(path, params, data_bytes(params), overwrite=overwrite)
+        return cls.from_store(store)
+
+    @staticmethod
+    def _check_header(header: _format.Header, where: str) -> None:
+        check_header(header, where)
+
+    @staticmethod
+    def _data_bytes(params: dict[str, Any]) -> int:
+        return data_bytes(params)
+
+    def _attach(self, store: BufferStore) -> None:
+        params = store.params()
+        self._store = store
+        super().__init__(
+            store.buffer,
+            store.data_offset,
+            params["ncounters"],
+            params["k"],
+            params["counter_bits"],
+            params["seed"],
+            store.stored_count(),
+            store.count_offset if not store.readonly else -1,
+            HASHES[params["hash"]],
+        )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self._live_store().params())
+
+    def histogram(self) -> list[int]:
+        """How many counters hold each value 0 .. 2^counter_bits - 1 (reads every counter)."""
+        return self._histogram()
+
+    def stats(self) -> FilterStats:
+        """Capacity, count, bits and error rates; O(1)."""
+        params = self._live_store().params()
+        return FilterStats(
+            kind="counting",
+            capacity=params["capacity"],
+            count=len(self),
+            bits=self.ncounters * self.counter_bits,
+            error_rate=params["error_rate"],
+            estimated_error_rate=_sizing.standard_error_rate(len(self), self.ncounters, self.k),
+            details={
+                "k": self.k,
+                "ncounters": self.ncounters,
+                "counter_bits": self.counter_bits,
+                "seed": self.seed,
+                "hash": params["hash"],
+                "path": self.path,
+                "readonly": self.readonly,
+            },
+        )
+
+    def __repr__(self) -> str:
+        if getattr(self, "_store", None) is None or self.closed:
+            return f"<{type(self).__name__} closed>"
+        return (
+            f"<{type(self).__name__} capacity={self.capacity} error_rate={self.error_rate} "
+            f"counters={self.ncounters}x{self.counter_bits}b k={self.k} count={len(self)}>"
+        )
+
+
+def make_params(
+    capacity: object,
+    error_rate: object,
+    counter_bits: object,
+    k: object,
+    counters_per_key: object,
+    seed: object,
+    hash: object,
+) -> dict[str, Any]:
+    if counter_bits not in COUNTER_BITS or isinstance(counter_bits, bool):
+        raise ConfigError(f"counter_bits must be 2, 4 or 8, not {counter_bits!r}")
+    if hash not in HASHES:
+        raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {hash!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
+    size = _sizing.size_counting(capacity, error_rate, k, counters_per_key)  # type: ignore[arg-type]
+    return {
+        "kind": "counting",
+        "ncounters": size.ncounters,
+        "k": size.k,
+        "counter_bits": counter_bits,
+        "seed": seed,
+        "hash": hash,
+        "capacity": capacity,
+        "error_rate": float(error_rate),  # type: ignore[arg-type]
+    }
+
+
+def data_bytes(params: dict[str, Any]) -> int:
+    return (int(params["ncounters"]) * int(params["counter_bits"]) + 7) // 8
+
+
+def check_header(header: _format.Header, where: str) -> None:
+    """A state file's params must describe counters this code can use, exactly."""
+    params = header.params
+    if params.get("kind") != "counting":
+        raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not a counting filter")
+    _format.require(
+        params, where, ncounters=int, k=int, counter_bits=int, seed=int, capacity=int, hash=str
+    )
+    _format.require(params, where, error_rate=float)
+    if params["hash"] not in HASHES:
+        raise FormatError(f"{where}: unknown hash {params['hash']!r}")
+    try:
+        _sizing.check_target(params["capacity"], params["error_rate"])
+    except ConfigError as exc:
+        raise FormatError(f"{where}: invalid parameters ({exc})") from None
+    m, k, bits = params["ncounters"], params["k"], params["counter_bits"]
+    if not 1 <= m <= _sizing.MAX_BITS or not 1 <= k <= _core.MAX_K or bits not in COUNTER_BITS:
+        raise FormatError(f"{where}: invalid counter shape ({m} x {bits} bits, k={k})")
+    if not 0 <= params["seed"] < 2**32:
+        raise FormatError(f"{where}: invalid seed {params['seed']}")
+    if header.data_length != data_bytes(params):
+        raise FormatError(f"{where}: data length {header.data_length} does not match {m} counters")

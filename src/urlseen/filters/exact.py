@@ -1,0 +1,742 @@
+"""ExactFilter: IMP-CBFilter (seed A), the URL-seen test that never drops an uncrawled page.
+
+A counting Bloom filter answers most new URLs from memory (some counter is 0: certainly new, no
+library I/O); the fingerprint library, which holds the MD5 of every URL seen, decides the rest,
+so the answer is exact (spec A5, with the paper's double increment on the false-positive path
+fixed). Deleting keeps the counters exact too (A6): an unsaturated counter always equals the
+number of library records that map to it, and saturated ones are recounted from the library's
+overflow table.
+
+Duplicates are most of a crawl's stream, and the counting filter sends every one of them to the
+library. Three things make them cheap without giving up exactness (benchmarks/exact.py measures
+each): a bounded cache of hot fingerprints known to be in the library (csrc/fpcache.h) answers
+most duplicates from memory; their reference-count increments wait in the cache and are written
+back on eviction or at a checkpoint; and what must go to the library goes as one sorted batch.
+
+The library is the source of truth. Changes reach it first (one transaction per batch), the
+counters second; a counter file whose writer did not close it, or that does not match the
+library, is rebuilt from the library when it is opened. What a crash can cost: reference-count
+increments not yet written back (they only decide how many remove() calls a URL needs), never
+a fingerprint reported new.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, cast
+
+from urlseen import _core
+from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
+from urlseen.filters._persistent import Closing
+from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.counting import CountingBloomFilter, make_params
+from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO, Record
+from urlseen.stores.memory_library import MemoryLibrary
+from urlseen.stores.mmapfile import UncleanShutdownWarning
+from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
+
+# 4 MiB: on the whole dev file it leaves 0.0105 library look-ups per URL (EXACT.md, part c)
+DEFAULT_CACHE_ENTRIES = 1 << 17
+LIBRARY_FILE = "library.sqlite"
+COUNTERS_FILE = "counters.urlseen"
+_KEY_ERRORS = (TypeError, InvalidKeyError, ClosedError)  # raised before anything changed
+
+
+class CountersRebuiltWarning(UserWarning):
+    """The counting filter was rebuilt from the library (after an unclean shutdown, or because
+    the counter file did not match the library). Nothing was lost; it took time."""
+
+
+class ExactFilter(Closing):
+    """IMP-CBFilter: a counting Bloom filter in front of an exact fingerprint library.
+
+    `add` / `add_many` return True exactly once per distinct URL, ever (MD5 collisions aside):
+    no false positives, no false negatives. `remove` undoes one add (reference counted),
+    `forget` makes a URL new again at once, `forget_older_than` expires URLs for re-crawl.
+
+    Args:
+        capacity: distinct URLs the counting filter is sized for (more still work: only the
+            share of new URLs that cost a library look-up grows).
+        error_rate: the counting filter's false-positive rate at capacity: the share of new
+            URLs that need a library look-up. Never a wrong answer.
+        counter_bits: 2, 4 (default) or 8 bits per counter.
+        k, counters_per_key: override the sizing (the paper's experiment: k=8, 20 per key).
+        hash: fingerprint, "md5" (default, as the paper) or "xxh3_128" (faster).
+        cache_entries: hot fingerprints kept in memory (32 bytes each); 0 disables the cache.
+        library: where the records live; default an in-memory one. ExactFilter.create/open
+            use a SQLite file.
+        write_back: keep duplicates' reference-count increments in the cache until eviction
+            or a checkpoint (default); False writes them with every batch.
+        batched_lookups: look a batch's unknown URLs up in one sorted statement (default);
+            False asks the library once per distinct unknown URL of a batch, in order, as
+            near the paper's method as a batched transaction gets.
+        clock: the time source for first/last-seen times (tests pass a fake one).
+
+    Example:
+        >>> seen = ExactFilter(capacity=1000)
+        >>> seen.add_many(["https://a.example/", "https://b.example/", "https://a.example/"])
+        [True, True, False]
+        >>> seen.forget("https://a.example/"), seen.add("https://a.example/")
+        (True, True)
+    """
+
+    commits_after_callback = True  # add_many(before_commit=...) (urlseen.dedup relies on it)
+
+    def __init__(
+        self,
+        capacity: int,
+        error_rate: float = 0.001,
+        *,
+        counter_bits: int = 4,
+        k: int | None = None,
+        counters_per_key: float | None = None,
+        hash: str = "md5",
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        library: FingerprintLibrary | None = None,
+        write_back: bool = True,
+        batched_lookups: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        counters = CountingBloomFilter(
+            capacity, error_rate, counter_bits=counter_bits, k=k,
+            counters_per_key=counters_per_key, hash=_check_hash(hash),
+        )  # fmt: skip
+        library = library if library is not None else MemoryLibrary()
+        self._setup(counters, library, cache_entries, write_back, batched_lookups, clock)
+        if library.count():
+            self._rebuild()
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        capacity: int,
+        error_rate: float = 0.001,
+        *,
+        counter_bits: int = 4,
+        k: int | None = None,
+        counters_per_key: float | None = None,
+        hash: str = "md5",
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        durable: bool = False,
+        library_cache_kib: int = DEFAULT_CACHE_KIB,
+        **options: Any,
+    ) -> ExactFilter:
+        """A new filter in the directory `path` (created; it must not hold a filter already):
+        library.sqlite (the records) and counters.urlseen (the memory-mapped counters).
+
+        durable=True makes every batch's commit reach the disk before add_many returns (slower);
+        by default a killed process loses nothing and an OS crash may lose the last commits.
+        """
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in (LIBRARY_FILE, COUNTERS_FILE):
+            if (folder / name).exists():
+                raise FileExistsError(f"{folder / name} exists: open it, or choose a new folder")
+        library = SQLiteLibrary(
+            folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
+            fingerprint=_check_hash(hash),
+        )  # fmt: skip
+        sizing = {
+            "capacity": capacity, "error_rate": error_rate, "counter_bits": counter_bits,
+            "k": k, "counters_per_key": counters_per_key,
+        }  # fmt: skip
+        try:
+            counters = _new_counters(folder / COUNTERS_FILE, library, sizing)
+            library.apply(Changes(time.time(), meta={"counter_sizing": json.dumps(sizing)}))
+        except BaseException:
+            library.close()
+            (folder / LIBRARY_FILE).unlink()
+            raise
+        self = cls.__new__(cls)
+        self._setup(counters, library, cache_entries, **options)
+        return self
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        durable: bool = False,
+        library_cache_kib: int = DEFAULT_CACHE_KIB,
+        **options: Any,
+    ) -> ExactFilter:
+        """Open a filter made by create(). The counters are checked against the library and
+        rebuilt from it if they may disagree (CountersRebuiltWarning says so).
+
+        Raises:
+            FormatError: library.sqlite or counters.urlseen is damaged or not urlseen's
+                (a damaged counters.urlseen can be deleted: open() then rebuilds it, as it
+                does for a folder made by FingerprintLibraryFilter).
+            StateInUseError: another process has the filter open for writing.
+        """
+        folder = Path(path)
+        if not (folder / LIBRARY_FILE).exists():
+            raise FileNotFoundError(f"{folder}: no {LIBRARY_FILE} (not an exact filter's state)")
+        library = SQLiteLibrary(
+            folder / LIBRARY_FILE, readonly=readonly, durable=durable, cache_kib=library_cache_kib
+        )
+        try:
+            counters, why = cls._open_counters(folder, library, readonly)
+        except BaseException:
+            library.close()
+            raise
+        self = cls.__new__(cls)
+        self._setup(counters, library, cache_entries, **options)
+        if why:
+            started = time.perf_counter()
+            self._rebuild()
+            warnings.warn(
+                f"{folder}: counters rebuilt from the library ({why}): {len(self):,} "
+                f"fingerprints in {time.perf_counter() - started:.1f} s; nothing was lost",
+                CountersRebuiltWarning,
+                stacklevel=2,
+            )
+        if not readonly:
+            library.apply(Changes(time.time(), meta={"counters": ""}))  # open: not in sync
+        return self
+
+    @staticmethod
+    def _open_counters(
+        folder: Path, library: SQLiteLibrary, readonly: bool
+    ) -> tuple[CountingBloomFilter, str]:
+        """The counters and, if they must be rebuilt, why.
+
+        A counter file that is missing, belongs to another library, or whose data fails its
+        checksum is replaced by a new one (sized as recorded in the library) and rebuilt; a
+        read-only open rebuilds into memory and leaves the file alone. A damaged header is a
+        FormatError: nothing can be trusted about that file.
+        """
+        path = folder / COUNTERS_FILE
+        sizing = json.loads(library.get_meta("counter_sizing") or "{}")
+        why = ""
+        if not path.exists():  # deleted, or a library made by FingerprintLibraryFilter
+            why = f"{COUNTERS_FILE} was missing"
+            if not sizing:
+                sizing = {"capacity": max(2 * library.count(), 1_000_000), "error_rate": 0.001}
+        else:
+            probe = _open_quietly(path, readonly=True)
+            try:
+                params, unclean = probe.params, getattr(probe._store, "unclean", False)
+                damaged = False
+                if not unclean:
+                    try:
+                        probe.verify()  # reads every counter once (zlib CRC-32)
+                    except FormatError:
+                        damaged = True
+            finally:
+                probe.close()
+            if not sizing:  # a folder made before the sizing was recorded
+                sizing = {
+                    "capacity": params["capacity"], "error_rate": params["error_rate"],
+                    "counter_bits": params["counter_bits"], "k": params["k"],
+                    "counters_per_key": params["ncounters"] / params["capacity"],
+                }  # fmt: skip
+            if params.get("library_id") != library.get_meta("library_id"):
+                why = "the counter file belongs to another library"
+            elif params.get("hash") != library.get_meta("fingerprint"):
+                why = "the counter file uses another fingerprint"
+            elif damaged:
+                why = "the counter data failed its checksum"
+            else:
+                counters = _open_quietly(path, readonly=readonly)
+                if unclean:
+                    why = "the last writer did not close it"
+                elif library.get_meta("counters") != params.get("counters_id"):
+                    why = "the library changed since the counters were saved"
+                if why and readonly:  # rebuild into memory, leave the file alone
+                    counters.close()
+                    counters = CountingBloomFilter.from_store(_memory_copy_store(params))
+                return counters, why
+        if readonly:
+            params = _sized_params(sizing, library)
+            return CountingBloomFilter.from_store(_memory_copy_store(params)), why
+        return _new_counters(path, library, sizing, overwrite=True), why
+
+    def _setup(
+        self,
+        counters: CountingBloomFilter,
+        library: FingerprintLibrary,
+        cache_entries: int,
+        write_back: bool = True,
+        batched_lookups: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if isinstance(cache_entries, bool) or not isinstance(cache_entries, int):
+            raise ConfigError(f"cache_entries must be an int >= 0, not {cache_entries!r}")
+        if not 0 <= cache_entries <= 2**32:
+            raise ConfigError(f"cache_entries must be in [0, 2**32], not {cache_entries}")
+        self._counters = counters
+        self._library = library
+        self._cache = _core.FingerprintCache(cache_entries) if cache_entries else None
+        self._write_back = write_back
+        self._batched = batched_lookups
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._dirty = False
+        self._closed = False
+        self._max = (1 << counters.counter_bits) - 1
+        self._records = library.count()
+        counters.count = self._records
+        self._carry = _Increments()  # committed increments a failed batch could not write
+
+    # -- the seen-test --------------------------------------------------------------------
+
+    def add(self, key: Key) -> bool:
+        """Check-and-add one URL: True if it was never seen (or was forgotten). One library
+        transaction per call: use add_many for throughput."""
+        return self.add_many([key])[0]
+
+    def add_many(
+        self,
+        keys: Iterable[Key],
+        *,
+        before_commit: Callable[[list[bool]], None] | None = None,
+    ) -> list[bool]:
+        """Check-and-add a batch, in order; element i is True if key i is new. A key repeated
+        in the batch is new only the first time. One library transaction for the batch.
+
+        before_commit(flags) runs after the answers are known and before the library commits
+        them: a caller that writes the new URLs out there never has the state ahead of its
+        output (`urlseen dedup --state`). If it raises, nothing is committed.
+        """
+        with self._lock:
+            self._usable()
+            now = self._clock()
+            stamp = _seconds(now)
+            cache = self._cache
+            try:
+                flags, fresh, ask, spills, events = self._counters._exact_step(keys, cache, stamp)
+            except _KEY_ERRORS:
+                raise
+            except BaseException:
+                self._dirty = True
+                raise
+            increments = self._carry.copy()
+            try:
+                with self._library.transaction():
+                    for fp, pending, batch, seen in spills:
+                        increments.add(fp, pending + batch, seen)
+                    if ask:
+                        self._resolve(ask, flags, fresh, increments, events, stamp)
+                    overflow = self._overflow_after_adds(events)
+                    answers = cast("list[bool]", flags)  # every None was resolved above
+                    if before_commit is not None:
+                        before_commit(answers)
+                    changes = Changes(now, inserts=fresh, overflow=overflow)
+                    increments.fill(changes)
+                    self._library.apply(changes)
+            except BaseException:
+                self._undo(fresh, spills)
+                raise
+            self._carry = _Increments()
+            if cache is not None:
+                for fp, pending, batch, seen in cache.commit():  # overflowing pending counts
+                    self._carry.add(fp, pending + batch, seen)
+                if not self._write_back:
+                    self._checkpoint()
+            self._records += len(fresh)
+            self._counters.count = self._records
+            return answers
+
+    def _resolve(
+        self,
+        ask: list[tuple[int, bytes]],
+        flags: list[bool | None],
+        fresh: list[bytes],
+        increments: _Increments,
+        events: list[tuple[int, int]],
+        stamp: int,
+    ) -> None:
+        """Decide the URLs the counters and the cache could not: one library look-up."""
+        batch_new = set(fresh)
+        unknown = list(dict.fromkeys(fp for _, fp in ask if fp not in batch_new))
+        present = self._library.present(unknown, batched=self._batched)
+        cache = self._cache
+        for pos, fp in ask:
+            if fp in present or fp in batch_new:
+                flags[pos] = False
+                if cache is None:
+                    increments.add(fp, 1, stamp)
+                elif not cache.hit(fp, stamp):
+                    evicted = cache.insert(fp, 1, stamp)
+                    if evicted is not None:
+                        increments.add(evicted[0], evicted[1] + evicted[2], evicted[3])
+            else:  # a false positive of the counters: new after all
+                flags[pos] = True
+                batch_new.add(fp)
+                fresh.append(fp)
+                events.extend(self._counters._add_digests([fp]))
+                if cache is not None:
+                    evicted = cache.insert(fp, 0, stamp)
+                    if evicted is not None:
+                        increments.add(evicted[0], evicted[1] + evicted[2], evicted[3])
+
+    def _overflow_after_adds(self, events: list[tuple[int, int]]) -> dict[int, int | None]:
+        """True counts of the counters that saturated: spec A6's recount, kept up to date."""
+        if not events:
+            return {}
+        deltas: defaultdict[int, int] = defaultdict(int)
+        for index, delta in events:
+            deltas[index] += delta
+        rows = self._library.overflow(deltas)
+        return {index: rows.get(index, 0) + delta for index, delta in deltas.items()}
+
+    def _undo(self, fresh: list[bytes], spills: list[tuple[bytes, int, int, int]]) -> None:
+        """A batch failed after the counters changed: they are ahead of the library, and the
+        cache holds fingerprints the library never got. Rebuild before the next operation;
+        drop the batch's increments, keep the committed ones it evicted for the next batch."""
+        self._dirty = True
+        if self._cache is not None:
+            self._cache.rollback()
+            for fp in fresh:
+                self._cache.take(fp)
+            for fp, pending, _batch, seen in spills:
+                if pending:
+                    self._carry.add(fp, pending, seen)
+
+    def __contains__(self, key: object) -> bool:
+        return self.contains_many([key])[0]  # type: ignore[list-item]
+
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Whether each key was seen; never writes. Counter-negative keys cost no library I/O."""
+        keys = list(keys)
+        with self._lock:
+            self._usable()
+            maybe = self._counters.contains_many(keys)
+            candidates = {i: self._counters._digest(keys[i]) for i, m in enumerate(maybe) if m}
+            present = self._library.present(list(dict.fromkeys(candidates.values())))
+            return [i in candidates and candidates[i] in present for i in range(len(keys))]
+
+    # -- deletion and expiry (spec A6) -----------------------------------------------------
+
+    def remove(self, key: Key) -> bool:
+        """Undo one add of key: its reference count drops by one, and at zero the URL is
+        forgotten. False if key was not in the filter."""
+        return self.remove_many([key])[0]
+
+    def remove_many(self, keys: Iterable[Key]) -> list[bool]:
+        return self._drop(self._fingerprints(keys), purge=False)
+
+    def forget(self, key: Key) -> bool:
+        """Forget key whatever its reference count (force a re-crawl). False if it was not in."""
+        return self.forget_many([key])[0]
+
+    def forget_many(self, keys: Iterable[Key]) -> list[bool]:
+        return self._drop(self._fingerprints(keys), purge=True)
+
+    def forget_older_than(self, timestamp: float, *, by: str = "first_seen") -> int:
+        """Forget every URL first reported new (by="first_seen") or last seen (by="last_seen")
+        before timestamp (Unix seconds): expiry for re-crawl. Returns how many."""
+        with self._lock:
+            self._usable()
+            self._checkpoint()  # last_seen of cached duplicates must be in the library
+            old = self._library.older_than(timestamp, by=by)
+            for start in range(0, len(old), 65536):
+                self._drop(old[start : start + 65536], purge=True)
+            return len(old)
+
+    def _fingerprints(self, keys: Iterable[Key]) -> list[bytes]:
+        if isinstance(keys, (str, bytes, bytearray)):
+            raise TypeError(f"expected an iterable of keys, not a single {type(keys).__name__!r}")
+        return [self._counters._digest(key) for key in keys]
+
+    def _drop(self, fps: list[bytes], *, purge: bool) -> list[bool]:
+        with self._lock:
+            self._usable()
+            cache, pending, taken = self._cache, {}, {}
+            for fp in set(fps):
+                entry = cache.take(fp) if cache is not None else None
+                if entry is not None:
+                    taken[fp] = entry
+                pending[fp] = (entry[0] if entry else 0) + self._carry.pop(fp)
+            try:
+                with self._library.transaction():
+                    stored = self._library.records(fps)
+                    refs = {fp: rec.refs + pending.get(fp, 0) for fp, rec in stored.items()}
+                    result, dropped = [], []
+                    for fp in fps:
+                        if refs.get(fp, 0) <= 0:
+                            result.append(False)
+                            continue
+                        result.append(True)
+                        refs[fp] = 0 if purge else refs[fp] - 1
+                        if refs[fp] == 0:
+                            dropped.append(fp)
+                    gone = set(dropped)
+                    changes = Changes(
+                        self._clock(),
+                        deletes=dropped,
+                        refs={
+                            fp: refs[fp] - rec.refs
+                            for fp, rec in stored.items()
+                            if fp not in gone and refs[fp] != rec.refs
+                        },
+                    )
+                    changes.overflow, recounted = self._recount(dropped)
+                    self._library.apply(changes)
+            except BaseException:
+                for fp, count in pending.items():
+                    self._carry.add(fp, count, taken[fp][2] if fp in taken else 0)
+                if cache is not None:
+                    for fp, (_pending, _batch, seen) in taken.items():
+                        cache.insert(fp, 0, seen)
+                raise
+            try:  # committed: now the counters follow
+                self._counters._remove_digests(dropped)
+                for index, value in recounted:
+                    self._counters._set(index, value)
+            except BaseException:
+                self._dirty = True
+                raise
+            self._records -= len(dropped)
+            self._counters.count = self._records
+            return result
+
+    def _recount(self, dropped: list[bytes]) -> tuple[dict[int, int | None], list[tuple[int, int]]]:
+        """Spec A6.3-4 for a batch: each saturated counter is recounted once, from the
+        overflow table (the true count), not by scanning the library."""
+        occurrences: Counter[int] = Counter()
+        for fp in dropped:
+            occurrences.update(self._counters._indices(fp))
+        saturated = [i for i in occurrences if self._counters._get(i) == self._max]
+        rows = self._library.overflow(saturated)
+        overflow: dict[int, int | None] = {}
+        recounted = []
+        for index in saturated:
+            if index not in rows:
+                self._dirty = True
+                raise FormatError(
+                    f"counter {index} is saturated but the library has no true count for it; "
+                    "the counters will be rebuilt from the library"
+                )
+            true = rows[index] - occurrences[index]
+            overflow[index] = true if true >= self._max else None
+            if true < self._max:
+                recounted.append((index, true))
+        return overflow, recounted
+
+    def refs(self, key: Key) -> int:
+        """How many times key was added since it was last new (0 if it is not in)."""
+        fp = self._counters._digest(key)
+        with self._lock:
+            self._usable()
+            record: Record | None = self._library.records([fp]).get(fp)
+            pending = self._carry.count(fp)
+            if self._cache is not None:
+                entry = self._cache.take(fp)
+                if entry is not None:
+                    pending += entry[0]
+                    self._cache.insert(fp, 0, entry[2], entry[0])  # room: nothing is evicted
+            return (record.refs if record else 0) + pending
+
+    # -- consistency, persistence ------------------------------------------------------------
+
+    def _rebuild(self) -> None:
+        """Counters and overflow table from the library: O(records), the recovery path."""
+        counters = self._counters
+        counters._zero()
+        totals: defaultdict[int, int] = defaultdict(int)
+        for chunk in self._library.fingerprints():
+            for index, delta in counters._add_digests(chunk):
+                totals[index] += delta
+        self._records = self._library.count()
+        counters.count = self._records
+        if not self._library.readonly:
+            self._library.replace_overflow(dict(totals), {"counters": ""})
+        self._dirty = False
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise ClosedError("the filter is closed")
+        if self._dirty and not self._library.readonly:
+            self._rebuild()
+
+    def _checkpoint(self) -> None:
+        """Write back every committed increment waiting in the cache (and the carry)."""
+        if self._library.readonly:
+            return
+        increments = self._carry.copy()
+        if self._cache is not None:
+            for fp, pending, _batch, seen in self._cache.drain():
+                increments.add(fp, pending, seen)
+        if increments:
+            changes = Changes(self._clock())
+            increments.fill(changes)
+            try:
+                self._library.apply(changes)
+            except BaseException:
+                self._carry = increments  # nothing lost: the next batch writes them
+                raise
+        self._carry = _Increments()
+
+    def flush(self) -> None:
+        """Write back pending reference counts and push the counters to disk."""
+        with self._lock:
+            self._usable()
+            self._checkpoint()
+            self._counters.flush()
+
+    def close(self) -> None:
+        """Write back, seal the counter file, and mark it in sync with the library."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            library, counters = self._library, self._counters
+            try:
+                if not library.readonly and not self._dirty:
+                    self._checkpoint()
+                    counters_id = counters.params.get("counters_id")
+                    counters.close()  # sealed on disk before the library says "in sync"
+                    if counters_id:
+                        library.apply(Changes(time.time(), meta={"counters": counters_id}))
+            finally:
+                counters.close()
+                library.close()
+
+    def __len__(self) -> int:
+        return self._records
+
+    @property
+    def library(self) -> FingerprintLibrary:
+        return self._library
+
+    @property
+    def io(self) -> LibraryIO:
+        """The library I/O so far (look-ups, round trips, writes)."""
+        return self._library.io
+
+    @property
+    def counters(self) -> CountingBloomFilter:
+        return self._counters
+
+    def stats(self) -> FilterStats:
+        """Records, memory and the counting filter's own rates; O(1)."""
+        with self._lock:
+            self._usable()
+            c = self._counters.stats()
+            cache_bytes = self._cache.nbytes if self._cache is not None else 0
+            return FilterStats(
+                kind="exact",
+                capacity=c.capacity,
+                count=self._records,
+                bits=c.bits + cache_bytes * 8,
+                error_rate=0.0,
+                estimated_error_rate=0.0,
+                details={
+                    **c.details,
+                    "filter_error_rate": c.error_rate,
+                    "filter_estimated_error_rate": c.estimated_error_rate,
+                    "counter_bytes": c.bits // 8,
+                    "cache_entries": self._cache.entries if self._cache is not None else 0,
+                    "cache_bytes": cache_bytes,
+                    "library": self._library.path,
+                    "library_io": vars(self._library.io).copy(),
+                },
+            )
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<{type(self).__name__} closed>"
+        where = f" library={self._library.path!r}" if self._library.path else ""
+        return f"<{type(self).__name__} count={self._records}{where}>"
+
+
+class _Increments:
+    """Reference-count increments on their way to the library, with when each fingerprint was
+    last seen (Unix seconds)."""
+
+    def __init__(self) -> None:
+        self._counts: defaultdict[bytes, int] = defaultdict(int)
+        self._seen: dict[bytes, int] = {}
+
+    def add(self, fp: bytes, count: int, seen: int) -> None:
+        if count:
+            self._counts[fp] += count
+            if seen > self._seen.get(fp, 0):
+                self._seen[fp] = seen
+
+    def count(self, fp: bytes) -> int:
+        return self._counts.get(fp, 0)
+
+    def pop(self, fp: bytes) -> int:
+        self._seen.pop(fp, None)
+        return self._counts.pop(fp, 0)
+
+    def copy(self) -> _Increments:
+        other = _Increments()
+        other._counts.update(self._counts)
+        other._seen.update(self._seen)
+        return other
+
+    def fill(self, changes: Changes) -> None:
+        changes.refs = dict(self._counts)
+        changes.seen = {fp: float(t) for fp, t in self._seen.items() if t}
+
+    def __bool__(self) -> bool:
+        return bool(self._counts)
+
+
+def _seconds(timestamp: float) -> int:
+    """A time as the cache keeps it: whole Unix seconds in [0, 2**32)."""
+    return min(max(int(timestamp), 0), 2**32 - 1)
+
+
+def _check_hash(hash: str) -> str:
+    if hash not in ("md5", "xxh3_128"):
+        raise ConfigError(f"hash must be 'md5' or 'xxh3_128', not {hash!r}")
+    return hash
+
+
+def _open_quietly(path: Path, *, readonly: bool) -> CountingBloomFilter:
+    """Open a counter file; an unclean one is not warned about (the caller rebuilds it)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UncleanShutdownWarning)
+            return CountingBloomFilter.open(path, readonly=readonly)
+    except FormatError as exc:
+        raise FormatError(f"{exc} (delete it to rebuild it from the library)") from exc
+
+
+def _sized_params(sizing: dict[str, Any], library: FingerprintLibrary) -> dict[str, Any]:
+    return make_params(
+        sizing["capacity"], sizing["error_rate"], sizing.get("counter_bits", 4), sizing.get("k"),
+        sizing.get("counters_per_key"), 0, library.get_meta("fingerprint") or "md5",
+    )  # fmt: skip
+
+
+def _new_counters(
+    path: Path, library: FingerprintLibrary, sizing: dict[str, Any], *, overwrite: bool = False
+) -> CountingBloomFilter:
+    """A counter file for this library (empty: the caller adds or rebuilds)."""
+    return CountingBloomFilter.create(
+        path,
+        sizing["capacity"],
+        sizing["error_rate"],
+        counter_bits=sizing.get("counter_bits", 4),
+        k=sizing.get("k"),
+        counters_per_key=sizing.get("counters_per_key"),
+        hash=library.get_meta("fingerprint") or "md5",
+        overwrite=overwrite,
+        extra={"counters_id": uuid.uuid4().hex, "library_id": library.get_meta("library_id") or ""},
+    )
+
+
+def _memory_copy_store(params: dict[str, Any]) -> Any:
+    from urlseen.filters.counting import data_bytes
+    from urlseen.stores.memory import MemoryStore
+
+    return MemoryStore(data_bytes(params), dict(params))

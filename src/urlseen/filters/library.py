@@ -1,0 +1,180 @@
+"""FingerprintLibraryFilter: the paper's baseline, the MD5 fingerprint library alone (seed A).
+
+Every URL is looked up in the library; a new one is inserted, a duplicate has its reference
+count incremented. Exact, and as slow as the library: this is what IMP-CBFilter (ExactFilter)
+is measured against, on the same library. It shares ExactFilter's state folder layout, so a
+library made by either can be opened by the other.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from urlseen import _core
+from urlseen.errors import ClosedError, ConfigError
+from urlseen.filters._persistent import Closing
+from urlseen.filters.base import FilterStats, Key
+from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO
+from urlseen.stores.memory_library import MemoryLibrary
+from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
+
+_HASH_IDS = {"md5": _core.HASH_MD5, "xxh3_128": _core.HASH_XXH3_128}
+LIBRARY_FILE = "library.sqlite"
+
+
+class FingerprintLibraryFilter(Closing):
+    """The exact URL-seen test by fingerprint library alone (the paper's baseline method).
+
+    Args:
+        library: where the records live; default in memory. create/open use SQLite.
+        hash: "md5" (default, as the paper) or "xxh3_128".
+        batched_lookups: one sorted look-up per batch (default); False looks each distinct
+            fingerprint of a batch up with its own query, in order, as near the paper's
+            one-URL-at-a-time method as a batched transaction gets.
+        clock: the time source for first/last-seen times.
+    """
+
+    commits_after_callback = True
+
+    def __init__(
+        self,
+        *,
+        library: FingerprintLibrary | None = None,
+        hash: str = "md5",
+        batched_lookups: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if hash not in _HASH_IDS:
+            raise ConfigError(f"hash must be 'md5' or 'xxh3_128', not {hash!r}")
+        self._library = library if library is not None else MemoryLibrary()
+        self._hash = _HASH_IDS[hash]
+        self._batched = batched_lookups
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._closed = False
+        self._records = self._library.count()
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        hash: str = "md5",
+        durable: bool = False,
+        library_cache_kib: int = DEFAULT_CACHE_KIB,
+        batched_lookups: bool = True,
+    ) -> FingerprintLibraryFilter:
+        """A new filter in the folder `path`: library.sqlite."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        library = SQLiteLibrary(
+            folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
+            fingerprint=hash,
+        )  # fmt: skip
+        return cls(library=library, hash=hash, batched_lookups=batched_lookups)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        durable: bool = False,
+        library_cache_kib: int = DEFAULT_CACHE_KIB,
+        batched_lookups: bool = True,
+    ) -> FingerprintLibraryFilter:
+        """Open the library in the folder `path` (made by this class or by ExactFilter)."""
+        library = SQLiteLibrary(
+            Path(path) / LIBRARY_FILE, readonly=readonly, durable=durable,
+            cache_kib=library_cache_kib,
+        )  # fmt: skip
+        try:
+            if not readonly:  # an ExactFilter's counters no longer match what we will add
+                library.apply(Changes(time.time(), meta={"counters": ""}))
+            hash = library.get_meta("fingerprint") or "md5"
+            return cls(library=library, hash=hash, batched_lookups=batched_lookups)
+        except BaseException:
+            library.close()
+            raise
+
+    def add(self, key: Key) -> bool:
+        """Check-and-add one URL (one library transaction: use add_many for throughput)."""
+        return self.add_many([key])[0]
+
+    def add_many(
+        self,
+        keys: Iterable[Key],
+        *,
+        before_commit: Callable[[list[bool]], None] | None = None,
+    ) -> list[bool]:
+        """Check-and-add a batch in order; one transaction. before_commit as in ExactFilter."""
+        fps = _core.digests(keys, self._hash)
+        with self._lock:
+            self._usable()
+            now = self._clock()
+            with self._library.transaction():
+                present = self._library.present(list(dict.fromkeys(fps)), batched=self._batched)
+                inserts: dict[bytes, None] = {}
+                refs: defaultdict[bytes, int] = defaultdict(int)
+                flags = []
+                for fp in fps:
+                    fresh = fp not in present and fp not in inserts
+                    if fresh:
+                        inserts[fp] = None
+                    else:
+                        refs[fp] += 1
+                    flags.append(fresh)
+                if before_commit is not None:
+                    before_commit(flags)
+                self._library.apply(Changes(now, inserts=list(inserts), refs=dict(refs)))
+            self._records += len(inserts)
+            return flags
+
+    def __contains__(self, key: object) -> bool:
+        return self.contains_many([key])[0]  # type: ignore[list-item]
+
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]:
+        fps = _core.digests(keys, self._hash)
+        with self._lock:
+            self._usable()
+            present = self._library.present(list(dict.fromkeys(fps)), batched=self._batched)
+            return [fp in present for fp in fps]
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise ClosedError("the filter is closed")
+
+    def __len__(self) -> int:
+        return self._records
+
+    @property
+    def io(self) -> LibraryIO:
+        return self._library.io
+
+    @property
+    def library(self) -> FingerprintLibrary:
+        return self._library
+
+    def stats(self) -> FilterStats:
+        return FilterStats(
+            kind="library",
+            capacity=max(self._records, 1),
+            count=self._records,
+            bits=0,
+            error_rate=0.0,
+            estimated_error_rate=0.0,
+            details={"library": self._library.path, "library_io": vars(self._library.io).copy()},
+        )
+
+    def flush(self) -> None:
+        """Every batch is committed when add_many returns: nothing to do."""
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._library.close()

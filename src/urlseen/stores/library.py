@@ -1,0 +1,122 @@
+"""The fingerprint library: the exact record of every URL the exact filters have seen.
+
+One record per distinct fingerprint (the 16-byte digest of the canonical URL): its reference
+count, when it was first reported new and when it was last seen. The library is the source of
+truth of ExactFilter (seed A): its counting filter is derived data, rebuilt from the library
+whenever the two may disagree. The record does not keep the k counter indices the paper stores:
+they are a pure function of the fingerprint and the counter array's (m, k), so they are
+recomputed (8 bytes x k saved per record); the one thing the stored indices buy, the true count
+of a saturated counter, is kept exactly in a small `overflow` table instead (spec A6).
+
+Implementations: MemoryLibrary (tests, small jobs), SQLiteLibrary (the embedded default), and a
+Redis one for shared use. Every batch is one round trip: `present` looks a whole batch up,
+`apply` writes a whole batch's changes atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+
+class Record(NamedTuple):
+    """A library record. Times are Unix seconds (stored with millisecond resolution)."""
+
+    refs: int
+    first_seen: float
+    last_seen: float
+
+
+@dataclass
+class Changes:
+    """One batch's writes, applied all or nothing by FingerprintLibrary.apply.
+
+    Attributes:
+        now: the batch's time (first_seen of inserts, last_seen of reference updates).
+        inserts: new fingerprints, each with refs = 1; none may be present already.
+        refs: fingerprint -> change of its reference count (present fingerprints only).
+        seen: fingerprint -> when it was last seen, for some of `refs` (default: now).
+        deletes: fingerprints to remove.
+        overflow: counter index -> its new true count, or None to drop the row.
+        meta: name -> value to set in the library's metadata.
+    """
+
+    now: float
+    inserts: list[bytes] = field(default_factory=list)
+    refs: dict[bytes, int] = field(default_factory=dict)
+    seen: dict[bytes, float] = field(default_factory=dict)
+    deletes: list[bytes] = field(default_factory=list)
+    overflow: dict[int, int | None] = field(default_factory=dict)
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.inserts or self.refs or self.deletes or self.overflow or self.meta)
+
+
+@dataclass
+class LibraryIO:
+    """Logical library I/O so far: what the paper's experiment counts per URL.
+
+    lookups: fingerprints looked up; round_trips: lookup and write statements or batches sent;
+    writes: records inserted, updated or deleted.
+    """
+
+    lookups: int = 0
+    round_trips: int = 0
+    writes: int = 0
+
+
+class FingerprintLibrary(Protocol):
+    """What ExactFilter and FingerprintLibraryFilter need from a library.
+
+    A library shared by several writers (Redis) must make `present` followed by `apply` inside
+    one `transaction()` atomic; SQLite does so with its write lock, and one process writes a
+    SQLite library at a time.
+    """
+
+    io: LibraryIO
+
+    @property
+    def readonly(self) -> bool: ...
+
+    @property
+    def path(self) -> str | None: ...
+
+    def present(self, fps: Sequence[bytes], *, batched: bool = True) -> set[bytes]:
+        """Which of fps are in the library. batched=False looks them up one at a time, in
+        order (the paper's method, for the experiment)."""
+        ...
+
+    def records(self, fps: Iterable[bytes]) -> dict[bytes, Record]: ...
+
+    def apply(self, changes: Changes) -> None: ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def count(self) -> int:
+        """Number of records."""
+        ...
+
+    def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
+        """Every fingerprint, in chunks (for rebuilding counters)."""
+        ...
+
+    def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]: ...
+
+    def overflow(self, counters: Iterable[int]) -> dict[int, int]: ...
+
+    def replace_overflow(self, counts: dict[int, int], meta: dict[str, str]) -> None: ...
+
+    def get_meta(self, name: str) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+def to_millis(timestamp: float) -> int:
+    return round(timestamp * 1000)
+
+
+def from_millis(millis: int) -> float:
+    return millis / 1000

@@ -1,0 +1,131 @@
+-- bloom_batch.lua: test (and, if ARGV[2] == "1", set) the bits of a batch of keys in one
+-- atomic step, for urlseen's RedisBloomFilter.
+--
+-- KEYS[1]: the bits (a string; byte j bit i is filter bit 8j + i, as in a local filter)
+-- KEYS[2]: the metadata hash (field "count": keys reported new)
+-- KEYS[3]: this batch's receipt: the answer is kept there for ARGV[3] seconds, so that a
+--          client that lost the reply can send the same batch again and get the same answer
+--          (no URL is ever reported seen because its first report was lost)
+-- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
+-- Returns one character per key: "1" if some bit was 0 (new / absent), "0" otherwise.
+local done = redis.call('GET', KEYS[3])
+if done then return done end
+
+local data, add, ttl = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
+local band, bor, byte = bit.band, bit.bor, string.byte
+local CHUNK = 1000 -- BITFIELD operations per call (unpack is limited to ~8000 values)
+
+local function finish(out, fresh, cur, changed)
+  for s = 1, #changed, CHUNK do
+    local cmd, last = {}, math.min(s + CHUNK - 1, #changed)
+    for i = s, last do
+      cmd[#cmd + 1] = 'SET'
+      cmd[#cmd + 1] = 'u8'
+      cmd[#cmd + 1] = '#' .. changed[i]
+      cmd[#cmd + 1] = cur[changed[i]]
+    end
+    redis.call('BITFIELD', KEYS[1], unpack(cmd))
+  end
+  if fresh > 0 then redis.call('HINCRBY', KEYS[2], 'count', fresh) end
+  local answer = table.concat(out)
+  if add and ttl > 0 then redis.call('SET', KEYS[3], answer, 'EX', ttl) end
+  return answer
+end
+
+if ARGV[4] == 'blocked' then
+  -- Per key: c, its block's byte offset (4 bytes), c (offset in block, mask) pairs. One GETRANGE
+  -- of the 64-byte block per key whose bytes this batch has not written yet.
+  local out, cur, changed, fresh = {}, {}, {}, 0
+  local pos, len = 1, #data
+  while pos <= len do
+    local c, b1, b2, b3, b4 = byte(data, pos, pos + 4)
+    local base = b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+    pos = pos + 5
+    local block, new = nil, false
+    for j = pos, pos + 2 * c - 1, 2 do
+      local rel, m = byte(data, j, j + 1)
+      local v = cur[base + rel]
+      if v == nil then
+        block = block or redis.call('GETRANGE', KEYS[1], base, base + 63)
+        v = byte(block, rel + 1) or 0
+      end
+      if band(v, m) ~= m then new = true end
+    end
+    if new and add then
+      fresh = fresh + 1
+      for j = pos, pos + 2 * c - 1, 2 do
+        local rel, m = byte(data, j, j + 1)
+        local off = base + rel
+        local v = cur[off]
+        if v == nil then
+          v = byte(block, rel + 1) or 0
+          changed[#changed + 1] = off
+        end
+        cur[off] = bor(v, m)
+      end
+    end
+    out[#out + 1] = new and '1' or '0'
+    pos = pos + 2 * c
+  end
+  return finish(out, fresh, cur, changed)
+end
+
+local keys, order, seen = {}, {}, {}
+local pos, len = 1, #data
+while pos <= len do
+  local c = byte(data, pos)
+  pos = pos + 1
+  local rec = {}
+  for _ = 1, c do
+    local b1, b2, b3, b4, m = byte(data, pos, pos + 4)
+    local off = b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+    rec[#rec + 1] = off
+    rec[#rec + 1] = m
+    if not seen[off] then
+      seen[off] = true
+      order[#order + 1] = off
+    end
+    pos = pos + 5
+  end
+  keys[#keys + 1] = rec
+end
+
+local cur = {}
+for s = 1, #order, CHUNK do
+  local cmd, last = {}, math.min(s + CHUNK - 1, #order)
+  for i = s, last do
+    cmd[#cmd + 1] = 'GET'
+    cmd[#cmd + 1] = 'u8'
+    cmd[#cmd + 1] = '#' .. order[i]
+  end
+  local vals = redis.call('BITFIELD', KEYS[1], unpack(cmd))
+  for i = s, last do cur[order[i]] = vals[i - s + 1] end
+end
+
+local out, dirty, changed, fresh = {}, {}, {}, 0
+for i = 1, #keys do
+  local rec, new = keys[i], false
+  for j = 1, #rec, 2 do
+    if band(cur[rec[j]], rec[j + 1]) ~= rec[j + 1] then
+      new = true
+      break
+    end
+  end
+  if new and add then
+    fresh = fresh + 1
+    for j = 1, #rec, 2 do
+      local off = rec[j]
+      local v = bor(cur[off], rec[j + 1])
+      if v ~= cur[off] then
+        cur[off] = v
+        if not dirty[off] then
+          dirty[off] = true
+          changed[#changed + 1] = off
+        end
+      end
+    end
+  end
+  out[i] = new and '1' or '0'
+end
+
+return finish(out, fresh, cur, changed)

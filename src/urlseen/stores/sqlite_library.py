@@ -1,0 +1,384 @@
+"""The fingerprint library in a SQLite file: the exact filter's embedded default.
+
+Why SQLite: one file, crash-safe transactions, a B-tree keyed by the fingerprint, and it is in
+every Python. Settings, and why:
+- WAL journal, synchronous=NORMAL: a commit survives a killed process; an OS crash or power loss
+  may lose the last commits (those URLs are new again: a re-crawl, never a lost page).
+  durable=True uses synchronous=FULL (every commit on disk before add_many returns).
+- `fingerprints` is a WITHOUT ROWID table keyed by the 16-byte fingerprint: one B-tree, no rowid
+  index beside it; inserts and look-ups of a batch are sorted (IRLbot's DRUM lesson: touch
+  the B-tree in key order, never one random page per URL).
+- A batch's look-ups, inserts, reference updates and deletes are one statement each, the
+  fingerprints packed in one blob (`_ROWS`).
+- 16 KiB pages and a WAL auto-checkpoint every 10,000 pages: fewer, larger writes for the
+  random inserts that dominate (benchmarks/EXACT.md); the price is 16 KiB read per random
+  look-up and a WAL that can grow to about 160 MiB before a checkpoint.
+- The page cache is bounded (`cache_kib`, default 4 MiB): the library may be much larger than
+  memory.
+- application_id and user_version mark the file; a foreign or newer file is refused, a damaged
+  one raises FormatError. One writer at a time (an flock beside SQLite's own locks;
+  readers take none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from urlseen.errors import ClosedError, FormatError, ReadOnlyError, StateInUseError
+from urlseen.stores.library import Changes, LibraryIO, Record, from_millis, to_millis
+
+APPLICATION_ID = 0x75726C73  # "urls"
+SCHEMA_VERSION = 1
+DEFAULT_CACHE_KIB = 4096
+PAGE_SIZE = 16384
+WAL_CHECKPOINT_PAGES = 10000
+FP_BYTES = 16
+# A batch of fingerprints travels as one blob, cut back into rows inside SQLite: no Python work
+# per row (executemany builds and binds a tuple per row), and one prepared statement for any
+# batch size.
+_ROWS = (
+    "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :count), "
+    "batch(fp) AS (SELECT substr(:fps, i * 16 + 1, 16) FROM n) "
+)
+
+_SCHEMA = """
+CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE fingerprints (
+    fp BLOB PRIMARY KEY,
+    refs INTEGER NOT NULL,
+    first_seen INTEGER NOT NULL,
+    last_seen INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE overflow (counter INTEGER PRIMARY KEY, count INTEGER NOT NULL);
+"""
+
+
+def _corrupt(path: str, exc: sqlite3.DatabaseError) -> FormatError:
+    return FormatError(f"{path}: not a readable urlseen library ({exc})")
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    text = str(exc).lower()
+    return any(w in text for w in ("malformed", "not a database", "corrupt", "file is encrypted"))
+
+
+def _packed(fps: Sequence[bytes]) -> dict[str, object]:
+    """The :fps and :count parameters of a batch statement (_ROWS)."""
+    blob = b"".join(fps)
+    if len(blob) != FP_BYTES * len(fps):
+        raise ValueError(f"fingerprints must be {FP_BYTES} bytes each")
+    return {"fps": blob, "count": len(fps)}
+
+
+class SQLiteLibrary:
+    """The FingerprintLibrary protocol on a SQLite file (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        durable: bool = False,
+        cache_kib: int = DEFAULT_CACHE_KIB,
+        fingerprint: str = "md5",
+    ) -> None:
+        self.path = str(path)
+        self.readonly = readonly
+        self.io = LibraryIO()
+        self._depth = 0
+        target = Path(path)
+        if create and target.exists():
+            raise FileExistsError(f"{target} exists")
+        if not create and not target.exists():
+            raise FileNotFoundError(f"{target}: no such library")
+        # One writer: an exclusive flock. Readers need none (SQLite's WAL lets them read while
+        # the writer writes), so `urlseen info` works on a live crawl's state.
+        self._lock_fd = os.open(target, os.O_RDONLY | (os.O_CREAT if create else 0), 0o644)
+        if not readonly:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_fd)
+                raise StateInUseError(f"{target} is open for writing elsewhere") from None
+        try:
+            uri = f"{target.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}"
+            self._connection: sqlite3.Connection | None = sqlite3.connect(
+                uri, uri=True, isolation_level=None, check_same_thread=False
+            )
+            if create:  # before WAL mode: the page size is fixed once the file has a page
+                self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+                self._configure(durable, cache_kib)
+                self._create(fingerprint)
+                self._check()
+            else:  # check first: a refused file must be left exactly as it was
+                self._check()
+                self._configure(durable, cache_kib)
+        except sqlite3.DatabaseError as exc:
+            self._close_quietly()
+            if _is_corruption(exc):
+                raise _corrupt(self.path, exc) from exc
+            raise
+        except BaseException:
+            self._close_quietly()
+            raise
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise ClosedError(f"{self.path}: the library is closed")
+        return self._connection
+
+    def _configure(self, durable: bool, cache_kib: int) -> None:
+        db = self._db
+        if not self.readonly:
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+        db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+        db.execute("PRAGMA mmap_size=0")
+        db.execute("PRAGMA busy_timeout=10000")
+
+    def _create(self, fingerprint: str) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        meta = {
+            "format": "urlseen-library",
+            "fingerprint": fingerprint,
+            "library_id": uuid.uuid4().hex,
+            "records": "0",
+            "counters": "",
+        }
+        db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+        db.execute("COMMIT")
+
+    def _check(self) -> None:
+        db = self._db
+        (app,) = db.execute("PRAGMA application_id").fetchone()
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        if app != APPLICATION_ID:
+            raise FormatError(f"{self.path}: a SQLite file, but not a urlseen library")
+        if version > SCHEMA_VERSION:
+            raise FormatError(
+                f"{self.path}: library version {version} was written by a newer urlseen; "
+                f"this one reads up to version {SCHEMA_VERSION}"
+            )
+        try:
+            fmt, records = self.get_meta("format"), self.get_meta("records")
+        except sqlite3.OperationalError as exc:  # e.g. no such table
+            raise FormatError(
+                f"{self.path}: not a readable urlseen library: it has urlseen's mark but not "
+                f"its tables ({exc})"
+            ) from exc
+        if fmt != "urlseen-library" or records is None:
+            raise FormatError(f"{self.path}: a urlseen library without its metadata")
+
+    def _close_quietly(self) -> None:
+        """Release after a failed open: no checkpoint, and every handle exactly once."""
+        db, self._connection = getattr(self, "_connection", None), None
+        fd, self._lock_fd = getattr(self, "_lock_fd", -1), -1
+        if db is not None:
+            with contextlib.suppress(Exception):
+                db.close()
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if _is_corruption(exc):
+                raise _corrupt(self.path, exc) from exc
+            raise
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def present(self, fps: Sequence[bytes], *, batched: bool = True) -> set[bytes]:
+        found: set[bytes] = set()
+        if not fps:
+            return found
+        self.io.lookups += len(fps)
+        with self._errors():
+            if not batched:
+                one = "SELECT 1 FROM fingerprints WHERE fp = ?"
+                for fp in fps:
+                    self.io.round_trips += 1
+                    if self._db.execute(one, (fp,)).fetchone() is not None:
+                        found.add(fp)
+                return found
+            ordered = sorted(set(fps))
+            sql = _ROWS + "SELECT fp FROM fingerprints WHERE fp IN (SELECT fp FROM batch)"
+            found.update(row[0] for row in self._db.execute(sql, _packed(ordered)))
+            self.io.round_trips += 1
+        return found
+
+    def records(self, fps: Iterable[bytes]) -> dict[bytes, Record]:
+        out = {}
+        sql = "SELECT refs, first_seen, last_seen FROM fingerprints WHERE fp = ?"
+        with self._errors():
+            for fp in sorted(set(fps)):
+                row = self._db.execute(sql, (fp,)).fetchone()
+                self.io.lookups += 1
+                if row is not None:
+                    out[fp] = Record(row[0], from_millis(row[1]), from_millis(row[2]))
+        return out
+
+    def count(self) -> int:
+        return int(self.get_meta("records") or 0)
+
+    def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
+        with self._errors():
+            cursor = self._db.execute("SELECT fp FROM fingerprints")
+            while rows := cursor.fetchmany(chunk):
+                yield [row[0] for row in rows]
+
+    def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
+        if by not in ("first_seen", "last_seen"):
+            raise ValueError(f"by must be 'first_seen' or 'last_seen', not {by!r}")
+        sql = f"SELECT fp FROM fingerprints WHERE {by} < ?"
+        with self._errors():
+            return [row[0] for row in self._db.execute(sql, (to_millis(timestamp),))]
+
+    def overflow(self, counters: Iterable[int]) -> dict[int, int]:
+        sql = "SELECT count FROM overflow WHERE counter = ?"
+        out = {}
+        with self._errors():
+            for c in sorted(set(counters)):
+                row = self._db.execute(sql, (c,)).fetchone()
+                if row is not None:
+                    out[c] = row[0]
+        return out
+
+    def get_meta(self, name: str) -> str | None:
+        with self._errors():
+            row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return None if row is None else str(row[0])
+
+    # -- writes -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction (BEGIN IMMEDIATE: the write lock from the start); nests."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.path} was opened read-only")
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        with self._errors():
+            self._db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self._depth = 0
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise
+        self._depth = 0
+        with self._errors():
+            self._db.execute("COMMIT")
+
+    def apply(self, changes: Changes) -> None:
+        if not changes:
+            return
+        now = to_millis(changes.now)
+        db = self._db
+        with self.transaction(), self._errors():
+            grown = 0
+            if changes.inserts:
+                before = db.total_changes  # rowcount is -1 for a statement that starts WITH
+                db.execute(
+                    _ROWS + "INSERT INTO fingerprints SELECT fp, 1, :now, :now FROM batch",
+                    {**_packed(sorted(changes.inserts)), "now": now},
+                )
+                grown += db.total_changes - before
+            if changes.refs:
+                order = sorted(changes.refs)
+                seen = changes.seen
+                pairs = [
+                    [changes.refs[fp], to_millis(seen[fp]) if fp in seen else now] for fp in order
+                ]
+                db.execute(
+                    "UPDATE fingerprints SET refs = refs + u.delta, "
+                    "last_seen = max(last_seen, u.seen) "
+                    "FROM (SELECT substr(:fps, j.key * 16 + 1, 16) AS fp, "
+                    "json_extract(j.value, '$[0]') AS delta, json_extract(j.value, '$[1]') AS seen "
+                    "FROM json_each(:pairs) AS j) AS u WHERE fingerprints.fp = u.fp",
+                    {**_packed(order), "pairs": json.dumps(pairs)},
+                )
+            if changes.deletes:
+                before = db.total_changes
+                db.execute(
+                    _ROWS + "DELETE FROM fingerprints WHERE fp IN (SELECT fp FROM batch)",
+                    _packed(sorted(set(changes.deletes))),
+                )
+                grown -= db.total_changes - before
+            drop = [(c,) for c, v in changes.overflow.items() if v is None]
+            keep = [(c, v) for c, v in changes.overflow.items() if v is not None]
+            if drop:
+                db.executemany("DELETE FROM overflow WHERE counter = ?", drop)
+            if keep:
+                db.executemany("INSERT OR REPLACE INTO overflow VALUES (?, ?)", keep)
+            if grown:
+                db.execute(
+                    "UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE name = 'records'",
+                    (grown,),
+                )
+            if changes.meta:
+                db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.meta.items())
+        self.io.writes += len(changes.inserts) + len(changes.refs) + len(changes.deletes)
+        self.io.round_trips += 1
+
+    def replace_overflow(self, counts: dict[int, int], meta: dict[str, str]) -> None:
+        with self.transaction(), self._errors():
+            self._db.execute("DELETE FROM overflow")
+            self._db.executemany("INSERT INTO overflow VALUES (?, ?)", counts.items())
+            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+
+    def verify(self) -> None:
+        """Run SQLite's integrity check over the whole file; FormatError if it fails."""
+        with self._errors():
+            result = self._db.execute("PRAGMA integrity_check").fetchall()
+        if result != [("ok",)]:
+            raise FormatError(f"{self.path}: damaged library ({result[0][0]})")
+
+    def files(self) -> list[str]:
+        """The database file and its WAL (for the experiment's page-cache eviction)."""
+        return [p for p in (self.path, self.path + "-wal") if os.path.exists(p)]
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __enter__(self) -> SQLiteLibrary:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        db = getattr(self, "_connection", None)
+        try:
+            if db is not None and not self.readonly:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self._close_quietly()

@@ -1,0 +1,372 @@
+"""The fingerprint library protocol (stores/library.py): MemoryLibrary and SQLiteLibrary must
+behave the same, since ExactFilter is tested mostly on the first and runs on the second; and the
+SQLite file must refuse what is not a urlseen library, stay single-writer, and keep its data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import os
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from urlseen import FormatError, MemoryLibrary, ReadOnlyError, SQLiteLibrary, StateInUseError
+from urlseen.stores.library import Changes, LibraryIO, Record
+from urlseen.stores.sqlite_library import APPLICATION_ID, SCHEMA_VERSION
+
+KINDS = ["memory", "sqlite"]
+
+
+def fp(i: int) -> bytes:
+    return hashlib.md5(str(i).encode()).digest()
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(params=KINDS)
+def kind(request) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def lib_path(tmp_path: Path) -> Path:
+    return tmp_path / "library.sqlite"
+
+
+@pytest.fixture
+def lib(kind: str, lib_path: Path):
+    library = MemoryLibrary() if kind == "memory" else SQLiteLibrary(lib_path, create=True)
+    yield library
+    library.close()
+
+
+def kinds_with_bug(bad: str, reason: str) -> list:
+    """Both implementations, the one that has the bug marked xfail(strict)."""
+    mark = pytest.mark.xfail(strict=True, reason=reason)
+    return [pytest.param(k, marks=mark) if k == bad else k for k in KINDS]
+
+
+# ---- the protocol, both implementations --------------------------------------------------------
+
+
+def test_an_empty_library(lib):
+    assert lib.count() == 0 and lib.readonly is False
+    assert lib.present([fp(1)]) == set() and lib.present([]) == set()
+    assert lib.records([fp(1)]) == {}
+    assert list(lib.fingerprints()) == []
+    assert lib.older_than(1e12) == [] and lib.overflow([0, 1]) == {}
+    assert lib.get_meta("no-such-name") is None
+    assert isinstance(lib.io, LibraryIO)
+
+
+def test_inserts_refs_and_deletes(lib):
+    lib.apply(Changes(1000.1234, inserts=[fp(1), fp(2), fp(3)]))
+    assert lib.count() == 3
+    assert lib.records([fp(1), fp(9)]) == {fp(1): Record(1, 1000.123, 1000.123)}  # milliseconds
+    lib.apply(Changes(2000.0, refs={fp(1): 2, fp(2): 1}))
+    assert lib.records([fp(1)])[fp(1)] == Record(3, 1000.123, 2000.0), "first_seen stays"
+    lib.apply(Changes(3000.0, inserts=[fp(4)], refs={fp(1): -1}, deletes=[fp(2)]))
+    assert lib.count() == 3
+    assert lib.present([fp(i) for i in range(6)]) == {fp(1), fp(3), fp(4)}
+    assert lib.records([fp(1), fp(4)]) == {
+        fp(1): Record(2, 1000.123, 3000.0),
+        fp(4): Record(1, 3000.0, 3000.0),
+    }
+    # A fingerprint inserted and referenced in one batch (a key repeated in a batch).
+    lib.apply(Changes(4000.0, inserts=[fp(5)], refs={fp(5): 2}))
+    assert lib.records([fp(5)])[fp(5)].refs == 3
+    assert lib.io.writes == 3 + 2 + 3 + 2
+    lib.apply(Changes(5000.0))  # an empty batch writes nothing
+    assert lib.io.writes == 10 and lib.count() == 4
+
+
+def test_present_batched_and_one_by_one(lib):
+    lib.apply(Changes(1.0, inserts=[fp(i) for i in range(0, 6000, 2)]))
+    queries = [fp(i) for i in range(5000)] + [fp(0), fp(1)]  # over one statement, repeats
+    expected = {fp(i) for i in range(0, 5000, 2)}
+    io = lib.io
+    before = (io.lookups, io.round_trips)
+    assert lib.present(queries) == expected
+    assert io.lookups - before[0] == len(queries)
+    small = [fp(2), fp(3), fp(4)]
+    before = (io.lookups, io.round_trips)
+    assert lib.present(small, batched=False) == lib.present(small, batched=True) == {fp(2), fp(4)}
+    assert io.lookups - before[0] == 6
+    assert io.round_trips - before[1] == 3 + 1, "one by one: a round trip each; batched: one"
+
+
+def test_overflow_table_and_metadata(lib):
+    lib.apply(Changes(1.0, overflow={5: 17, 9: 3}, meta={"counters": "abc"}))
+    assert lib.overflow([5, 9, 11]) == {5: 17, 9: 3}
+    assert lib.overflow(iter([9])) == {9: 3}
+    lib.apply(Changes(2.0, overflow={5: None, 9: 4}))
+    assert lib.overflow(range(20)) == {9: 4}
+    assert lib.get_meta("counters") == "abc"
+    lib.replace_overflow({1: 15, 2: 16}, {"counters": ""})
+    assert lib.overflow(range(20)) == {1: 15, 2: 16} and lib.get_meta("counters") == ""
+    assert lib.count() == 0, "overflow rows and metadata are not records"
+
+
+def test_fingerprints_in_chunks(lib):
+    lib.apply(Changes(1.0, inserts=[fp(i) for i in range(100)]))
+    chunks = list(lib.fingerprints(chunk=7))
+    assert all(1 <= len(c) <= 7 for c in chunks) and len(chunks) == 15
+    flat = [x for c in chunks for x in c]
+    assert len(flat) == 100 and set(flat) == {fp(i) for i in range(100)}
+    assert sorted(x for c in lib.fingerprints() for x in c) == sorted(flat)
+
+
+def test_older_than(lib):
+    lib.apply(Changes(100.0, inserts=[fp(1), fp(2)]))
+    lib.apply(Changes(200.0, inserts=[fp(3)]))
+    lib.apply(Changes(300.0, refs={fp(1): 1}))
+    assert set(lib.older_than(150.0)) == {fp(1), fp(2)}
+    assert set(lib.older_than(150.0, by="last_seen")) == {fp(2)}
+    assert set(lib.older_than(250.0, by="last_seen")) == {fp(2), fp(3)}
+    assert lib.older_than(100.0) == [], "strictly older"
+    assert set(lib.older_than(100.001)) == {fp(1), fp(2)}
+
+
+def test_older_than_rejects_an_unknown_column(lib):
+    with pytest.raises(ValueError, match="by must be"):
+        lib.older_than(1.0, by="bogus")
+
+
+def test_inconsistent_changes_are_refused_whole(lib):
+    lib.apply(Changes(1.0, inserts=[fp(1)]))
+    with pytest.raises((ValueError, sqlite3.IntegrityError)):
+        lib.apply(Changes(2.0, inserts=[fp(2), fp(1)], meta={"x": "y"}))
+    assert lib.count() == 1 and lib.present([fp(2)]) == set() and lib.get_meta("x") is None
+    assert lib.records([fp(1)])[fp(1)] == Record(1, 1.0, 1.0)
+
+
+def test_transaction_rolls_back_on_exception(lib):
+    lib.apply(Changes(1.0, inserts=[fp(1)]))
+    with pytest.raises(RuntimeError), lib.transaction():
+        lib.apply(Changes(2.0, inserts=[fp(2)], refs={fp(1): 1}, overflow={3: 20}))
+        assert lib.present([fp(2)]) == {fp(2)}, "a transaction sees its own writes"
+        raise RuntimeError("the caller failed")
+    assert lib.count() == 1 and lib.present([fp(2)]) == set()
+    assert lib.records([fp(1)])[fp(1)].refs == 1 and lib.overflow([3]) == {}
+
+
+def test_nested_transactions_commit_once(lib):
+    with lib.transaction():
+        with lib.transaction():
+            lib.apply(Changes(1.0, inserts=[fp(1)]))
+        lib.apply(Changes(1.0, inserts=[fp(2)]))
+    assert lib.count() == 2
+
+
+def test_deleting_an_absent_fingerprint_keeps_the_count(lib):
+    lib.apply(Changes(1.0, inserts=[fp(1), fp(2)]))
+    lib.apply(Changes(2.0, deletes=[fp(9), fp(2), fp(2)]))
+    assert lib.count() == 1 == len(lib.present([fp(1), fp(2), fp(9)]))
+
+
+def test_io_accounting_is_the_same(lib_path):
+    libs = [MemoryLibrary(), SQLiteLibrary(lib_path, create=True)]
+    for lib in libs:
+        lib.apply(Changes(1.0, inserts=[fp(1), fp(2)]))
+        lib.present([fp(1), fp(3)])
+        lib.present([])
+        lib.records([fp(1), fp(5)])
+    assert libs[0].io == libs[1].io
+    libs[1].close()
+
+
+# ---- SQLiteLibrary: the file ---------------------------------------------------------------
+
+
+def make_file(path: Path, n: int = 3000) -> None:
+    lib = SQLiteLibrary(path, create=True)
+    lib.apply(Changes(1.0, inserts=[fp(i) for i in range(n)], overflow={7: 16}, meta={"a": "b"}))
+    lib.close()
+
+
+def test_the_file_is_marked_and_reopens_with_its_data(lib_path):
+    make_file(lib_path, 100)
+    db = sqlite3.connect(lib_path)
+    assert db.execute("PRAGMA application_id").fetchone() == (APPLICATION_ID,)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    db.close()
+    lib = SQLiteLibrary(lib_path)
+    library_id = lib.get_meta("library_id")
+    assert lib.count() == 100 and len(lib.present([fp(i) for i in range(200)])) == 100
+    assert lib.overflow([7]) == {7: 16} and lib.get_meta("a") == "b"
+    assert lib.get_meta("fingerprint") == "md5" and len(library_id or "") == 32
+    lib.apply(Changes(2.0, deletes=[fp(0)]))
+    lib.verify()
+    lib.close()
+    lib.close()  # idempotent
+    with pytest.raises(FileExistsError):
+        SQLiteLibrary(lib_path, create=True)
+    with pytest.raises(FileNotFoundError):
+        SQLiteLibrary(lib_path.with_name("missing.sqlite"))
+    again = SQLiteLibrary(lib_path, readonly=True, durable=True)
+    assert again.count() == 99 and again.get_meta("library_id") == library_id
+    again.close()
+
+
+def test_readonly_refuses_writes(lib_path):
+    make_file(lib_path, 10)
+    before = sha(lib_path)
+    lib = SQLiteLibrary(lib_path, readonly=True)
+    assert lib.readonly and lib.count() == 10 and fp(3) in lib.present([fp(3)])
+    for write in (
+        lambda: lib.apply(Changes(2.0, inserts=[fp(99)])),
+        lambda: lib.apply(Changes(2.0, meta={"x": "y"})),
+        lambda: lib.replace_overflow({}, {}),
+        lambda: lib.transaction().__enter__(),
+    ):
+        with pytest.raises(ReadOnlyError):
+            write()
+    lib.close()
+    assert sha(lib_path) == before
+
+
+def test_one_writer_at_a_time_and_readers_beside_it(lib_path):
+    make_file(lib_path, 10)
+    writer = SQLiteLibrary(lib_path)
+    with pytest.raises(StateInUseError):
+        SQLiteLibrary(lib_path)
+    # Readers take no lock (WAL): they see what the writer has committed.
+    reader = SQLiteLibrary(lib_path, readonly=True)
+    writer.apply(Changes(2.0, inserts=[fp(100)]))  # the refused open did not disturb it
+    assert reader.count() == 11 and reader.present([fp(100)]) == {fp(100)}
+    with pytest.raises(ReadOnlyError):
+        reader.apply(Changes(3.0, inserts=[fp(101)]))
+    writer.close()
+    SQLiteLibrary(lib_path).close()  # the lock went with the writer
+    reader.close()
+
+
+def refused(path: Path, *fragments: str) -> None:
+    for readonly in (True, False):
+        with pytest.raises(FormatError) as info:
+            SQLiteLibrary(path, readonly=readonly)
+        message = str(info.value)
+        del info
+        gc.collect()  # see test_a_failed_open_does_not_close_a_reused_descriptor
+        assert str(path) in message
+        for fragment in fragments:
+            assert fragment in message, message
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        random.Random(4).randbytes(20_000),
+        b"SQLite format 3\x00" + random.Random(5).randbytes(8000),
+        b"https://example.com/\n" * 1000,
+        b"\x89URLSEEN" + bytes(5000),
+    ],
+    ids=["random", "sqlite-magic-then-garbage", "text", "a-urlseen-state-file"],
+)
+def test_garbage_is_refused(lib_path, content):
+    lib_path.write_bytes(content)
+    refused(lib_path, "not a readable urlseen library")
+
+
+def test_a_foreign_sqlite_database_is_refused(lib_path):
+    db = sqlite3.connect(lib_path)
+    db.execute("CREATE TABLE fingerprints (fp BLOB)")
+    db.commit()
+    db.close()
+    refused(lib_path, "not a urlseen library")
+
+
+@pytest.mark.parametrize("content", ["foreign-db", "empty"])
+def test_a_refused_file_is_left_alone(lib_path, content):
+    if content == "empty":
+        lib_path.write_bytes(b"")
+    else:
+        db = sqlite3.connect(lib_path)
+        db.execute("CREATE TABLE t (x)")
+        db.commit()
+        db.close()
+    before = sha(lib_path)
+    with pytest.raises(FormatError):
+        SQLiteLibrary(lib_path)
+    gc.collect()
+    assert sha(lib_path) == before
+
+
+def test_our_application_id_without_our_schema_is_refused(lib_path):
+    db = sqlite3.connect(lib_path)
+    db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    refused(lib_path, "not")
+
+
+@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 99])
+def test_a_newer_version_is_refused(lib_path, version):
+    make_file(lib_path, 10)
+    db = sqlite3.connect(lib_path)
+    db.execute(f"PRAGMA user_version={version}")
+    db.commit()
+    db.close()
+    refused(lib_path, f"version {version}", "newer")
+
+
+def test_missing_metadata_is_refused(lib_path):
+    make_file(lib_path, 10)
+    db = sqlite3.connect(lib_path)
+    db.execute("DELETE FROM meta WHERE name = 'records'")
+    db.commit()
+    db.close()
+    refused(lib_path, "without its metadata")
+
+
+def test_verify_finds_any_damaged_page(lib_path):
+    make_file(lib_path)
+    db = sqlite3.connect(lib_path)
+    (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    good = lib_path.read_bytes()
+    pages = len(good) // page_size
+    assert pages >= 6, "test precondition: a multi-page library"
+    for page in range(1, pages):  # every page but the header page
+        raw = bytearray(good)
+        raw[page * page_size : (page + 1) * page_size] = random.Random(page).randbytes(page_size)
+        damaged = lib_path.with_name(f"damaged{page}.sqlite")
+        damaged.write_bytes(bytes(raw))
+        with pytest.raises(FormatError) as info:
+            lib = SQLiteLibrary(damaged, readonly=True)
+            try:
+                lib.verify()
+            finally:
+                lib.close()
+        assert str(damaged) in str(info.value)
+        del info
+        gc.collect()
+    lib = SQLiteLibrary(lib_path, readonly=True)
+    lib.verify()
+    lib.close()
+
+
+def test_a_failed_open_does_not_close_a_reused_descriptor(lib_path):
+    lib_path.write_bytes(random.Random(6).randbytes(8192))
+    try:
+        SQLiteLibrary(lib_path)
+    except FormatError as exc:
+        kept = exc  # kept alive, as pytest.raises or a logger would
+    fd = os.open(os.devnull, os.O_RDONLY)  # takes the freed descriptor number
+    try:
+        del kept
+        gc.collect()
+        os.fstat(fd)  # EBADF if the collected library closed it
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)

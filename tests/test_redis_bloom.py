@@ -1,0 +1,344 @@
+"""RedisBloomFilter on a real Redis server: the same answers and bytes as a local filter,
+atomic claims across processes, receipts that make a lost reply safe to resend, clear errors."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+
+import pytest
+import redis
+
+from conftest import in_ci
+from urlseen import BloomFilter, ConfigError, FormatError
+from urlseen.filters.redis_bloom import RedisBloomFilter
+from urlseen.stores import redis_store
+from urlseen.stores.redis_store import RemoteError
+
+
+def urls(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [f"https://site{rng.randrange(50)}.example/p/{rng.randrange(10**9)}" for _ in range(n)]
+
+
+def test_answers_and_bytes_equal_a_local_filter(redis_url, redis_name):
+    keys = urls(5000) + urls(2000)[:1000]  # with duplicates
+    for layout in ("blocked", "standard"):
+        name = f"{redis_name}-{layout}"
+        shared = RedisBloomFilter(redis_url, name, capacity=20_000, layout=layout)
+        local = BloomFilter(20_000, layout=layout)
+        try:
+            assert shared.add_many(keys) == local.add_many(keys)
+            assert len(shared) == len(local)
+            probe = urls(3000, seed=9)
+            assert shared.contains_many(probe) == local.contains_many(probe)
+            client = redis.Redis.from_url(redis_url)
+            stored = client.get(redis_store.key(name, "bits"))
+            assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+        finally:
+            shared.destroy()
+
+
+def test_reopen_keeps_parameters_and_refuses_others(redis_url, redis_name):
+    first = RedisBloomFilter(redis_url, redis_name, capacity=1000, error_rate=0.01)
+    assert first.add("https://a.example/")
+    again = RedisBloomFilter(redis_url, redis_name)  # no parameters: the stored ones
+    assert "https://a.example/" in again and not again.add("https://a.example/")
+    assert (again.nbits, again.k) == (first.nbits, first.k)
+    with pytest.raises(ConfigError, match="capacity"):
+        RedisBloomFilter(redis_url, redis_name, capacity=2000)
+    with pytest.raises(ConfigError, match="give a capacity"):
+        RedisBloomFilter(redis_url, redis_name + "-missing")
+    with pytest.raises(ConfigError):
+        RedisBloomFilter(redis_url, "bad{name}", capacity=10)
+    with pytest.raises(ConfigError):
+        RedisBloomFilter("http://127.0.0.1:6379", redis_name, capacity=10)
+
+
+def test_foreign_metadata_is_refused(redis_url, redis_name):
+    client = redis.Redis.from_url(redis_url)
+    client.hset(redis_store.key(redis_name, "meta"), "params", '{"format": "something else"}')
+    with pytest.raises(FormatError, match="not a urlseen"):
+        RedisBloomFilter(redis_url, redis_name, capacity=10)
+    client.hset(redis_store.key(redis_name, "meta"), "params", "{not json")
+    with pytest.raises(FormatError, match="unreadable"):
+        RedisBloomFilter(redis_url, redis_name, capacity=10)
+
+
+def _claim(args: tuple[str, str, list[str]]) -> list[str]:
+    url, name, keys = args
+    seen = RedisBloomFilter(url, name)
+    won = []
+    for start in range(0, len(keys), 500):
+        batch = keys[start : start + 500]
+        won += [k for k, new in zip(batch, seen.add_many(batch), strict=True) if new]
+    return won
+
+
+def test_concurrent_processes_claim_each_url_exactly_once(redis_url, redis_name):
+    """Four processes submit overlapping streams at once: every distinct URL is reported new
+    to exactly one of them (the filter is sized so that false positives are ~1e-9)."""
+    RedisBloomFilter(redis_url, redis_name, capacity=200_000, error_rate=1e-9)
+    pool_keys = urls(20_000, seed=3)
+    streams = []
+    for worker in range(4):
+        rng = random.Random(worker)
+        streams.append([pool_keys[rng.randrange(len(pool_keys))] for _ in range(15_000)])
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        claims = pool.map(_claim, [(redis_url, redis_name, s) for s in streams])
+    everyone = [k for c in claims for k in c]
+    assert len(everyone) == len(set(everyone)), "a URL was claimed twice"
+    assert set(everyone) == {k for s in streams for k in s}, "a URL was never claimed"
+
+
+def test_a_resent_batch_gets_the_same_answer(redis_url, redis_name, monkeypatch):
+    """The reply of a committed batch is lost (the connection drops after the script ran):
+    the client sends the batch again with the same receipt and gets the first answer, so the
+    new URLs are still reported new."""
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
+    calls = {"n": 0}
+    real = seen._script
+
+    def lossy(keys, args):
+        answer = real(keys=keys, args=args)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise redis.exceptions.ConnectionError("reply lost")
+        return answer
+
+    monkeypatch.setattr(seen, "_script", lossy)
+    monkeypatch.setattr(redis_store.time, "sleep", lambda s: None)
+    assert seen.add_many(["https://x.example/", "https://y.example/"]) == [True, True]
+    assert calls["n"] == 2 and len(seen) == 2
+
+
+def test_an_unreachable_server_is_a_clear_error(redis_name, monkeypatch):
+    monkeypatch.setattr(redis_store.time, "sleep", lambda s: None)
+    with pytest.raises(RemoteError, match="unreachable"):
+        RedisBloomFilter("redis://127.0.0.1:1/0", redis_name, capacity=10)
+
+
+def test_bad_keys_change_nothing(redis_url, redis_name):
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
+    with pytest.raises(TypeError):
+        seen.add_many(["https://ok.example/", 42])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        seen.add_many("https://one-string.example/")
+    assert len(seen) == 0 and "https://ok.example/" not in seen
+
+
+def test_concurrent_dedup_processes_print_each_url_once(redis_url, redis_name, tmp_path):
+    """`urlseen dedup --redis` in three processes at once, over overlapping inputs: together
+    they print every distinct URL exactly once."""
+    import subprocess
+    import sys
+
+    pool_keys = urls(30_000, seed=7)
+    inputs = []
+    for worker in range(3):
+        rng = random.Random(100 + worker)
+        path = tmp_path / f"in{worker}.txt"
+        path.write_text("\n".join(rng.choice(pool_keys) for _ in range(20_000)) + "\n")
+        inputs.append(path)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "urlseen",
+                "dedup",
+                "--redis",
+                redis_url,
+                "--name",
+                redis_name,
+                "--capacity",
+                "100000",
+                "--error-rate",
+                "1e-9",
+                "--no-canonicalize",
+                "--batch-size",
+                "700",
+                str(path),
+                "-o",
+                str(path) + ".out",
+            ],
+            stderr=subprocess.PIPE,
+        )
+        for path in inputs
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+    printed = [
+        line
+        for path in inputs
+        for line in (tmp_path / (path.name + ".out")).read_text().splitlines()
+    ]
+    assert len(printed) == len(set(printed)), "a URL was printed by two processes"
+    wanted = {line for path in inputs for line in path.read_text().splitlines()}
+    assert set(printed) == wanted
+
+
+def test_dedup_redis_refuses_other_filters_and_state(redis_url, redis_name, tmp_path):
+    from cli_helpers import invoke
+
+    src = tmp_path / "in.txt"
+    src.write_text("https://a.example/\n")
+    for extra in (["--filter", "exact"], ["--state", str(tmp_path / "s.bloom")]):
+        result = invoke("dedup", "--redis", redis_url, "--name", redis_name, *extra, src)
+        assert result.exit_code == 2 and "--redis" in result.stderr
+
+
+# ---- Redis Cluster (3 masters started by the test session) ------------------------------------
+
+
+def test_on_a_cluster_a_filter_lives_in_one_slot_and_filters_spread(redis_cluster_url):
+    client = redis_store.connect(redis_cluster_url)
+    keys = urls(3000) + urls(500)
+    local = BloomFilter(10_000)
+    shared = RedisBloomFilter(redis_cluster_url, "cluster-bytes", capacity=10_000)
+    try:
+        assert shared.add_many(keys) == local.add_many(keys)
+        assert shared.contains_many(urls(1000, seed=5)) == local.contains_many(urls(1000, seed=5))
+        bits = client.get(redis_store.key("cluster-bytes", "bits"))
+        assert bits == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+    finally:
+        shared.destroy()
+    # Many filters: each in one slot, together on every master.
+    nodes = set()
+    for i in range(24):
+        name = f"spread-{i}"
+        f = RedisBloomFilter(redis_cluster_url, name, capacity=100)
+        f.add("https://x.example/")
+        nodes.add(client.get_node_from_key(redis_store.key(name, "bits")).name)
+        assert client.keyslot(redis_store.key(name, "bits")) == client.keyslot(
+            redis_store.key(name, "meta")
+        )
+        f.destroy()
+    assert len(nodes) == 3, nodes
+
+
+def test_on_a_cluster_concurrent_processes_claim_each_url_once(redis_cluster_url):
+    RedisBloomFilter(redis_cluster_url, "cluster-fleet", capacity=200_000, error_rate=1e-9)
+    pool_keys = urls(10_000, seed=4)
+    streams = []
+    for worker in range(4):
+        rng = random.Random(50 + worker)
+        streams.append([pool_keys[rng.randrange(len(pool_keys))] for _ in range(8_000)])
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        with ctx.Pool(4) as pool:
+            claims = pool.map(_claim, [(redis_cluster_url, "cluster-fleet", s) for s in streams])
+        everyone = [k for c in claims for k in c]
+        assert len(everyone) == len(set(everyone)), "a URL was claimed twice"
+        assert set(everyone) == {k for s in streams for k in s}
+    finally:
+        RedisBloomFilter(redis_cluster_url, "cluster-fleet").destroy()
+
+
+# ---- a Redis that goes away: a private server with an append-only file -------------------------
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, persisting every write (appendfsync always), that the
+    test can kill with SIGKILL and start again on the same port and files."""
+
+    def __init__(self, folder) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.folder = folder
+        self.proc = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import subprocess
+        import time
+
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+             "--dir", str(self.folder)],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(200):
+            try:
+                redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
+                return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.02)
+        raise RuntimeError("private redis-server did not start")
+
+    def kill(self) -> None:
+        import signal
+
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis(tmp_path, redis_url):  # redis_url: skip (or fail in CI) without Redis
+    import shutil
+
+    if not shutil.which("redis-server"):
+        if in_ci():
+            pytest.fail("redis-server is needed for the outage tests in CI")
+        pytest.skip("redis-server not installed: no outage tests")
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    if server.proc is not None and server.proc.poll() is None:
+        server.kill()
+
+
+def test_a_killed_server_is_a_clear_error_and_acknowledged_urls_survive(private_redis, monkeypatch):
+    """What happens, stated: while Redis is down, add_many retries (about 7 s by default; 2
+    retries here) and then raises RemoteError (the batch is not applied: its answers were
+    never acknowledged). A server that persists every write (appendfsync always) comes back
+    with every URL that add_many had reported new."""
+    monkeypatch.setattr(redis_store, "RETRIES", 2)
+    seen = RedisBloomFilter(private_redis.url, "fleet", capacity=10_000)
+    acknowledged = urls(2000, seed=11)
+    assert all(seen.add_many(acknowledged))
+    private_redis.kill()
+    with pytest.raises(RemoteError, match="unreachable"):
+        seen.add_many(urls(10, seed=12))
+    private_redis.start()
+    again = RedisBloomFilter(private_redis.url, "fleet")
+    assert all(again.contains_many(acknowledged)) and len(again) == 2000
+    assert seen.add_many([*acknowledged[:5], "https://brand-new.example/"]) == [False] * 5 + [True]
+
+
+def test_a_server_back_within_the_retry_window_is_invisible(private_redis):
+    import threading
+    import time
+
+    seen = RedisBloomFilter(private_redis.url, "fleet", capacity=10_000)
+    first = urls(100, seed=13)
+    assert all(seen.add_many(first))
+    private_redis.kill()
+    threading.Timer(0.3, private_redis.start).start()
+    started = time.monotonic()
+    assert seen.add_many([*first, "https://later.example/"]) == [False] * 100 + [True]
+    assert time.monotonic() - started < 10
+
+
+def test_info_describes_a_redis_filter(redis_url, redis_name):
+    import json
+
+    from cli_helpers import invoke
+
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
+    seen.add_many(urls(100))
+    result = invoke("info", "--redis", redis_url, "--name", redis_name, "--json")
+    assert result.exit_code == 0, result.stderr
+    desc = json.loads(result.stdout)
+    assert desc["count"] == 100 and desc["nbits"] == seen.nbits and desc["k"] == seen.k
+    assert 0 < desc["fill"] * seen.nbits <= 100 * seen.k and desc["redis_bytes"] >= seen.nbits / 8
+    missing = invoke("info", "--redis", redis_url, "--name", redis_name + "-none")
+    assert missing.exit_code == 2 and "no urlseen filter" in missing.stderr
+    assert invoke("info", "--redis", redis_url).exit_code == 2  # --name missing
