@@ -120,7 +120,7 @@ def redis_name(redis_url: str, request: pytest.FixtureRequest):
     name = f"test-{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
     yield name
     client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"urlseen:{{{name}}}:*", count=1000))
+    keys = list(client.scan_iter(match=f"urlseen:{{{name}*", count=1000))
     if keys:
         client.delete(*keys)
 
@@ -203,3 +203,60 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory):
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=10)
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, persisting every write (appendfsync always), that the
+    test can kill with SIGKILL and start again on the same port and files."""
+
+    def __init__(self, folder) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.folder = folder
+        self.proc = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import subprocess
+        import time
+
+        import redis
+
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+             "--dir", str(self.folder)],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(200):
+            try:
+                redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
+                return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.02)
+        raise RuntimeError("private redis-server did not start")
+
+    def kill(self) -> None:
+        import signal
+
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis(tmp_path, redis_url):  # redis_url: skip (or fail in CI) without Redis
+    import shutil
+
+    if not shutil.which("redis-server"):
+        if in_ci():
+            pytest.fail("redis-server is needed for the outage tests in CI")
+        pytest.skip("redis-server not installed: no outage tests")
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    if server.proc is not None and server.proc.poll() is None:
+        server.kill()

@@ -240,61 +240,6 @@ def test_on_a_cluster_concurrent_processes_claim_each_url_once(redis_cluster_url
 # ---- a Redis that goes away: a private server with an append-only file -------------------------
 
 
-class PrivateRedis:
-    """A redis-server of this test's own, persisting every write (appendfsync always), that the
-    test can kill with SIGKILL and start again on the same port and files."""
-
-    def __init__(self, folder) -> None:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.folder = folder
-        self.proc = None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import subprocess
-        import time
-
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-             "--dir", str(self.folder)],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        for _ in range(200):
-            try:
-                redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
-                return
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.02)
-        raise RuntimeError("private redis-server did not start")
-
-    def kill(self) -> None:
-        import signal
-
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-
-@pytest.fixture
-def private_redis(tmp_path, redis_url):  # redis_url: skip (or fail in CI) without Redis
-    import shutil
-
-    if not shutil.which("redis-server"):
-        if in_ci():
-            pytest.fail("redis-server is needed for the outage tests in CI")
-        pytest.skip("redis-server not installed: no outage tests")
-    server = PrivateRedis(tmp_path)
-    server.start()
-    yield server
-    if server.proc is not None and server.proc.poll() is None:
-        server.kill()
-
-
 def test_a_killed_server_is_a_clear_error_and_acknowledged_urls_survive(private_redis, monkeypatch):
     """What happens, stated: while Redis is down, add_many retries (about 7 s by default; 2
     retries here) and then raises RemoteError (the batch is not applied: its answers were

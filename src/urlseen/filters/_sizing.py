@@ -222,20 +222,36 @@ class SplittableSize:
     first_leaves: int
 
 
-def size_splittable(n: int, m: int, f: float) -> SplittableSize:
+def size_splittable(n: int, m: int, f: float, layout: str = "standard") -> SplittableSize:
     """k in {floor(log2 1/f), ceil(log2 1/f)}, whichever lets a leaf hold more URLs; u by the
-    exact form of S0.2 (never the closed form, which overshoots); c = ceil(n / u)."""
+    exact form of S0.2 (never the closed form, which overshoots); c = ceil(n / u).
+
+    For the blocked layout u is the largest count whose blocked false-positive rate stays
+    <= f (a blocked leaf holds fewer URLs than a standard one at the same rate), and k is
+    searched a little wider, since the blocked optimum sits below log2(1/f).
+    """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"n (expected URLs) must be a positive int, not {n!r}")
     if isinstance(m, bool) or not isinstance(m, int) or not 64 <= m <= 1 << 32:
         raise ConfigError(f"m (bits per leaf) must be an int in [64, 2**32], not {m!r}")
     check_target(n, f)
     bits = math.log2(1.0 / f)
-    best = max(
-        {min(MAX_K, max(1, math.floor(bits))), min(MAX_K, max(1, math.ceil(bits)))},
-        key=lambda k: (standard_capacity(m, k, f), -k),
-    )
-    u = standard_capacity(m, best, f)
+    if layout == "blocked":
+        candidates = {min(MAX_K, max(1, k)) for k in range(math.floor(bits) - 4, math.ceil(bits) + 1)}
+
+        def capacity(k: int) -> int:
+            top = standard_capacity(m, k, f)
+            ok = _smallest(lambda u: blocked_error_rate(u, m // BLOCK_BITS, k) > f, 1, top + 1)
+            return ok - 1
+
+    else:
+        candidates = {min(MAX_K, max(1, math.floor(bits))), min(MAX_K, max(1, math.ceil(bits)))}
+
+        def capacity(k: int) -> int:
+            return standard_capacity(m, k, f)
+
+    best = max(candidates, key=lambda k: (capacity(k), -k))
+    u = capacity(best)
     if u < 1:
         raise ConfigError(f"a leaf of {m} bits cannot hold one URL at f = {f}")
     return SplittableSize(best, u, -(-n // u))

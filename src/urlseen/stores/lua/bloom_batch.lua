@@ -1,21 +1,33 @@
--- bloom_batch.lua: test (and, if ARGV[2] == "1", set) the bits of a batch of keys in one
--- atomic step, for urlseen's RedisBloomFilter.
+-- bloom_batch.lua: test (and, if ARGV[2] ~= "0", set) the bits of a batch of keys in one
+-- atomic step, for urlseen's RedisBloomFilter and the leaves of its SplittableBloomFilter.
 --
 -- KEYS[1]: the bits (a string; byte j bit i is filter bit 8j + i, as in a local filter)
 -- KEYS[2]: the metadata hash (field "count": keys reported new)
 -- KEYS[3]: this batch's receipt: the answer is kept there for ARGV[3] seconds, so that a
 --          client that lost the reply can send the same batch again and get the same answer
 --          (no URL is ever reported seen because its first report was lost)
+-- KEYS[4]: (a DSBF leaf only) the leaf's fingerprints, 8 bytes per key reported new, appended
 -- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
--- Returns one character per key: "1" if some bit was 0 (new / absent), "0" otherwise.
+-- ARGV[2]: "0" test only, "1" test and set, "2" set and count every key as new (a split
+--          copying fingerprints into a new leaf: none may be dropped as a false positive)
+-- ARGV[5]: (a DSBF leaf only) the batch's fingerprints, 8 bytes per key, in order
+-- Returns one character per key: "1" if some bit was 0 (new / absent), "0" otherwise. A DSBF
+-- leaf appends its count after the answers, and returns "M" (moved) instead when it no longer
+-- takes writes (sealed by a split) or no longer exists: the client reloads the tree.
 local done = redis.call('GET', KEYS[3])
 if done then return done end
 
-local data, add, ttl = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
+local data, add, ttl = ARGV[1], ARGV[2] ~= '0', tonumber(ARGV[3])
+local force, leaf = ARGV[2] == '2', KEYS[4] ~= nil
+if leaf then
+  local state = redis.call('HGET', KEYS[2], 'state')
+  if not state or (add and state ~= 'active') then return 'M' end
+end
 local band, bor, byte = bit.band, bit.bor, string.byte
 local CHUNK = 1000 -- BITFIELD operations per call (unpack is limited to ~8000 values)
 
 local function finish(out, fresh, cur, changed)
+  local count = ''
   for s = 1, #changed, CHUNK do
     local cmd, last = {}, math.min(s + CHUNK - 1, #changed)
     for i = s, last do
@@ -26,8 +38,21 @@ local function finish(out, fresh, cur, changed)
     end
     redis.call('BITFIELD', KEYS[1], unpack(cmd))
   end
-  if fresh > 0 then redis.call('HINCRBY', KEYS[2], 'count', fresh) end
-  local answer = table.concat(out)
+  if fresh > 0 then count = redis.call('HINCRBY', KEYS[2], 'count', fresh) end
+  if leaf then
+    if fresh > 0 then
+      local fps, sub = {}, string.sub
+      for i = 1, #out do
+        if out[i] == '1' then fps[#fps + 1] = sub(ARGV[5], 8 * i - 7, 8 * i) end
+      end
+      redis.call('APPEND', KEYS[4], table.concat(fps))
+    else
+      count = redis.call('HGET', KEYS[2], 'count') or 0
+    end
+  else
+    count = ''
+  end
+  local answer = table.concat(out) .. count
   if add and ttl > 0 then redis.call('SET', KEYS[3], answer, 'EX', ttl) end
   return answer
 end
@@ -51,6 +76,7 @@ if ARGV[4] == 'blocked' then
       end
       if band(v, m) ~= m then new = true end
     end
+    new = new or force
     if new and add then
       fresh = fresh + 1
       for j = pos, pos + 2 * c - 1, 2 do
@@ -104,7 +130,7 @@ end
 
 local out, dirty, changed, fresh = {}, {}, {}, 0
 for i = 1, #keys do
-  local rec, new = keys[i], false
+  local rec, new = keys[i], force
   for j = 1, #rec, 2 do
     if band(cur[rec[j]], rec[j + 1]) ~= rec[j + 1] then
       new = true

@@ -1,0 +1,394 @@
+"""SplittableBloomFilter: the dynamic splittable Bloom filter (spec E, patent CN104809182).
+
+A tree of leaf Bloom filters of m bits each. A URL's 64-bit fingerprint is routed from the
+root by per-node LocHash functions to exactly one leaf, where its k bits are tested and set.
+A leaf that reaches u URLs (the most it holds at false-positive rate <= f) splits: its
+fingerprints, kept packed beside its bits, are re-inserted into b fresh children and the leaf
+becomes an internal node. A query touches one leaf holding at most about u URLs, so the
+false-positive rate stays <= f however many URLs come (E9), unlike one fixed filter.
+
+Shared by many processes through Redis (stores/redis_leaves.py) or kept in this process
+(stores/splittable.py). Splits follow E8: a split lock with a deadline in the tree hash;
+writers keep writing to the splitting leaf (its fingerprints are copied as they come), the
+leaf is sealed, the rest copied, then the tree swaps the leaf for the children atomically,
+only for the lock's holder (a splitter whose lock expired cannot install stale children).
+Writers that hit a sealed leaf reload the tree; if its splitter died, they finish the split.
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from urlseen import _core
+from urlseen.errors import ConfigError, FormatError
+from urlseen.filters import _sizing
+from urlseen.filters._persistent import Closing
+from urlseen.filters.base import FilterStats, Key
+from urlseen.stores.redis_store import RemoteError
+from urlseen.stores.splittable import FP_BYTES, MOVED, LeafStore, MemoryLeafStore, Split, Tree
+
+FORMAT = "urlseen-dsbf/1"
+DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: spec E2's first example
+LOCK_MS = 30_000  # a split lock's lease, renewed after every copied chunk
+GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
+COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
+REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
+_M64 = (1 << 64) - 1
+
+
+def loc_hash(fingerprint: int, seed: int) -> int:
+    """LocHash_v (E4): a 64-bit mix of the fingerprint and the node's own random seed.
+
+    murmur3's fmix64 finalizer of (fp XOR seed): a bijection that avalanches every bit, so
+    the routes of nodes with different seeds are independent of each other and of MapHash
+    (xxh3 of the fingerprint bytes). Hand-written because it runs per URL per tree level.
+    """
+    x = fingerprint ^ seed
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & _M64
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & _M64
+    return x ^ (x >> 33)
+
+
+def _new_seed() -> int:
+    return secrets.randbits(64)
+
+
+class SplittableBloomFilter(Closing):
+    """A Bloom filter that grows by splitting full leaves: FP rate <= f at any size.
+
+    Args:
+        capacity: n, the URLs expected; sizes the first layer (c = ceil(n / u) leaves).
+            Growth beyond it is absorbed by splits.
+        error_rate: f, the false-positive bound every leaf keeps.
+        redis: a Redis URL or client to share the filter (None: this process only).
+        name: the shared filter's name (its keys are urlseen:{name}:* and urlseen:{name:leaf:*}:*).
+        leaf_bits: m, bits per leaf (a multiple of 512, at most 2**32).
+        fanout: b, children per split.
+        layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
+            "standard" (the spec's k free bits; u by spec E2 exactly).
+        seed: the MapHash / fingerprint seed.
+
+    An existing shared filter keeps its own parameters; passing different ones is an error.
+
+    Example:
+        >>> seen = SplittableBloomFilter(capacity=10_000, error_rate=0.001, leaf_bits=1 << 16)
+        >>> seen.add_many(["https://a.example/", "https://a.example/"])
+        [True, False]
+    """
+
+    def __init__(
+        self,
+        capacity: int | None = None,
+        error_rate: float | None = None,
+        *,
+        redis: Any = None,
+        name: str = "dsbf",
+        leaf_bits: int | None = None,
+        fanout: int | None = None,
+        layout: str | None = None,
+        seed: int | None = None,
+        store: LeafStore | None = None,
+    ) -> None:
+        if store is None:
+            if redis is None:
+                store = MemoryLeafStore()
+            else:
+                from urlseen.stores.redis_leaves import RedisLeafStore
+
+                store = RedisLeafStore(redis, name)
+        self._store = store
+        self._closed = False
+        self.name = name
+        tree = store.load()
+        given = {"n": capacity, "f": error_rate, "m": leaf_bits, "b": fanout, "layout": layout,
+                 "seed": seed}  # fmt: skip
+        if tree is None:
+            if capacity is None:
+                raise ConfigError(f"no splittable filter {name!r}: give a capacity to create it")
+            params = _params(
+                capacity,
+                0.001 if error_rate is None else error_rate,
+                DEFAULT_LEAF_BITS if leaf_bits is None else leaf_bits,
+                2 if fanout is None else fanout,
+                "blocked" if layout is None else layout,
+                0 if seed is None else seed,
+            )
+            root = Split(_new_seed(), tuple(str(i) for i in range(params["c"])))
+            store.make_leaves(root.children, params)
+            store.create(params, root)
+            tree = store.load()
+            assert tree is not None
+        _check_params(tree.params, name)
+        for field, value in given.items():
+            if value is not None and value != tree.params[field]:
+                raise ConfigError(
+                    f"splittable filter {name!r} exists with {field}={tree.params[field]!r}, "
+                    f"not {value!r}"
+                )
+        self._tree = tree
+        p = tree.params
+        self.k, self.u, self.leaf_bits, self.fanout = p["k"], p["u"], p["m"], p["b"]
+        self.seed, self.error_rate, self.capacity = p["seed"], p["f"], p["n"]
+        self.splits_done = 0
+
+    @staticmethod
+    def exists(redis: Any, name: str) -> bool:
+        """Whether Redis holds a splittable filter called name."""
+        from urlseen.stores.redis_leaves import RedisLeafStore
+
+        return RedisLeafStore(redis, name).load() is not None
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def _fingerprints(self, keys: list[Key]) -> tuple[list[bytes], list[int]]:
+        digests = _core.digests(keys, _core.HASH_XXH3_128, self.seed)
+        fps = [d[:FP_BYTES] for d in digests]
+        return fps, list(struct.unpack(f"<{len(fps)}Q", b"".join(fps)))
+
+    def _route(self, value: int, node: str = "root") -> str:
+        splits = self._tree.splits
+        split = splits[node]
+        while True:
+            child = split.children[loc_hash(value, split.seed) % len(split.children)]
+            nxt = splits.get(child)
+            if nxt is None:
+                return child
+            split = nxt
+
+    def _reload(self) -> None:
+        tree = self._store.load()
+        if tree is None:
+            raise FormatError(f"splittable filter {self.name!r} was deleted")
+        self._tree = tree
+
+    # -- the seen-test ---------------------------------------------------------------------
+
+    def _run(self, keys: Iterable[Key], mode: int) -> list[bool]:
+        self._usable()
+        if isinstance(keys, (str, bytes, bytearray)):
+            raise TypeError(f"expected an iterable of keys, not a single {type(keys).__name__!r}")
+        keys = list(keys)
+        if not keys:
+            return []
+        fps, values = self._fingerprints(keys)
+        answers: list[bool | None] = [None] * len(keys)
+        pending = list(range(len(keys)))
+        deadline = time.monotonic() + REROUTE_SECONDS
+        stuck_wait = 0.005
+        room = max(1, self.u // 8)  # keys per leaf per round: a batch overfills a leaf by
+        # at most this much before it splits (the lock holder's batch, or every writer's
+        # while a split runs: then the leaf takes writes until it is sealed)
+        while pending:
+            groups: dict[str, list[int]] = defaultdict(list)
+            later: list[int] = []
+            for i in pending:
+                group = groups[self._route(values[i])]
+                (group if mode != 1 or len(group) < room else later).append(i)
+            replies = self._store.check_and_add(
+                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()}, mode
+            )
+            moved: list[int] = []
+            full: list[str] = []
+            for leaf, idx in groups.items():
+                reply = replies[leaf]
+                if reply is MOVED:
+                    moved.extend(idx)
+                    continue
+                for i, new in zip(idx, reply.new):
+                    answers[i] = new
+                if mode == 1 and reply.count >= self.u:
+                    full.append(leaf)
+            for leaf in full:
+                self._split(leaf)
+            if not moved:
+                pending = later
+                continue
+            version = self._tree.version
+            self._reload()
+            if self._tree.version == version:  # a sealed leaf still in the tree: a split
+                for leaf in {self._route(values[i]) for i in moved}:  # is on, or died
+                    self._split(leaf)
+                if time.monotonic() > deadline:
+                    raise RemoteError(
+                        f"splittable filter {self.name!r}: a split did not finish within "
+                        f"{REROUTE_SECONDS:.0f} s"
+                    )
+                time.sleep(stuck_wait)
+                stuck_wait = min(stuck_wait * 2, 0.5)
+            pending = sorted(moved + later)
+        return [bool(a) for a in answers]
+
+    def add(self, key: Key) -> bool:
+        """Check-and-add one URL (use add_many for throughput)."""
+        return self._run([key], 1)[0]
+
+    def add_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Check-and-add a batch; True where new. Atomic per URL across all clients."""
+        return self._run(keys, 1)
+
+    def __contains__(self, key: object) -> bool:
+        return not self._run([key], 0)[0]  # type: ignore[list-item]
+
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]:
+        return [not absent for absent in self._run(keys, 0)]
+
+    # -- splitting (E8) --------------------------------------------------------------------
+
+    def _split(self, leaf: str) -> bool:
+        """Split a full leaf, unless another client holds its lock; True if this one did."""
+        store, token = self._store, uuid.uuid4().hex
+        status, stale = store.lock(leaf, token, LOCK_MS)
+        if status != "ok":
+            if status == "done":
+                self._reload()
+            return False
+        store.drop(stale)  # children of an attempt whose lock expired: never installed
+        try:
+            children = store.new_leaf_ids(self.fanout)
+            if not store.refresh(leaf, token, LOCK_MS, children):
+                return False
+            store.make_leaves(children, self._tree.params)
+            split = Split(_new_seed(), tuple(children))
+            copied = self._copy(leaf, split, 0, None, token)
+            end = store.seal(leaf)  # no more writes to the leaf: the rest is final
+            if copied is None or end < 0 or self._copy(leaf, split, copied, end, token) is None:
+                store.drop(children)
+                return False
+            if not store.swap(leaf, token, split):
+                store.drop(children)
+                return False
+        except BaseException:
+            # Keep the lock: it lists the children, and whoever takes it over once it
+            # expires drops them before splitting again.
+            raise
+        store.retire(leaf, GRACE_SECONDS)
+        self.splits_done += 1
+        self._reload()
+        return True
+
+    def _copy(self, leaf: str, split: Split, start: int, end: int | None, token: str) -> int | None:
+        """Re-insert the leaf's fingerprints [start, end) into the split's children (all of
+        them while end is None: the leaf may still grow). The new offset, or None if the lock
+        was lost."""
+        store = self._store
+        while end is None or start < end:
+            stop = start + COPY_CHUNK if end is None else min(end, start + COPY_CHUNK)
+            data = store.fingerprints(leaf, start, stop)
+            if not data:
+                break
+            groups: dict[str, list[bytes]] = defaultdict(list)
+            values = struct.unpack(f"<{len(data) // FP_BYTES}Q", data)
+            for j, value in enumerate(values):
+                child = split.children[loc_hash(value, split.seed) % len(split.children)]
+                groups[child].append(data[j * FP_BYTES : (j + 1) * FP_BYTES])
+            store.check_and_add(groups, 2)
+            start += len(data)
+            if not store.refresh(leaf, token, LOCK_MS, split.children):
+                return None
+        return start
+
+    # -- what it holds ---------------------------------------------------------------------
+
+    def leaves(self) -> list[dict[str, Any]]:
+        """Every live leaf: id, depth, count, fill (count / u), state, fingerprint bytes."""
+        self._usable()
+        self._reload()
+        order = self._tree.leaves()
+        infos = self._store.leaf_info([leaf for leaf, _ in order])
+        return [
+            {"leaf": leaf, "depth": depth, "count": info.count, "fill": info.count / self.u,
+             "state": info.state, "fingerprint_bytes": info.fingerprint_bytes}
+            for (leaf, depth), info in zip(order, infos)
+            if info is not None
+        ]  # fmt: skip
+
+    def __len__(self) -> int:
+        return sum(leaf["count"] for leaf in self.leaves())
+
+    def stats(self) -> FilterStats:
+        leaves = self.leaves()
+        count = sum(leaf["count"] for leaf in leaves)
+        worst = max((leaf["count"] for leaf in leaves), default=0)
+        p = self._tree.params
+        return FilterStats(
+            kind="dsbf",
+            capacity=self.capacity,
+            count=count,
+            bits=len(leaves) * self.leaf_bits + 8 * sum(f["fingerprint_bytes"] for f in leaves),
+            error_rate=self.error_rate,
+            estimated_error_rate=_sizing.error_rate_at(p["layout"], self.leaf_bits, self.k, worst),
+            details={
+                "name": self.name, "k": self.k, "u": self.u, "leaf_bits": self.leaf_bits,
+                "fanout": self.fanout, "layout": p["layout"], "leaves": len(leaves),
+                "depth": max((leaf["depth"] for leaf in leaves), default=0),
+                "first_leaves": p["c"], "tree_version": self._tree.version,
+            },
+        )  # fmt: skip
+
+    def memory_usage(self) -> int:
+        """Bytes of the live leaves and the tree, as the store counts them."""
+        self._usable()
+        self._reload()
+        return self._store.memory_usage([leaf for leaf, _ in self._tree.leaves()])
+
+    @property
+    def tree(self) -> Tree:
+        return self._tree
+
+    def destroy(self) -> None:
+        """Delete the filter from its store."""
+        self._usable()
+        self._store.destroy()
+        self.close()
+
+    def _usable(self) -> None:
+        if self._closed:
+            from urlseen.errors import ClosedError
+
+            raise ClosedError("the filter is closed")
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.name!r} m={self.leaf_bits} k={self.k} u={self.u} "
+            f"version={self._tree.version}>"
+        )
+
+
+def _params(n: object, f: object, m: object, b: object, layout: object, seed: object) -> dict[str, Any]:
+    if layout not in _sizing.LAYOUTS:
+        raise ConfigError(f"layout must be one of {', '.join(_sizing.LAYOUTS)}, not {layout!r}")
+    if isinstance(m, bool) or not isinstance(m, int) or m % 512 or not 512 <= m <= 1 << 32:
+        raise ConfigError(f"leaf_bits must be a multiple of 512 in [512, 2**32], not {m!r}")
+    if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= 64:
+        raise ConfigError(f"fanout must be an int in [2, 64], not {b!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
+        raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
+    size = _sizing.size_splittable(n, m, f, layout)  # type: ignore[arg-type]
+    return {
+        "format": FORMAT, "n": n, "f": float(f), "m": m, "b": b, "layout": layout,  # type: ignore[arg-type]
+        "seed": seed, "k": size.k, "u": size.leaf_capacity, "c": size.first_leaves,
+        "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
+    }  # fmt: skip
+
+
+def _check_params(p: dict[str, Any], name: str) -> None:
+    ints = ("n", "m", "b", "seed", "k", "u", "c", "hash_id")
+    if (
+        p.get("format") != FORMAT
+        or any(not isinstance(p.get(field), int) for field in ints)
+        or p.get("layout") not in _sizing.LAYOUTS
+        or p.get("hash_id") != _core.HASH_XXH3_128
+        or not isinstance(p.get("f"), float)
+    ):
+        raise FormatError(f"{name!r}: not a urlseen splittable filter this version can read")

@@ -1,0 +1,277 @@
+"""Where a SplittableBloomFilter keeps its tree and leaves: the protocol, and the in-memory form.
+
+A store does the few operations that must be atomic (spec E7, E8): check-and-add a batch of
+fingerprints in one leaf, seal a leaf, and change the tree under a fenced split lock. The
+filter (filters/dsbf.py) does everything else: routing, sizing, when and how to split. The
+Redis form is stores/redis_leaves.py; this in-memory form has the same semantics, one lock
+standing in for Redis's one-script-at-a-time, so tests of the algorithm need no server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from urlseen import _core
+
+FP_BYTES = 8  # a leaf keeps a 64-bit fingerprint per URL, enough to re-insert it on a split
+MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
+
+
+@dataclass(frozen=True)
+class Split:
+    """An internal node: its LocHash seed and its children, in order."""
+
+    seed: int
+    children: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"split {self.seed} {','.join(self.children)}"
+
+    @staticmethod
+    def parse(text: str) -> Split:
+        _, seed, children = text.split(" ")
+        return Split(int(seed), tuple(children.split(",")))
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A snapshot of the tree: version, parameters, and every internal node by id (any id
+    that is a child and not in `splits` is a leaf)."""
+
+    version: int
+    params: dict[str, Any]
+    splits: dict[str, Split]
+
+    def leaves(self) -> list[tuple[str, int]]:
+        """Every leaf and its depth, in tree order (children of the root have depth 1)."""
+        out, stack = [], [("root", 0)]
+        while stack:
+            node, depth = stack.pop()
+            split = self.splits.get(node)
+            if split is None:
+                out.append((node, depth))
+            else:
+                stack.extend((child, depth + 1) for child in reversed(split.children))
+        return out
+
+
+@dataclass(frozen=True)
+class LeafAnswer:
+    """One leaf's part of a batch: per key True where new (absent), and the leaf's count."""
+
+    new: list[bool]
+    count: int
+
+
+@dataclass(frozen=True)
+class LeafInfo:
+    state: str
+    count: int
+    fingerprint_bytes: int
+
+
+class LeafStore(Protocol):
+    """The atomic operations of a splittable filter's storage (see module docstring).
+
+    check_and_add modes: 0 test only, 1 test and set (a key is new if some bit was 0; new
+    keys' fingerprints are appended to the leaf), 2 set and count every key as new (a split
+    copying fingerprints: none may be dropped as a false positive).
+    """
+
+    def load(self) -> Tree | None: ...
+
+    def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]: ...
+
+    def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None: ...
+
+    def new_leaf_ids(self, count: int) -> list[str]: ...
+
+    def check_and_add(
+        self, groups: Mapping[str, list[bytes]], mode: int
+    ) -> dict[str, LeafAnswer | None]: ...
+
+    def fingerprints(self, leaf: str, start: int, end: int) -> bytes: ...
+
+    def seal(self, leaf: str) -> int: ...
+
+    def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]: ...
+
+    def refresh(self, leaf: str, token: str, ms: int, children: Sequence[str]) -> bool: ...
+
+    def swap(self, leaf: str, token: str, split: Split) -> int: ...
+
+    def unlock(self, leaf: str, token: str) -> None: ...
+
+    def retire(self, leaf: str, grace_seconds: float) -> None: ...
+
+    def drop(self, leaves: Sequence[str]) -> None: ...
+
+    def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]: ...
+
+    def memory_usage(self, leaves: Sequence[str]) -> int: ...
+
+    def destroy(self) -> None: ...
+
+
+@dataclass
+class _Leaf:
+    bits: _core.BitFilter
+    buffer: bytearray
+    fps: bytearray = field(default_factory=bytearray)
+    state: str = "active"
+    expires: float | None = None
+
+
+class MemoryLeafStore:
+    """The store in this process's memory: for single-process use and tests."""
+
+    def __init__(self) -> None:
+        self._guard = threading.RLock()
+        self._tree: dict[str, Any] = {}
+        self._leaves: dict[str, _Leaf] = {}
+        self._locks: dict[str, tuple[str, float, list[str]]] = {}
+
+    @staticmethod
+    def _bits(p: Mapping[str, Any]) -> tuple[_core.BitFilter, bytearray]:
+        buffer = bytearray(p["m"] // 8)
+        layout = _core.LAYOUT_BLOCKED if p["layout"] == "blocked" else _core.LAYOUT_STANDARD
+        bits = _core.BitFilter(buffer, 0, p["m"], p["k"], layout, p["seed"], 0, -1, p["hash_id"])
+        return bits, buffer
+
+    def _live(self, leaf: str) -> _Leaf | None:
+        entry = self._leaves.get(leaf)
+        if entry is not None and entry.expires is not None and time.monotonic() > entry.expires:
+            del self._leaves[leaf]
+            return None
+        return entry
+
+    def load(self) -> Tree | None:
+        with self._guard:
+            if "params" not in self._tree:
+                return None
+            return Tree(self._tree["version"], dict(self._tree["params"]), dict(self._tree["splits"]))
+
+    def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]:
+        with self._guard:
+            if "params" not in self._tree:
+                self._tree.update(
+                    params=dict(params), version=1, next=len(root.children) - 1,
+                    splits={"root": root},
+                )  # fmt: skip
+            return dict(self._tree["params"])
+
+    def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
+        with self._guard:
+            for leaf in leaves:
+                if leaf not in self._leaves:
+                    bits, buffer = self._bits(params)
+                    self._leaves[leaf] = _Leaf(bits, buffer)
+
+    def new_leaf_ids(self, count: int) -> list[str]:
+        with self._guard:
+            self._tree["next"] += count
+            last = self._tree["next"]
+            return [str(i) for i in range(last - count + 1, last + 1)]
+
+    def check_and_add(
+        self, groups: Mapping[str, list[bytes]], mode: int
+    ) -> dict[str, LeafAnswer | None]:
+        out: dict[str, LeafAnswer | None] = {}
+        with self._guard:
+            for leaf, fps in groups.items():
+                entry = self._live(leaf)
+                if entry is None or (mode and entry.state != "active"):
+                    out[leaf] = MOVED
+                    continue
+                if mode == 0:
+                    new = [not hit for hit in entry.bits.contains_many(fps)]
+                else:
+                    new = entry.bits.add_many(fps)
+                    if mode == 2:
+                        new = [True] * len(fps)
+                    entry.fps += b"".join(fp for fp, fresh in zip(fps, new) if fresh)
+                out[leaf] = LeafAnswer(new, len(entry.fps) // FP_BYTES)
+        return out
+
+    def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
+        with self._guard:
+            entry = self._live(leaf)
+            return b"" if entry is None else bytes(entry.fps[start:end])
+
+    def seal(self, leaf: str) -> int:
+        with self._guard:
+            entry = self._live(leaf)
+            if entry is None:
+                return -1
+            entry.state = "retired"
+            return len(entry.fps)
+
+    def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]:
+        with self._guard:
+            if leaf in self._tree["splits"]:
+                return "done", []
+            now = time.monotonic()
+            held = self._locks.get(leaf)
+            if held and held[0] != token and held[1] > now:
+                return "busy", []
+            self._locks[leaf] = (token, now + ms / 1000, [])
+            return "ok", list(held[2]) if held and held[0] != token else []
+
+    def refresh(self, leaf: str, token: str, ms: int, children: Sequence[str]) -> bool:
+        with self._guard:
+            held = self._locks.get(leaf)
+            if held is None or held[0] != token:
+                return False
+            self._locks[leaf] = (token, time.monotonic() + ms / 1000, list(children))
+            return True
+
+    def swap(self, leaf: str, token: str, split: Split) -> int:
+        with self._guard:
+            held = self._locks.get(leaf)
+            if held is None or held[0] != token or leaf in self._tree["splits"]:
+                return 0
+            self._tree["splits"][leaf] = split
+            del self._locks[leaf]
+            self._tree["version"] += 1
+            return int(self._tree["version"])
+
+    def unlock(self, leaf: str, token: str) -> None:
+        with self._guard:
+            held = self._locks.get(leaf)
+            if held is not None and held[0] == token:
+                del self._locks[leaf]
+
+    def retire(self, leaf: str, grace_seconds: float) -> None:
+        with self._guard:
+            entry = self._leaves.get(leaf)
+            if entry is not None:
+                entry.expires = time.monotonic() + grace_seconds
+
+    def drop(self, leaves: Sequence[str]) -> None:
+        with self._guard:
+            for leaf in leaves:
+                self._leaves.pop(leaf, None)
+
+    def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]:
+        with self._guard:
+            out: list[LeafInfo | None] = []
+            for leaf in leaves:
+                e = self._live(leaf)
+                out.append(None if e is None else LeafInfo(e.state, len(e.fps) // 8, len(e.fps)))
+            return out
+
+    def memory_usage(self, leaves: Sequence[str]) -> int:
+        with self._guard:
+            return sum(
+                len(e.buffer) + len(e.fps) for leaf in leaves if (e := self._live(leaf)) is not None
+            )
+
+    def destroy(self) -> None:
+        with self._guard:
+            self._tree.clear()
+            self._leaves.clear()
+            self._locks.clear()

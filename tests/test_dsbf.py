@@ -1,0 +1,319 @@
+"""SplittableBloomFilter (DSBF, spec E): the FP bound as it grows, splits, the fleet, failures.
+
+Every algorithmic test runs on both stores (in memory, and a real Redis server); the fleet,
+cluster and outage tests need Redis.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import random
+import time
+
+import pytest
+import redis
+
+from urlseen import ConfigError, FormatError, _core
+from urlseen.filters import _sizing
+from urlseen.filters.dsbf import SplittableBloomFilter, loc_hash
+from urlseen.stores import redis_store
+from urlseen.stores.redis_leaves import RedisLeafStore
+from urlseen.stores.redis_store import RemoteError
+from urlseen.stores.splittable import MemoryLeafStore, Split
+
+
+def urls(n: int, seed: int = 0, tag: str = "p") -> list[str]:
+    rng = random.Random(seed)
+    return [f"https://site{rng.randrange(99)}.example/{tag}/{rng.getrandbits(64)}" for _ in range(n)]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def make(request, redis_url, redis_name):
+    """make(**params) -> a new SplittableBloomFilter on the parametrized store."""
+
+    def make_filter(**params):
+        if request.param == "memory":
+            return SplittableBloomFilter(**params)
+        return SplittableBloomFilter(redis=redis_url, name=redis_name, **params)
+
+    return make_filter
+
+
+def add_in_batches(seen, keys, batch=500):
+    out = []
+    for i in range(0, len(keys), batch):
+        out += seen.add_many(keys[i : i + batch])
+    return out
+
+
+# ---- sizing and parameters --------------------------------------------------------------------
+
+
+def test_standard_sizing_is_spec_e2_and_blocked_keeps_the_bound():
+    assert _sizing.size_splittable(10**9, 1 << 23, 1e-3) == _sizing.SplittableSize(10, 583_448, 1_714)
+    blocked = _sizing.size_splittable(10**9, 1 << 23, 1e-3, "blocked")
+    assert _sizing.blocked_error_rate(blocked.leaf_capacity, (1 << 23) // 512, blocked.k) <= 1e-3
+    assert _sizing.blocked_error_rate(blocked.leaf_capacity + 1, (1 << 23) // 512, blocked.k) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"leaf_bits": 1000},
+        {"leaf_bits": 256},
+        {"fanout": 1},
+        {"layout": "fancy"},
+        {"error_rate": 1.5},
+        {"capacity": 0},
+        {"seed": -1},
+    ],
+)
+def test_invalid_parameters_are_config_errors(params):
+    with pytest.raises(ConfigError):
+        SplittableBloomFilter(**{"capacity": 1000, **params})
+
+
+def test_an_existing_filter_keeps_its_parameters_and_a_foreign_tree_is_refused(
+    redis_url, redis_name
+):
+    SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=4096)
+    again = SplittableBloomFilter(redis=redis_url, name=redis_name)
+    assert (again.leaf_bits, again.error_rate, again.capacity) == (4096, 0.01, 1000)
+    with pytest.raises(ConfigError, match="leaf_bits|m=4096"):
+        SplittableBloomFilter(redis=redis_url, name=redis_name, leaf_bits=8192)
+    with pytest.raises(ConfigError, match="give a capacity"):
+        SplittableBloomFilter(redis=redis_url, name=redis_name + "-missing")
+    client = redis.Redis.from_url(redis_url)
+    client.hset(redis_store.key(redis_name + "-x", "tree"), mapping={"params": "{}", "version": 1})
+    with pytest.raises(FormatError):
+        SplittableBloomFilter(redis=redis_url, name=redis_name + "-x")
+    client.delete(redis_store.key(redis_name + "-x", "tree"))
+
+
+# ---- the algorithm ----------------------------------------------------------------------------
+
+
+def test_no_url_reported_new_is_ever_lost_through_many_splits(make):
+    seen = make(capacity=2000, error_rate=0.01, leaf_bits=1 << 14)
+    keys = urls(30_000, seed=1)
+    stream = keys + keys[:10_000]  # then some again
+    new = add_in_batches(seen, stream)
+    reported = [k for k, n in zip(stream, new) if n]
+    assert len(reported) == len(set(reported)), "a URL was reported new twice"
+    # A second sighting may be new only for a URL whose first was a false positive: a split
+    # re-inserts what was reported new, so a child may no longer answer for a false positive.
+    first_fps = {k for k, n in zip(keys, new[:30_000]) if not n}
+    again = {k for k, n in zip(stream[30_000:], new[30_000:]) if n}
+    assert again <= first_fps
+    assert len(first_fps) <= 0.02 * len(keys)
+    assert all(seen.contains_many(reported))
+    stats = seen.stats()
+    assert stats.details["leaves"] > stats.details["first_leaves"] * 4, "it did not split"
+    assert stats.count == len(reported)
+    assert max(leaf["count"] for leaf in seen.leaves()) <= seen.u * 1.2
+
+
+def test_a_split_divides_a_leaf_evenly_with_independent_loc_hashes(make):
+    # An even c is the pitfall of E4: h mod c at the root and h mod 2 below sends all of a
+    # leaf's URLs to one child. Every split child must get close to half of its parent.
+    seen = make(capacity=6000, error_rate=0.01, leaf_bits=1 << 14, fanout=2)
+    assert seen.tree.params["c"] % 2 == 0
+    add_in_batches(seen, urls(20_000, seed=2))
+    tree = seen.tree
+    counts = {leaf["leaf"]: leaf["count"] for leaf in seen.leaves()}
+    checked = 0
+    for node, split in tree.splits.items():
+        if node == "root" or not all(c in counts for c in split.children):
+            continue
+        a, b = (counts[c] for c in split.children)
+        total = a + b
+        # each child got Binomial(total, 1/2) of the copies, plus later inserts: 5 sigma
+        assert abs(a - b) <= 5 * math.sqrt(total) + 0.15 * total, (a, b)
+        checked += 1
+    assert checked >= 2
+
+
+def test_loc_hash_seeds_route_independently():
+    values = [random.Random(3).getrandbits(64) for _ in range(1)]
+    rng = random.Random(4)
+    values = [rng.getrandbits(64) for _ in range(20_000)]
+    root = [loc_hash(v, 11) % 4 for v in values]
+    below = [loc_hash(v, 12) % 2 for v in values]
+    for r in range(4):
+        share = sum(b for a, b in zip(root, below) if a == r) / root.count(r)
+        assert 0.45 < share < 0.55
+
+
+def test_contains_does_not_add_and_duplicates_in_one_batch_count_once(make):
+    seen = make(capacity=1000, error_rate=0.01, leaf_bits=1 << 13)
+    keys = urls(100, seed=5)
+    assert seen.contains_many(keys) == [False] * 100
+    assert len(seen) == 0
+    assert seen.add_many([keys[0], keys[0], keys[1]]) == [True, False, True]
+    assert keys[0] in seen and keys[2] not in seen
+
+
+def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev_urls, make):
+    """E9: insert 10 n distinct URLs, measuring the FP rate on never-inserted URLs at every
+    checkpoint n, 2n, ... 10n. Data: the distinct dev URLs, made unique beyond their count by
+    a query parameter `urlseen-copy=<r>`; the probes carry `urlseen-probe=<r>` instead, so no
+    probe was ever inserted. Contrast: one fixed Bloom filter with the DSBF's initial memory
+    (c leaves of m bits) and the same k, fed and probed the same way."""
+    n, f = 20_000, 0.01
+    seen = make(capacity=n, error_rate=f, leaf_bits=1 << 15)
+    initial_bits = seen.tree.params["c"] * seen.leaf_bits
+    fixed = _core.BitFilter(bytearray(initial_bits // 8), 0, initial_bits, seen.k, _core.LAYOUT_BLOCKED)
+
+    def variant(i: int, tag: str) -> str:
+        url = dev_urls[i % len(dev_urls)]
+        return f"{url}{'&' if '?' in url else '?'}urlseen-{tag}={i // len(dev_urls)}"
+
+    probes = [variant(i, "probe") for i in range(0, 40 * n, 7)][:5000]
+    margin = 4 * math.sqrt(f * (1 - f) / len(probes))  # 4 sigma above f
+    dsbf_rates, fixed_rates = [], []
+    for checkpoint in range(1, 11):
+        batch = [variant(i, "copy") for i in range((checkpoint - 1) * n, checkpoint * n)]
+        add_in_batches(seen, batch, batch=1000)
+        fixed.add_many(batch)
+        dsbf_rates.append(sum(seen.contains_many(probes)) / len(probes))
+        fixed_rates.append(sum(fixed.contains_many(probes)) / len(probes))
+        assert dsbf_rates[-1] <= f + margin, (checkpoint, dsbf_rates)
+    print(f"DSBF FP by checkpoint: {dsbf_rates}; fixed filter: {fixed_rates}")
+    assert fixed_rates[-1] > 10 * f, "the contrast filter should have failed its bound by 10 n"
+    assert seen.stats().details["leaves"] >= 8 * seen.tree.params["c"]
+
+
+# ---- splits that go wrong ---------------------------------------------------------------------
+
+
+def _store_of(seen):
+    return seen._store
+
+
+def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
+    """A splitter that sealed its leaf and died: writers to that leaf wait, take the expired
+    lock, drop the dead splitter's children and finish the split; nothing is lost."""
+    seen = make(capacity=1000, error_rate=0.01, leaf_bits=1 << 13)
+    store = _store_of(seen)
+    before = urls(300, seed=7)
+    assert all(add_in_batches(seen, before))
+    leaf = seen.tree.leaves()[0][0]
+    status, _ = store.lock(leaf, "dead-splitter", 300)  # a lease of 0.3 s, never renewed
+    assert status == "ok"
+    orphans = store.new_leaf_ids(2)
+    assert store.refresh(leaf, "dead-splitter", 300, orphans)
+    store.make_leaves(orphans, seen.tree.params)
+    assert store.seal(leaf) >= 0  # ... and then it died
+    t0 = time.monotonic()
+    later = urls(300, seed=8)
+    new = add_in_batches(seen, later)
+    assert time.monotonic() - t0 >= 0.2, "writers should have waited for the lease"
+    assert all(new)
+    assert all(seen.contains_many(before + later))
+    assert leaf in seen.tree.splits
+    assert store.leaf_info(orphans) == [None, None], "the dead splitter's children were kept"
+
+
+def test_a_splitter_whose_lock_expired_cannot_install_its_children(make):
+    seen = make(capacity=1000, error_rate=0.01, leaf_bits=1 << 13)
+    store = _store_of(seen)
+    leaf = seen.tree.leaves()[0][0]
+    assert store.lock(leaf, "slow", 50)[0] == "ok"
+    assert store.lock(leaf, "other", 50_000)[0] == "busy"
+    time.sleep(0.15)
+    assert store.lock(leaf, "fast", 50_000)[0] == "ok"
+    assert store.swap(leaf, "slow", Split(1, ("x", "y"))) == 0
+    assert not store.refresh(leaf, "slow", 1000, ["x", "y"])
+    assert store.swap(leaf, "fast", Split(1, ("x", "y"))) > 0
+    assert store.lock(leaf, "late", 1000)[0] == "done"
+
+
+# ---- the fleet ---------------------------------------------------------------------------------
+
+
+def _claim(args):
+    url, name, keys = args
+    seen = SplittableBloomFilter(redis=url, name=name)
+    claimed = []
+    for i in range(0, len(keys), 400):
+        chunk = keys[i : i + 400]
+        claimed += [k for k, new in zip(chunk, seen.add_many(chunk)) if new]
+    return claimed, seen.splits_done
+
+
+def _fleet(url, name, workers=4):
+    SplittableBloomFilter(3000, 0.001, redis=url, name=name, leaf_bits=1 << 15)
+    pool_keys = urls(25_000, seed=9)
+    streams = []
+    for worker in range(workers):
+        rng = random.Random(60 + worker)
+        streams.append([pool_keys[rng.randrange(len(pool_keys))] for _ in range(15_000)])
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        results = pool.map(_claim, [(url, name, s) for s in streams])
+    everyone = [k for claimed, _ in results for k in claimed]
+    assert len(everyone) == len(set(everyone)), "a URL was claimed by two workers"
+    distinct = {k for s in streams for k in s}
+    seen = SplittableBloomFilter(redis=url, name=name)
+    assert all(seen.contains_many(everyone)), "a claimed URL was lost in a split"
+    # Unclaimed distinct URLs are false positives: at f = 0.001 a handful at most.
+    assert len(distinct) - len(everyone) <= max(5, 0.004 * len(distinct))
+    splits = sum(done for _, done in results)
+    assert splits >= 4, f"the fleet should have split leaves while running ({splits})"
+    return seen
+
+
+def test_fleet_of_workers_claims_each_url_once_through_splits(redis_url, redis_name):
+    _fleet(redis_url, redis_name)
+
+
+def test_fleet_on_a_redis_cluster_spreads_leaves_over_the_nodes(redis_cluster_url):
+    name = f"dsbf-fleet-{random.getrandbits(32)}"
+    seen = _fleet(redis_cluster_url, name)
+    try:
+        client = redis.RedisCluster.from_url("redis://" + redis_cluster_url.split("://")[1])
+        nodes = {
+            client.get_node_from_key(redis_store.key(f"{name}:leaf:{leaf['leaf']}", "bits")).name
+            for leaf in seen.leaves()
+        }
+        assert len(nodes) == 3, f"leaves on {nodes}"
+    finally:
+        seen.destroy()
+
+
+# ---- a Redis that goes away --------------------------------------------------------------------
+
+
+def test_a_killed_server_is_a_clear_error_and_acknowledged_urls_survive(private_redis, monkeypatch):
+    """While Redis is down add_many retries, then raises RemoteError; a server that persists
+    every write (appendfsync always) comes back with every URL reported new, splits included."""
+    monkeypatch.setattr(redis_store, "RETRIES", 2)
+    seen = SplittableBloomFilter(1000, 0.01, redis=private_redis.url, name="f", leaf_bits=1 << 13)
+    acknowledged = urls(3000, seed=10)
+    reported = [k for k, n in zip(acknowledged, add_in_batches(seen, acknowledged)) if n]
+    assert seen.splits_done > 0
+    private_redis.kill()
+    with pytest.raises(RemoteError, match="unreachable"):
+        seen.add_many(urls(10, seed=11))
+    private_redis.start()
+    again = SplittableBloomFilter(redis=private_redis.url, name="f")
+    assert all(again.contains_many(reported))
+    assert len(again) == len(reported)
+    assert seen.add_many([*reported[:5], "https://brand-new.example/"]) == [False] * 5 + [True]
+
+
+def test_memory_store_is_the_default():
+    seen = SplittableBloomFilter(1000, 0.01, leaf_bits=1 << 13)
+    assert isinstance(seen._store, MemoryLeafStore)
+    assert seen.add("https://a.example/") and "https://a.example/" in seen
+
+
+def test_redis_store_reads_leaf_info(redis_url, redis_name):
+    seen = SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=1 << 13)
+    seen.add_many(urls(50, seed=12))
+    store = RedisLeafStore(redis_url, redis_name)
+    store.load()
+    info = store.leaf_info([leaf for leaf, _ in seen.tree.leaves()])
+    assert sum(i.count for i in info if i) == 50
+    assert sum(i.fingerprint_bytes for i in info if i) == 50 * 8
