@@ -111,7 +111,7 @@ def test_no_url_reported_new_is_ever_lost_through_many_splits(make):
     stats = seen.stats()
     assert stats.details["leaves"] > stats.details["first_leaves"] * 4, "it did not split"
     assert stats.count == len(reported)
-    assert max(leaf["count"] for leaf in seen.leaves()) <= seen.u * 1.2
+    assert max(leaf["count"] for leaf in seen.leaves()) <= seen.u + seen.u // 8
 
 
 def test_a_split_divides_a_leaf_evenly_with_independent_loc_hashes(make):
@@ -259,6 +259,8 @@ def _fleet(url, name, workers=4):
     assert all(seen.contains_many(everyone)), "a claimed URL was lost in a split"
     # Unclaimed distinct URLs are false positives: at f = 0.001 a handful at most.
     assert len(distinct) - len(everyone) <= max(5, 0.004 * len(distinct))
+    cap = seen.tree.params["cap"]
+    assert max(leaf["count"] for leaf in seen.leaves()) <= cap + seen.u // 16, "overfilled"
     splits = sum(done for _, done in results)
     assert splits >= 4, f"the fleet should have split leaves while running ({splits})"
     return seen
@@ -316,4 +318,8 @@ def test_redis_store_reads_leaf_info(redis_url, redis_name):
     store.load()
     info = store.leaf_info([leaf for leaf, _ in seen.tree.leaves()])
     assert sum(i.count for i in info if i) == 50
-    assert sum(i.fingerprint_bytes for i in info if i) == 50 * 8
+    assert 50 * 8 <= sum(i.fingerprint_bytes for i in info if i) <= len(info) * 5120  # room
+    assert store.fingerprints(seen.tree.leaves()[0][0], 0, 10**6) == b"".join(
+        fp for fp in [d[:8] for d in _core.digests(urls(50, seed=12), _core.HASH_XXH3_128, 0)]
+        if seen.tree.leaves()[0][0] == seen._route(int.from_bytes(fp, "little"))
+    )

@@ -183,9 +183,7 @@ class SplittableBloomFilter(Closing):
         pending = list(range(len(keys)))
         deadline = time.monotonic() + REROUTE_SECONDS
         stuck_wait = 0.005
-        room = max(1, self.u // 8)  # keys per leaf per round: a batch overfills a leaf by
-        # at most this much before it splits (the lock holder's batch, or every writer's
-        # while a split runs: then the leaf takes writes until it is sealed)
+        room = max(1, self.u // 16)  # keys per leaf per round (see _params: "cap")
         while pending:
             groups: dict[str, list[int]] = defaultdict(list)
             later: list[int] = []
@@ -378,12 +376,16 @@ def _params(n: object, f: object, m: object, b: object, layout: object, seed: ob
     return {
         "format": FORMAT, "n": n, "f": float(f), "m": m, "b": b, "layout": layout,  # type: ignore[arg-type]
         "seed": seed, "k": size.k, "u": size.leaf_capacity, "c": size.first_leaves,
+        # A leaf reaching u splits; while the split runs, writers go on writing to it (E8.6)
+        # up to this cap, then wait for the split. With at most u/16 keys per leaf per
+        # round, a leaf never holds more than u + u/8 URLs.
+        "cap": size.leaf_capacity + max(1, size.leaf_capacity // 16),
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
     }  # fmt: skip
 
 
 def _check_params(p: dict[str, Any], name: str) -> None:
-    ints = ("n", "m", "b", "seed", "k", "u", "c", "hash_id")
+    ints = ("n", "m", "b", "seed", "k", "u", "c", "cap", "hash_id")
     if (
         p.get("format") != FORMAT
         or any(not isinstance(p.get(field), int) for field in ints)

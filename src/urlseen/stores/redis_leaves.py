@@ -5,7 +5,7 @@ Keys of filter `name`:
 - per leaf, under its own hash tag `{name:leaf:ID}` so that leaves spread over a Cluster's
   slots while each leaf's script touches one slot: `:meta` (state, count), `:bits` (the leaf's
   Bloom filter, a bitmap string of m bits) and `:fps` (its fingerprints, packed: 8 bytes per
-  URL appended to one string, against ~70 bytes per member of a SET).
+  URL in one string grown in allocator-sized steps, against ~70 bytes per member of a SET).
 Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode, with
 a receipt per leaf and batch so that a batch resent after a lost reply gets the same answer.
 """
@@ -97,7 +97,8 @@ class RedisLeafStore:
         meta, bits, fps_key = self._keys(leaf)
         receipt = redis_store.receipt_key(f"{self.name}:leaf:{leaf}")
         ttl = self.receipt_seconds if mode else 0
-        return [bits, meta, receipt, fps_key], [masks, mode, ttl, p["layout"], b"".join(fps)]
+        args = [masks, mode, ttl, p["layout"], b"".join(fps), p["cap"]]
+        return [bits, meta, receipt, fps_key], args
 
     def check_and_add(
         self, groups: Mapping[str, list[bytes]], mode: int
@@ -128,7 +129,11 @@ class RedisLeafStore:
         return out
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
-        _, _, fps = self._keys(leaf)
+        meta, _, fps = self._keys(leaf)
+        count = retrying(lambda: self.client.hget(meta, "count"), "read leaf")
+        end = min(end, 8 * int(count or 0))  # the string's tail is room to grow, not data
+        if end <= start:
+            return b""
         data: bytes = retrying(lambda: self.client.getrange(fps, start, end - 1), "read leaf")
         return data
 

@@ -149,6 +149,9 @@ class MemoryLeafStore:
             return None
         return entry
 
+    def _cap(self, entry: _Leaf) -> int:
+        return int(self._tree["params"]["cap"])
+
     def load(self) -> Tree | None:
         with self._guard:
             if "params" not in self._tree:
@@ -186,6 +189,9 @@ class MemoryLeafStore:
                 entry = self._live(leaf)
                 if entry is None or (mode and entry.state != "active"):
                     out[leaf] = MOVED
+                    continue
+                if mode == 1 and len(entry.fps) // FP_BYTES >= self._cap(entry):
+                    out[leaf] = MOVED  # over its cap: a split is due
                     continue
                 if mode == 0:
                     new = [not hit for hit in entry.bits.contains_many(fps)]

@@ -6,14 +6,16 @@
 -- KEYS[3]: this batch's receipt: the answer is kept there for ARGV[3] seconds, so that a
 --          client that lost the reply can send the same batch again and get the same answer
 --          (no URL is ever reported seen because its first report was lost)
--- KEYS[4]: (a DSBF leaf only) the leaf's fingerprints, 8 bytes per key reported new, appended
+-- KEYS[4]: (a DSBF leaf only) the leaf's fingerprints, 8 bytes per key reported new, in order
 -- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
 -- ARGV[2]: "0" test only, "1" test and set, "2" set and count every key as new (a split
 --          copying fingerprints into a new leaf: none may be dropped as a false positive)
 -- ARGV[5]: (a DSBF leaf only) the batch's fingerprints, 8 bytes per key, in order
+-- ARGV[6]: (a DSBF leaf only) its cap: at this count a leaf takes no more writes until split
 -- Returns one character per key: "1" if some bit was 0 (new / absent), "0" otherwise. A DSBF
 -- leaf appends its count after the answers, and returns "M" (moved) instead when it no longer
--- takes writes (sealed by a split) or no longer exists: the client reloads the tree.
+-- takes writes (sealed by a split, or at its cap) or no longer exists: the client reloads the
+-- tree, and waits for the split or does it.
 local done = redis.call('GET', KEYS[3])
 if done then return done end
 
@@ -22,9 +24,35 @@ local force, leaf = ARGV[2] == '2', KEYS[4] ~= nil
 if leaf then
   local state = redis.call('HGET', KEYS[2], 'state')
   if not state or (add and state ~= 'active') then return 'M' end
+  if ARGV[2] == '1' and tonumber(redis.call('HGET', KEYS[2], 'count')) >= tonumber(ARGV[6]) then
+    return 'M' -- over its cap: a split is due; the client waits for it (or does it)
+  end
 end
 local band, bor, byte = bit.band, bit.bor, string.byte
 local CHUNK = 1000 -- BITFIELD operations per call (unpack is limited to ~8000 values)
+
+-- A leaf's fingerprints fill the first 8 * count bytes of KEYS[4]; the rest is room to grow.
+-- APPEND and SETRANGE grow a string greedily (up to 2x its size: ~6 bytes wasted per 8 kept),
+-- so the string is instead rebuilt with SET, which allocates exactly, to a size of its own
+-- allocator class (jemalloc: 4 classes per power of two), at least 1/8 larger each time.
+local function grown_size(need, have)
+  local want = math.max(need, have + math.floor(have / 8), 4096) + 16
+  local p = 1
+  while p * 2 < want do p = p * 2 end
+  local step = p / 4
+  return math.ceil(want / step) * step - 16 -- 16: the string's header and terminator
+end
+
+local function append_fingerprints(fps, used)
+  local have = redis.call('STRLEN', KEYS[4])
+  if used + #fps <= have then
+    redis.call('SETRANGE', KEYS[4], used, fps)
+    return
+  end
+  local size = grown_size(used + #fps, have)
+  local old = used > 0 and redis.call('GETRANGE', KEYS[4], 0, used - 1) or ''
+  redis.call('SET', KEYS[4], old .. fps .. string.rep('\0', size - used - #fps))
+end
 
 local function finish(out, fresh, cur, changed)
   local count = ''
@@ -45,7 +73,7 @@ local function finish(out, fresh, cur, changed)
       for i = 1, #out do
         if out[i] == '1' then fps[#fps + 1] = sub(ARGV[5], 8 * i - 7, 8 * i) end
       end
-      redis.call('APPEND', KEYS[4], table.concat(fps))
+      append_fingerprints(table.concat(fps), (count - fresh) * 8)
     else
       count = redis.call('HGET', KEYS[2], 'count') or 0
     end
