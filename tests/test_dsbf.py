@@ -197,7 +197,8 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     seen = make(capacity=1000, error_rate=0.01, leaf_bits=1 << 13)
     store = _store_of(seen)
     before = urls(300, seed=7)
-    assert all(add_in_batches(seen, before))
+    before = [k for k, new in zip(before, add_in_batches(seen, before)) if new]
+    assert len(before) >= 295  # leaves far below u: a false positive is rare
     leaf = seen.tree.leaves()[0][0]
     status, _ = store.lock(leaf, "dead-splitter", 300)  # a lease of 0.3 s, never renewed
     assert status == "ok"
@@ -209,7 +210,8 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     later = urls(300, seed=8)
     new = add_in_batches(seen, later)
     assert time.monotonic() - t0 >= 0.2, "writers should have waited for the lease"
-    assert all(new)
+    later = [k for k, fresh in zip(later, new) if fresh]
+    assert len(later) >= 295
     assert all(seen.contains_many(before + later))
     assert leaf in seen.tree.splits
     assert store.leaf_info(orphans) == [None, None], "the dead splitter's children were kept"
@@ -302,7 +304,9 @@ def test_a_killed_server_is_a_clear_error_and_acknowledged_urls_survive(private_
     again = SplittableBloomFilter(redis=private_redis.url, name="f")
     assert all(again.contains_many(reported))
     assert len(again) == len(reported)
-    assert seen.add_many([*reported[:5], "https://brand-new.example/"]) == [False] * 5 + [True]
+    fresh = urls(20, seed=13, tag="fresh")
+    after = seen.add_many([*reported[:5], *fresh])
+    assert after[:5] == [False] * 5 and sum(after[5:]) >= 18  # f = 0.01: a false positive or two
 
 
 def test_memory_store_is_the_default():

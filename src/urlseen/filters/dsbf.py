@@ -40,6 +40,7 @@ GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stal
 COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
 _M64 = (1 << 64) - 1
+MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
 
 
 def loc_hash(fingerprint: int, seed: int) -> int:
@@ -373,13 +374,19 @@ def _params(n: object, f: object, m: object, b: object, layout: object, seed: ob
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
     size = _sizing.size_splittable(n, m, f, layout)  # type: ignore[arg-type]
+    cap = size.leaf_capacity + max(1, size.leaf_capacity // 16)
+    if (cap + cap // 16) * FP_BYTES > MAX_FINGERPRINT_BYTES:
+        raise ConfigError(
+            f"a leaf of {m} bits holds {size.leaf_capacity:,} URLs at f = {f}: their "
+            "fingerprints would not fit one Redis string (512 MiB); use smaller leaves"
+        )
     return {
         "format": FORMAT, "n": n, "f": float(f), "m": m, "b": b, "layout": layout,  # type: ignore[arg-type]
         "seed": seed, "k": size.k, "u": size.leaf_capacity, "c": size.first_leaves,
         # A leaf reaching u splits; while the split runs, writers go on writing to it (E8.6)
         # up to this cap, then wait for the split. With at most u/16 keys per leaf per
         # round, a leaf never holds more than u + u/8 URLs.
-        "cap": size.leaf_capacity + max(1, size.leaf_capacity // 16),
+        "cap": cap,
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
     }  # fmt: skip
 

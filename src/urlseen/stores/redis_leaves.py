@@ -12,6 +12,7 @@ a receipt per leaf and batch so that a batch resent after a lost reply gets the 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -78,13 +79,8 @@ class RedisLeafStore:
     def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
         nbytes = params["m"] // 8
         for leaf in leaves:
-            meta, bits, fps = self._keys(leaf)
-            retrying(
-                lambda m=meta, b=bits, f=fps: self._leaf_script(
-                    keys=[m, b, f], args=["make", nbytes]
-                ),
-                "make leaf",
-            )
+            keys = list(self._keys(leaf))
+            retrying(functools.partial(self._leaf_script, keys=keys, args=["make", nbytes]), "make")
 
     def new_leaf_ids(self, count: int) -> list[str]:
         last = int(self._tree("ids", count))
@@ -107,7 +103,7 @@ class RedisLeafStore:
         what = "check-and-add" if mode else "contains"
         if self._cluster or len(calls) == 1:  # one script per leaf, each to its own node
             replies = [
-                retrying(lambda k=k, a=a: self._batch_script(keys=k, args=a), what)
+                retrying(functools.partial(self._batch_script, keys=k, args=a), what)
                 for k, a in calls.values()
             ]
         else:

@@ -32,9 +32,11 @@ local band, bor, byte = bit.band, bit.bor, string.byte
 local CHUNK = 1000 -- BITFIELD operations per call (unpack is limited to ~8000 values)
 
 -- A leaf's fingerprints fill the first 8 * count bytes of KEYS[4]; the rest is room to grow.
--- APPEND and SETRANGE grow a string greedily (up to 2x its size: ~6 bytes wasted per 8 kept),
--- so the string is instead rebuilt with SET, which allocates exactly, to a size of its own
--- allocator class (jemalloc: 4 classes per power of two), at least 1/8 larger each time.
+-- Below 1 MiB, APPEND and SETRANGE grow a string greedily to twice its size (~6 bytes wasted
+-- per 8 kept), so there the string is rebuilt with SET, which allocates exactly, to a size of
+-- its own allocator class (jemalloc: 4 classes per power of two), at least 1/8 larger each
+-- time. From 1 MiB on, Redis grows a string by 1 MiB at most, a small slack, and rebuilding
+-- would copy megabytes inside a script, so SETRANGE grows it.
 local function grown_size(need, have)
   local want = math.max(need, have + math.floor(have / 8), 4096) + 16
   local p = 1
@@ -45,7 +47,7 @@ end
 
 local function append_fingerprints(fps, used)
   local have = redis.call('STRLEN', KEYS[4])
-  if used + #fps <= have then
+  if used + #fps <= have or used + #fps > 1048576 then
     redis.call('SETRANGE', KEYS[4], used, fps)
     return
   end
