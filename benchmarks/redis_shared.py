@@ -7,7 +7,12 @@ one run, and is measured the same way:
 * URLs/s: client wall time of the check-and-add calls (client hashing and formatting
   included; connecting and creating the filter not).
 * correctness: each new/seen answer against a Python set fed the same lines. A Bloom filter
-  may call a new URL seen (a false positive, counted); it must never call a seen URL new.
+  may call a new URL seen (a false positive, counted); it must never call a seen URL new. The
+  DSBF may, once, for a URL whose earlier sightings were all false positives: a split
+  re-inserts only what was reported new, so the child no longer answers for it (counted as
+  FN). No way may report a URL new twice ("new twice", counted).
+* DSBF: 5. below; memory also without the leaves a split replaced (kept GRACE_SECONDS for
+  clients whose cached tree still routes to them, then deleted by expiry).
 * memory: Redis ``used_memory`` after the run minus before (empty database, scripts already
   loaded), per distinct URL. For urlseen also without its receipts (one per batch, kept
   RECEIPT_SECONDS so a resent batch gets the same answer).
@@ -36,6 +41,10 @@ Ways:
    SETBIT returned 0. Positions are urlseen's blocked ones, written in Redis's bit order, so its
    string must end byte-identical to urlseen's (checked).
 
+5. urlseen SplittableBloomFilter.add_many, batches of 1000, leaves of DSBF_LEAF_BITS bits,
+   blocked layout: sized for the distinct URLs (c = n / u first leaves, no split), and grown
+   by splits from a filter sized for n/8 (the steady state of a crawl that outgrew its plan).
+
 Keys are the raw lines of the data file (no canonicalization, empty lines dropped), in file
 order, repeats included: the first N lines of the dev set repeat a lot (a phishing feed polled
 every few hours), so most checks answer "seen".
@@ -61,6 +70,7 @@ import os
 import platform
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -72,6 +82,7 @@ import redis
 from urlseen import _core
 from urlseen.filters import _sizing
 from urlseen.filters.bloom import DEFAULT_HASH, HASHES, _params
+from urlseen.filters.dsbf import SplittableBloomFilter
 from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.stores.redis_store import RECEIPT_SECONDS
 
@@ -85,6 +96,8 @@ NAME = "bench"  # urlseen filter name
 SET_KEY = "bench:fingerprints"
 BITS_KEY = "bench:bits"
 LUA_FILE = "bloom_batch.lua"  # urlseen's check-and-add script
+DSBF_LUA = ("dsbf_tree.lua", "dsbf_leaf.lua")  # the splittable filter's tree and leaf scripts
+DSBF_LEAF_BITS = 1 << 17  # 16 KiB leaves: the 1M-line sample fills a dozen of them
 LAYOUTS = {"blocked": _core.LAYOUT_BLOCKED, "standard": _core.LAYOUT_STANDARD}
 
 # k SETBITs per URL, "1" where one of them returned 0 (some bit was clear: new).
@@ -209,6 +222,65 @@ def urlseen_way(shape: Shape, capacity: int, batch: int) -> Way:
         shape=shape.layout,
         urlseen=True,
         note=f"k={shape.k}, {shape.nbits:,} bits",
+    )
+
+
+def dsbf_way(
+    capacity: int, error_rate: float, batch: int, grown_from: int = 1, leaf_bits: int = 0
+) -> Way:
+    """urlseen's SplittableBloomFilter: leaves of DSBF_LEAF_BITS bits plus 8-byte fingerprints.
+    grown_from > 1: created for capacity / grown_from URLs, so that splits make the rest."""
+
+    leaf_bits = leaf_bits or DSBF_LEAF_BITS
+
+    def prepare(client: Any) -> Runner:
+        f = SplittableBloomFilter(
+            max(1, capacity // grown_from), error_rate, redis=client, name=NAME,
+            leaf_bits=leaf_bits,
+        )  # fmt: skip
+
+        def run(lines: list[str]) -> list[bool]:
+            out: list[bool] = []
+            for chunk in batches(lines, batch):
+                out += f.add_many(chunk)
+            return out
+
+        return run
+
+    label = "urlseen SplittableBloomFilter (DSBF)"
+    return Way(
+        label + (f", grown by splits from n/{grown_from}" if grown_from > 1 else ", sized for n"),
+        batch,
+        prepare,
+        ("evalsha",),
+        frozenset(
+            {
+                "evalsha",
+                "get",
+                "set",
+                "bitfield",
+                "getrange",
+                "hincrby",
+                "hget",
+                "append",
+                "hgetall",
+                "strlen",
+                "hmget",
+                "pexpire",
+                "del",
+                "hsetnx",
+                "hset",
+                "setrange",
+                "hdel",
+                "time",
+                "info",
+                "script|exists",
+            }
+        ),
+        lambda lines: {},
+        shape="dsbf",
+        urlseen=True,
+        note=f"m={leaf_bits:,} bits per leaf, f={error_rate}",
     )
 
 
@@ -338,6 +410,11 @@ class Result:
     memory_bytes: int = 0
     memory_bytes_no_receipts: int | None = None
     receipts: int = 0
+    new_twice: int = 0  # URLs reported new more than once: must be 0 for every way
+    script_calls: int = 0  # EVALSHA calls: URLs per call sizes the per-call overhead
+    memory_bytes_live: int | None = None  # DSBF: also without leaves retired by splits
+    leaves: int = 0
+    retired_leaves: int = 0
     server_cpu_user: float = 0.0
     server_cpu_sys: float = 0.0
     command_usec: dict[str, int] = field(default_factory=dict)
@@ -434,10 +511,13 @@ def measure_once(url: str, ctl: Any, way: Way, lines: list[str], expected: list[
     res.reported_new = sum(answers)
     res.false_positives = sum(1 for e, a in zip(expected, answers, strict=True) if e and not a)
     res.false_negatives = sum(1 for e, a in zip(expected, answers, strict=True) if a and not e)
+    claims = Counter(url for url, a in zip(lines, answers, strict=True) if a)
+    res.new_twice = sum(1 for times in claims.values() if times > 1)
     res.memory_bytes = after_mem - before_mem
     res.server_cpu_user = after_cpu[0] - before_cpu[0]
     res.server_cpu_sys = after_cpu[1] - before_cpu[1]
     res.command_usec = {c: usec for c, (_, usec) in sorted(delta.items()) if c != "info"}
+    res.script_calls = delta.get("evalsha", (0, 0))[0] + delta.get("eval", (0, 0))[0]
     res.top, res.top_usec = way.top, sum(delta.get(c, (0, 0))[1] for c in way.top)
     res.foreign = foreign_activity(way, lines, delta)
     if way.bits:
@@ -445,11 +525,19 @@ def measure_once(url: str, ctl: Any, way: Way, lines: list[str], expected: list[
         bits = (ctl.get(key) or b"").ljust(nbytes, b"\0")
         res.bits_sha256 = hashlib.sha256(bits).hexdigest()
     if way.urlseen:
-        receipts = list(ctl.scan_iter(match=f"urlseen:{{{NAME}}}:receipt:*", count=1000))
+        receipts = list(ctl.scan_iter(match=f"urlseen:{{{NAME}*:receipt:*", count=1000))
         res.receipts = len(receipts)
         for i in range(0, len(receipts), 1000):
             ctl.delete(*receipts[i : i + 1000])
         res.memory_bytes_no_receipts = settled_memory(ctl) - before_mem
+    if way.shape == "dsbf":  # leaves replaced by a split linger GRACE_SECONDS for stale readers
+        res.leaves = sum(1 for _ in ctl.scan_iter(match=f"urlseen:{{{NAME}:leaf:*}}:bits"))
+        retired = [k for k in ctl.scan_iter(match=f"urlseen:{{{NAME}:leaf:*", count=1000)
+                   if ctl.pttl(k) > 0]  # fmt: skip
+        res.retired_leaves = sum(1 for k in retired if k.endswith(b":bits"))
+        if retired:
+            ctl.delete(*retired)
+        res.memory_bytes_live = settled_memory(ctl) - before_mem
     ctl.flushdb()
     return res
 
@@ -552,7 +640,8 @@ def markdown(results: list[Result], meta: dict[str, Any], plan: dict[str, Any]) 
         f"- {meta['lines']:,} lines ({meta['empty_dropped']} empty dropped), "
         f"{meta['distinct']:,} distinct; error rate {meta['error_rate']}; shapes {meta['shapes']}",
         "",
-        "| way | batch | URLs checked | URLs/s (client wall) | reported new | wrong: FP / FN "
+        "| way | batch | URLs checked | URLs/s (client wall) | reported new "
+        "| wrong: FP / FN / new twice "
         "| B per distinct URL | client CPU µs per URL | server CPU s per 1M URLs "
         "| commandstats s per 1M | URLs/s per Redis core | attempts |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -560,11 +649,18 @@ def markdown(results: list[Result], meta: dict[str, Any], plan: dict[str, Any]) 
     for r in results:
         mem = f"{r.bytes_per_distinct:.1f}"
         if r.memory_bytes_no_receipts is not None:
-            mem += f" ({r.memory_bytes_no_receipts / r.distinct:.2f} without receipts)"
+            mem += f" ({r.memory_bytes_no_receipts / r.distinct:.2f} without receipts"
+            if r.memory_bytes_live is not None:
+                mem += (
+                    f", {r.memory_bytes_live / r.distinct:.2f} without the "
+                    f"{r.retired_leaves} split leaves; {r.leaves - r.retired_leaves} live "
+                    f"leaves; {r.urls / max(1, r.script_calls):.0f} URLs per script call"
+                )
+            mem += ")"
         out.append(
             f"| {r.label}{' (' + r.note + ')' if r.note else ''} | {r.batch or '1 URL'} "
             f"| {r.urls:,} | {r.urls_per_s:,.0f} | {r.reported_new:,} "
-            f"| {r.false_positives:,} / {r.false_negatives:,} | {mem} "
+            f"| {r.false_positives:,} / {r.false_negatives:,} / {r.new_twice:,} | {mem} "
             f"| {r.client_cpu_seconds * 1e6 / r.urls:.2f} "
             f"| {r.cpu_s_per_million:.2f} | {r.top_s_per_million:.2f} ({'+'.join(r.top)}) "
             f"| {r.urls_per_core_s:,.0f} | {r.attempts}{' !' if r.foreign else ''} |"
@@ -608,11 +704,15 @@ def targets(results: list[Result]) -> list[str]:
         if r.memory_bytes_no_receipts is not None:
             without = sadd.bytes_per_distinct * r.distinct / r.memory_bytes_no_receipts
             memory += f" with receipts, 1/{without:.1f} without"
+        if r.memory_bytes_live is not None:
+            live = sadd.bytes_per_distinct * r.distinct / r.memory_bytes_live
+            memory += f", 1/{live:.1f} without split leaves awaiting deletion"
+        target = "<= 1/8" if r.shape == "dsbf" else "<= 1/20"
         out.append(
             f"{r.label} batch {r.batch}: throughput {r.urls_per_s / sadd.urls_per_s:.2f}x "
             f"SADD pipelined (>= 1), {r.urls_per_s / bits.urls_per_s:.1f}x GETBIT/SETBIT "
             f"(>= 5), {r.urls_per_s / naive.urls_per_s:.2f}x naive Lua; memory {memory} "
-            f"(<= 1/20); server CPU {r.cpu_s_per_million / sadd.cpu_s_per_million:.1f}x "
+            f"({target}); server CPU {r.cpu_s_per_million / sadd.cpu_s_per_million:.1f}x "
             "SADD's per URL"
         )
     return out
@@ -627,6 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--redis", default=DEFAULT_REDIS, help="its database is FLUSHed")
     ap.add_argument("--json", type=Path, help="write the raw numbers here")
+    ap.add_argument("--dsbf-leaf-bits", type=int, default=DSBF_LEAF_BITS, help="bits per DSBF leaf")
     args = ap.parse_args(argv)
     n = args.lines or (100_000 if args.quick else 1_000_000)
     slow = args.slow_lines or (10_000 if args.quick else 100_000)
@@ -644,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         urlseen_way(blocked, capacity, 8192),
         urlseen_way(standard, capacity, 1000),
         urlseen_way(standard, capacity, 8192),
+        dsbf_way(capacity, args.error_rate, 1000, leaf_bits=args.dsbf_leaf_bits),
+        dsbf_way(capacity, args.error_rate, 1000, grown_from=8, leaf_bits=args.dsbf_leaf_bits),
         sadd_pipelined(1000),
         naive_lua(blocked, 1000),
         getbit_setbit(blocked, slow),
@@ -653,7 +756,8 @@ def main(argv: list[str] | None = None) -> int:
     info = ctl.info("server")
     # Scripts stay cached across FLUSHDB: load them once, before any memory or command window.
     ctl.script_load(NAIVE_LUA)
-    ctl.script_load(resources.files("urlseen.stores").joinpath("lua", LUA_FILE).read_text())
+    for script in (LUA_FILE, *DSBF_LUA):
+        ctl.script_load(resources.files("urlseen.stores").joinpath("lua", script).read_text())
     log(f"{len(lines):,} lines ({empty} empty dropped), {capacity:,} distinct; {args.redis}")
     results = [measure(args.redis, ctl, way, lines, expected, log) for way in ways]
     ctl.flushdb()

@@ -25,7 +25,9 @@ from urlseen.stores.splittable import MemoryLeafStore, Split
 
 def urls(n: int, seed: int = 0, tag: str = "p") -> list[str]:
     rng = random.Random(seed)
-    return [f"https://site{rng.randrange(99)}.example/{tag}/{rng.getrandbits(64)}" for _ in range(n)]
+    return [
+        f"https://site{rng.randrange(99)}.example/{tag}/{rng.getrandbits(64)}" for _ in range(n)
+    ]
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -51,7 +53,9 @@ def add_in_batches(seen, keys, batch=500):
 
 
 def test_standard_sizing_is_spec_e2_and_blocked_keeps_the_bound():
-    assert _sizing.size_splittable(10**9, 1 << 23, 1e-3) == _sizing.SplittableSize(10, 583_448, 1_714)
+    assert _sizing.size_splittable(10**9, 1 << 23, 1e-3) == _sizing.SplittableSize(
+        10, 583_448, 1_714
+    )
     blocked = _sizing.size_splittable(10**9, 1 << 23, 1e-3, "blocked")
     assert _sizing.blocked_error_rate(blocked.leaf_capacity, (1 << 23) // 512, blocked.k) <= 1e-3
     assert _sizing.blocked_error_rate(blocked.leaf_capacity + 1, (1 << 23) // 512, blocked.k) > 1e-3
@@ -80,7 +84,7 @@ def test_an_existing_filter_keeps_its_parameters_and_a_foreign_tree_is_refused(
     SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=4096)
     again = SplittableBloomFilter(redis=redis_url, name=redis_name)
     assert (again.leaf_bits, again.error_rate, again.capacity) == (4096, 0.01, 1000)
-    with pytest.raises(ConfigError, match="leaf_bits|m=4096"):
+    with pytest.raises(ConfigError, match="m=4096"):
         SplittableBloomFilter(redis=redis_url, name=redis_name, leaf_bits=8192)
     with pytest.raises(ConfigError, match="give a capacity"):
         SplittableBloomFilter(redis=redis_url, name=redis_name + "-missing")
@@ -99,12 +103,12 @@ def test_no_url_reported_new_is_ever_lost_through_many_splits(make):
     keys = urls(30_000, seed=1)
     stream = keys + keys[:10_000]  # then some again
     new = add_in_batches(seen, stream)
-    reported = [k for k, n in zip(stream, new) if n]
+    reported = [k for k, n in zip(stream, new, strict=True) if n]
     assert len(reported) == len(set(reported)), "a URL was reported new twice"
     # A second sighting may be new only for a URL whose first was a false positive: a split
     # re-inserts what was reported new, so a child may no longer answer for a false positive.
-    first_fps = {k for k, n in zip(keys, new[:30_000]) if not n}
-    again = {k for k, n in zip(stream[30_000:], new[30_000:]) if n}
+    first_fps = {k for k, n in zip(keys, new[:30_000], strict=True) if not n}
+    again = {k for k, n in zip(stream[30_000:], new[30_000:], strict=True) if n}
     assert again <= first_fps
     assert len(first_fps) <= 0.02 * len(keys)
     assert all(seen.contains_many(reported))
@@ -141,7 +145,7 @@ def test_loc_hash_seeds_route_independently():
     root = [loc_hash(v, 11) % 4 for v in values]
     below = [loc_hash(v, 12) % 2 for v in values]
     for r in range(4):
-        share = sum(b for a, b in zip(root, below) if a == r) / root.count(r)
+        share = sum(b for a, b in zip(root, below, strict=True) if a == r) / root.count(r)
         assert 0.45 < share < 0.55
 
 
@@ -163,7 +167,9 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
     n, f = 20_000, 0.01
     seen = make(capacity=n, error_rate=f, leaf_bits=1 << 15)
     initial_bits = seen.tree.params["c"] * seen.leaf_bits
-    fixed = _core.BitFilter(bytearray(initial_bits // 8), 0, initial_bits, seen.k, _core.LAYOUT_BLOCKED)
+    fixed = _core.BitFilter(
+        bytearray(initial_bits // 8), 0, initial_bits, seen.k, _core.LAYOUT_BLOCKED
+    )
 
     def variant(i: int, tag: str) -> str:
         url = dev_urls[i % len(dev_urls)]
@@ -197,7 +203,7 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     seen = make(capacity=1000, error_rate=0.01, leaf_bits=1 << 13)
     store = _store_of(seen)
     before = urls(300, seed=7)
-    before = [k for k, new in zip(before, add_in_batches(seen, before)) if new]
+    before = [k for k, new in zip(before, add_in_batches(seen, before), strict=True) if new]
     assert len(before) >= 295  # leaves far below u: a false positive is rare
     leaf = seen.tree.leaves()[0][0]
     status, _ = store.lock(leaf, "dead-splitter", 300)  # a lease of 0.3 s, never renewed
@@ -210,7 +216,7 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     later = urls(300, seed=8)
     new = add_in_batches(seen, later)
     assert time.monotonic() - t0 >= 0.2, "writers should have waited for the lease"
-    later = [k for k, fresh in zip(later, new) if fresh]
+    later = [k for k, fresh in zip(later, new, strict=True) if fresh]
     assert len(later) >= 295
     assert all(seen.contains_many(before + later))
     assert leaf in seen.tree.splits
@@ -240,7 +246,7 @@ def _claim(args):
     claimed = []
     for i in range(0, len(keys), 400):
         chunk = keys[i : i + 400]
-        claimed += [k for k, new in zip(chunk, seen.add_many(chunk)) if new]
+        claimed += [k for k, new in zip(chunk, seen.add_many(chunk), strict=True) if new]
     return claimed, seen.splits_done
 
 
@@ -295,7 +301,9 @@ def test_a_killed_server_is_a_clear_error_and_acknowledged_urls_survive(private_
     monkeypatch.setattr(redis_store, "RETRIES", 2)
     seen = SplittableBloomFilter(1000, 0.01, redis=private_redis.url, name="f", leaf_bits=1 << 13)
     acknowledged = urls(3000, seed=10)
-    reported = [k for k, n in zip(acknowledged, add_in_batches(seen, acknowledged)) if n]
+    reported = [
+        k for k, n in zip(acknowledged, add_in_batches(seen, acknowledged), strict=True) if n
+    ]
     assert seen.splits_done > 0
     private_redis.kill()
     with pytest.raises(RemoteError, match="unreachable"):
@@ -324,6 +332,7 @@ def test_redis_store_reads_leaf_info(redis_url, redis_name):
     assert sum(i.count for i in info if i) == 50
     assert 50 * 8 <= sum(i.fingerprint_bytes for i in info if i) <= len(info) * 5120  # room
     assert store.fingerprints(seen.tree.leaves()[0][0], 0, 10**6) == b"".join(
-        fp for fp in [d[:8] for d in _core.digests(urls(50, seed=12), _core.HASH_XXH3_128, 0)]
+        fp
+        for fp in [d[:8] for d in _core.digests(urls(50, seed=12), _core.HASH_XXH3_128, 0)]
         if seen.tree.leaves()[0][0] == seen._route(int.from_bytes(fp, "little"))
     )

@@ -39,9 +39,10 @@ def test_a_fleet_of_dedup_processes_prints_each_url_at_most_once(streams, redis_
     """Through splits (a filter sized for 1/4 of the URLs, small leaves), four processes print
     each distinct URL at most once between them; those never printed are false positives,
     at f = 0.001 a handful."""
-    command = [sys.executable, "-m", "urlseen", "dedup", "--filter", "dsbf", "--redis", redis_url,
-               "--name", redis_name, "--capacity", "2000", "--error-rate", "0.001",
-               "--leaf-bits", str(1 << 15), "--no-canonicalize", "--batch-size", "500", "--json"]  # fmt: skip
+    command = [sys.executable, "-m", "urlseen", "dedup", "--filter", "dsbf"]
+    command += ["--redis", redis_url, "--name", redis_name, "--capacity", "2000"]
+    command += ["--error-rate", "0.001", "--leaf-bits", str(1 << 15), "--no-canonicalize"]
+    command += ["--batch-size", "500", "--json"]
     procs = [
         subprocess.Popen([*command, str(p), "-o", f"{p}.out"], stderr=subprocess.PIPE)
         for p in streams
@@ -66,7 +67,9 @@ def test_a_fleet_of_dedup_processes_prints_each_url_at_most_once(streams, redis_
     assert "kind" in text.stdout and "dsbf" in text.stdout and "tree:" in text.stdout
     leaf_lines = [line for line in text.stdout.splitlines() if "URLs," in line]
     assert len(leaf_lines) == seen.stats().details["leaves"]
-    as_json = json.loads(invoke("info", "--json", "--redis", redis_url, "--name", redis_name).stdout)
+    as_json = json.loads(
+        invoke("info", "--json", "--redis", redis_url, "--name", redis_name).stdout
+    )
     assert as_json["count"] == len(printed) and len(as_json["tree"]) == len(leaf_lines)
     assert max(leaf["depth"] for leaf in as_json["tree"]) == as_json["depth"] >= 2
 

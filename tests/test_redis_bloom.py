@@ -9,7 +9,6 @@ import random
 import pytest
 import redis
 
-from conftest import in_ci
 from urlseen import BloomFilter, ConfigError, FormatError
 from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.stores import redis_store
@@ -185,7 +184,8 @@ def test_dedup_redis_refuses_other_filters_and_state(redis_url, redis_name, tmp_
 
     src = tmp_path / "in.txt"
     src.write_text("https://a.example/\n")
-    for extra in (["--filter", "exact"], ["--state", str(tmp_path / "s.bloom")]):
+    state = ["--state", str(tmp_path / "s")]  # exact and library share through Redis without it
+    for extra in (["--filter", "similar"], state, ["--filter", "exact", *state]):
         result = invoke("dedup", "--redis", redis_url, "--name", redis_name, *extra, src)
         assert result.exit_code == 2 and "--redis" in result.stderr
 

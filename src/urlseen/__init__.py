@@ -32,12 +32,18 @@ from urlseen.filters import (
     ExactFilter,
     FilterStats,
     FingerprintLibraryFilter,
+    MultiDimensionalBloomFilter,
+    QueryAnyWarning,
+    RotatingBloomFilter,
     SeenFilter,
+    SplittableBloomFilter,
 )
+from urlseen.similarity import SimilarityFilter
 from urlseen.stores.library import FingerprintLibrary
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.mmapfile import UncleanShutdownWarning
 from urlseen.stores.sqlite_library import SQLiteLibrary
+from urlseen.stores.url_db import SQLiteUrlDB
 
 try:
     __version__ = version("urlseen")
@@ -59,9 +65,15 @@ __all__ = [
     "InvalidKeyError",
     "MemoryLibrary",
     "MissingDependencyError",
+    "MultiDimensionalBloomFilter",
+    "QueryAnyWarning",
     "ReadOnlyError",
+    "RotatingBloomFilter",
     "SQLiteLibrary",
+    "SQLiteUrlDB",
     "SeenFilter",
+    "SimilarityFilter",
+    "SplittableBloomFilter",
     "StateInUseError",
     "UncleanShutdownWarning",
     "UrlseenError",

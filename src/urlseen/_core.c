@@ -672,6 +672,9 @@ static struct PyModuleDef core_module = {
     -1, module_methods,
 };
 
+/* Defined in _mdbf.c: adds MDBFilter (the multi-dimensional Bloom filter) to the module. */
+int us_mdbf_add_types(PyObject *module);
+
 PyMODINIT_FUNC PyInit__core(void)
 {
     if (us_load_errors() < 0) return NULL;
@@ -686,7 +689,7 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddIntConstant(m, "HASH_XXH3_128", US_HASH_XXH3_128) < 0 ||
         PyModule_AddIntConstant(m, "HASH_MURMUR3_X64_128", US_HASH_MURMUR3_X64_128) < 0 ||
         PyModule_AddIntConstant(m, "HASH_MD5", US_HASH_MD5) < 0 || us_counting_add_types(m) < 0 ||
-        us_remote_add_functions(m) < 0) {
+        us_remote_add_functions(m) < 0 || us_mdbf_add_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -20,7 +20,12 @@ import click
 
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, human
+from urlseen.cli._open_dsbf import open_dsbf
+from urlseen.cli._open_mdbf import open_mdbf, open_rotating
+from urlseen.cli._open_shared_exact import open_shared_exact
+from urlseen.cli._open_similar import open_similar
 from urlseen.dedup import DEFAULT_BATCH_SIZE, DedupSummary, dedup
+from urlseen.filters.base import SeenFilter
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES, LIBRARY_FILE, ExactFilter
 from urlseen.filters.library import FingerprintLibraryFilter
@@ -298,7 +303,7 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
     "redis_url",
     metavar="URL",
     help="Share the filter through Redis (redis://host:6379/0): processes that use the same "
-    "URL and --name print each distinct URL once between them. bloom only, for now.",
+    "URL and --name print each distinct URL once between them (bloom, dsbf, exact, library).",
 )
 @click.option(
     "--name",
@@ -309,11 +314,14 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
 @click.option(
     "--filter",
     "filter_name",
-    type=click.Choice(["bloom", "exact", "library"]),
+    type=click.Choice(["bloom", "exact", "library", "similar", "dsbf", "mdbf", "rotating"]),
     default="bloom",
     show_default=True,
     help="Seen-test: bloom (probabilistic, in memory), exact (IMP-CBFilter: counting filter + "
-    "fingerprint library on disk, never drops a new URL), library (fingerprint library alone).",
+    "fingerprint library on disk, never drops a new URL), library (fingerprint library alone), "
+    "similar (lossy: also drops URLs that look like kept ones, see --similarity-mode), "
+    "mdbf (seed B's multi-dimensional filter, see --groups), rotating (seed C's filter as we "
+    "reconstruct it: generations that expire, see --generations).",
 )
 @click.option(
     "--capacity",
@@ -349,6 +357,13 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
     "or an ISO date): expiry for re-crawl.",
 )
 @click.option(
+    "--leaf-bits",
+    type=click.IntRange(512, 2**32),
+    default=None,
+    help="dsbf: bits per leaf Bloom filter, a multiple of 512 [default: 2**23, 1 MiB]; a "
+    "leaf that fills splits in two.",
+)
+@click.option(
     "--layout",
     type=click.Choice(["blocked", "standard"]),
     default="blocked",
@@ -377,6 +392,56 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
     default=None,
     help="Progress bar on stderr [default: when stderr is a terminal].",
 )
+@click.option(
+    "--similarity-mode",
+    type=click.Choice(["composite", "exact4", "patent"]),
+    default="composite",
+    show_default=True,
+    help="similar: composite drops a URL only if site, depth, first directory and last segment "
+    "all match one kept URL; exact4 and patent (CN106407485's rule) if each matches some kept "
+    "URL, which drops many new URLs (benchmarks/SIMILARITY.md).",
+)
+@click.option(
+    "--similarity-index",
+    type=click.Choice(["shared", "prime", "regions"]),
+    default="shared",
+    show_default=True,
+    help="similar, exact4/patent: feature bits mod M, mod the largest prime <= M, or one region "
+    "per feature.",
+)
+@click.option(
+    "--url-db",
+    type=click.Path(dir_okay=False),
+    help="similar: record every decision (URL, features, new or similar) in this SQLite file.",
+)
+@click.option(
+    "--groups",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="mdbf: S, groups of two bit vectors [default: the least memory for the target].",
+)
+@click.option(
+    "--query",
+    type=click.Choice(["all", "any"]),
+    default="all",
+    show_default=True,
+    help="mdbf: a URL is seen if all groups (or, as the seed paper wrote it, any group) have "
+    "its bits; any has more false positives as --groups grows.",
+)
+@click.option(
+    "--generations",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="rotating: G generations; a URL is forgotten (new again) after G rotations.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="rotating: seconds per generation (URLs expire after at most G windows) [default: "
+    "rotate only when a generation holds capacity / G URLs].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (on stderr).")
 @click.pass_context
 def dedup_command(
@@ -393,11 +458,19 @@ def dedup_command(
     cache_entries: int,
     remove: str | None,
     forget_older_than: str | None,
+    leaf_bits: int | None,
     layout: str,
     profile: str,
     no_canonicalize: bool,
     batch_size: int | None,
     progress: bool | None,
+    similarity_mode: str,
+    similarity_index: str,
+    url_db: str | None,
+    groups: int | None,
+    query: str,
+    generations: int,
+    window: float | None,
     as_json: bool,
 ) -> None:
     """Print each URL of INPUTS (files, .gz files or - for stdin) the first time it is seen.
@@ -422,14 +495,32 @@ def dedup_command(
         None if forget_older_than is None else _parse_age(forget_older_than)
     )  # before any change
     with cli_errors(), contextlib.ExitStack() as outer:
-        seen: BloomFilter | ExactFilter | FingerprintLibraryFilter | RedisBloomFilter
-        if redis_url is not None:
+        seen: SeenFilter
+        if filter_name == "dsbf":
+            seen = open_dsbf(ctx, redis_url, name, state, capacity, error_rate, leaf_bits, layout)
+        elif redis_url is not None and filter_name in ("exact", "library") and state is None:
+            keyer_ = LineKeyer(profile=profile)
+            seen = open_shared_exact(ctx, redis_url, name, capacity, remove, cutoff, keyer_)
+        elif redis_url is not None:
             if filter_name != "bloom" or state is not None:
-                raise click.UsageError("--redis works with --filter bloom and without --state")
+                raise click.UsageError(
+                    "--redis works with --filter bloom, exact or library, and without --state"
+                )
             seen = _open_redis_bloom(ctx, redis_url, name, capacity, error_rate, layout)
         elif filter_name == "bloom":
             rate = DEFAULT_ERROR_RATE if error_rate is None else error_rate
             seen = _open_bloom(ctx, state, capacity, rate, layout)
+        elif filter_name in ("mdbf", "rotating"):
+            rate = DEFAULT_ERROR_RATE if error_rate is None else error_rate
+            seen = (
+                open_mdbf(ctx, state, capacity, rate, groups, query)
+                if filter_name == "mdbf"
+                else open_rotating(ctx, state, capacity, rate, generations, window, layout)
+            )
+        elif filter_name == "similar":
+            seen = open_similar(
+                ctx, state, capacity, error_rate, similarity_mode, similarity_index, url_db
+            )
         else:
             rate = EXACT_ERROR_RATE if error_rate is None else error_rate
             seen = _open_exact(ctx, outer, filter_name, state, capacity, rate, cache_entries)

@@ -9,13 +9,16 @@ from pathlib import Path
 import click
 
 from urlseen.cli._common import cli_errors
+from urlseen.cli._dsbf_info import describe_dsbf, tree_lines
 from urlseen.filters import _sizing
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
+from urlseen.filters.dsbf import SplittableBloomFilter
 from urlseen.filters.exact import COUNTERS_FILE, LIBRARY_FILE
 from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.stores._format import FLAG_DATA_CRC, FLAG_OPEN, FORMAT_VERSION
 from urlseen.stores.mmapfile import read_header
+from urlseen.stores.redis_library import RedisLibrary, describe_redis_library
 from urlseen.stores.sqlite_library import SQLiteLibrary
 
 
@@ -46,7 +49,15 @@ def info_command(
     if redis_url is not None:
         assert name is not None
         with cli_errors():
-            _print(describe_redis(redis_url, name), as_json)
+            if SplittableBloomFilter.exists(redis_url, name):
+                dsbf = describe_dsbf(redis_url, name)
+                tree = dsbf.pop("tree")
+                _print(dsbf if not as_json else {**dsbf, "tree": tree}, as_json)
+                if not as_json:
+                    click.echo("tree:")
+                    click.echo("\n".join(tree_lines(tree)))
+            else:
+                _print(describe_redis(redis_url, name), as_json)
         return
     assert path is not None
     if os.path.isdir(path):
@@ -126,6 +137,8 @@ def describe_folder(path: str, verify: bool) -> dict[str, object]:
 def describe_redis(url: str, name: str) -> dict[str, object]:
     """A Redis filter's parameters, count and fill (BITCOUNT reads its bits on the server)."""
     if not RedisBloomFilter.exists(url, name):
+        if RedisLibrary.exists(url, name):
+            return describe_redis_library(url, name)
         raise click.UsageError(f"no urlseen filter named {name!r} in {url}")
     seen = RedisBloomFilter(url, name)
     stats = seen.stats()

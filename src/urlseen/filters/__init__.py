@@ -3,8 +3,11 @@
 from urlseen.filters.base import FilterStats, Key, SeenFilter
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
+from urlseen.filters.dsbf import SplittableBloomFilter
 from urlseen.filters.exact import CountersRebuiltWarning, ExactFilter
 from urlseen.filters.library import FingerprintLibraryFilter
+from urlseen.filters.mdbf import MultiDimensionalBloomFilter, QueryAnyWarning
+from urlseen.filters.rotating import RotatingBloomFilter
 
 __all__ = [
     "BloomFilter",
@@ -14,5 +17,9 @@ __all__ = [
     "FilterStats",
     "FingerprintLibraryFilter",
     "Key",
+    "MultiDimensionalBloomFilter",
+    "QueryAnyWarning",
+    "RotatingBloomFilter",
     "SeenFilter",
+    "SplittableBloomFilter",
 ]

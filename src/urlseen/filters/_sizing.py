@@ -237,7 +237,9 @@ def size_splittable(n: int, m: int, f: float, layout: str = "standard") -> Split
     check_target(n, f)
     bits = math.log2(1.0 / f)
     if layout == "blocked":
-        candidates = {min(MAX_K, max(1, k)) for k in range(math.floor(bits) - 4, math.ceil(bits) + 1)}
+        candidates = {
+            min(MAX_K, max(1, k)) for k in range(math.floor(bits) - 4, math.ceil(bits) + 1)
+        }
 
         def capacity(k: int) -> int:
             top = standard_capacity(m, k, f)

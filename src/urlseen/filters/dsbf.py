@@ -201,7 +201,7 @@ class SplittableBloomFilter(Closing):
                 if reply is MOVED:
                     moved.extend(idx)
                     continue
-                for i, new in zip(idx, reply.new):
+                for i, new in zip(idx, reply.new, strict=True):
                     answers[i] = new
                 if mode == 1 and reply.count >= self.u:
                     full.append(leaf)
@@ -305,7 +305,7 @@ class SplittableBloomFilter(Closing):
         return [
             {"leaf": leaf, "depth": depth, "count": info.count, "fill": info.count / self.u,
              "state": info.state, "fingerprint_bytes": info.fingerprint_bytes}
-            for (leaf, depth), info in zip(order, infos)
+            for (leaf, depth), info in zip(order, infos, strict=True)
             if info is not None
         ]  # fmt: skip
 
@@ -364,7 +364,9 @@ class SplittableBloomFilter(Closing):
         )
 
 
-def _params(n: object, f: object, m: object, b: object, layout: object, seed: object) -> dict[str, Any]:
+def _params(
+    n: object, f: object, m: object, b: object, layout: object, seed: object
+) -> dict[str, Any]:
     if layout not in _sizing.LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(_sizing.LAYOUTS)}, not {layout!r}")
     if isinstance(m, bool) or not isinstance(m, int) or m % 512 or not 512 <= m <= 1 << 32:

@@ -274,6 +274,11 @@ class ExactFilter(Closing):
         batched_lookups: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if getattr(library, "shared", False):  # e.g. stores.redis_library.RedisLibrary
+            raise ConfigError(
+                "a shared library decides each URL itself (other processes write it, so local "
+                "counters can prove nothing): use FingerprintLibraryFilter(library=...)"
+            )
         if isinstance(cache_entries, bool) or not isinstance(cache_entries, int):
             raise ConfigError(f"cache_entries must be an int >= 0, not {cache_entries!r}")
         if not 0 <= cache_entries <= 2**32:

@@ -4,6 +4,10 @@ Every URL is looked up in the library; a new one is inserted, a duplicate has it
 count incremented. Exact, and as slow as the library: this is what IMP-CBFilter (ExactFilter)
 is measured against, on the same library. It shares ExactFilter's state folder layout, so a
 library made by either can be opened by the other.
+
+With a shared library (stores/redis_library.RedisLibrary) this is the fleet's exact filter: the
+library's atomic insert-if-absent decides each URL, so among all processes each distinct URL is
+new exactly once.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import cast
 
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError
@@ -21,6 +26,7 @@ from urlseen.filters._persistent import Closing
 from urlseen.filters.base import FilterStats, Key
 from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary
+from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 
 _HASH_IDS = {"md5": _core.HASH_MD5, "xxh3_128": _core.HASH_XXH3_128}
@@ -31,7 +37,8 @@ class FingerprintLibraryFilter(Closing):
     """The exact URL-seen test by fingerprint library alone (the paper's baseline method).
 
     Args:
-        library: where the records live; default in memory. create/open use SQLite.
+        library: where the records live; default in memory. create/open use SQLite. A
+            RedisLibrary makes the filter shared (its own fingerprint hash is used).
         hash: "md5" (default, as the paper) or "xxh3_128".
         batched_lookups: one sorted look-up per batch (default); False looks each distinct
             fingerprint of a batch up with its own query, in order, as near the paper's
@@ -44,14 +51,20 @@ class FingerprintLibraryFilter(Closing):
     def __init__(
         self,
         *,
-        library: FingerprintLibrary | None = None,
+        library: FingerprintLibrary | RedisLibrary | None = None,
         hash: str = "md5",
         batched_lookups: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if hash not in _HASH_IDS:
             raise ConfigError(f"hash must be 'md5' or 'xxh3_128', not {hash!r}")
-        self._library = library if library is not None else MemoryLibrary()
+        self._shared = library if isinstance(library, RedisLibrary) else None
+        if self._shared is not None:
+            hash = self._shared.fingerprint
+        # A shared library is only ever asked to claim, look up, count and close.
+        self._library = (
+            cast(FingerprintLibrary, library) if library is not None else MemoryLibrary()
+        )
         self._hash = _HASH_IDS[hash]
         self._batched = batched_lookups
         self._clock = clock
@@ -117,6 +130,13 @@ class FingerprintLibraryFilter(Closing):
         with self._lock:
             self._usable()
             now = self._clock()
+            if self._shared is not None:  # one atomic claim decides and commits
+                flags = self._shared.claim(fps, now)
+                if before_commit is not None:
+                    # A shared claim decides and commits in one step, so the callback comes
+                    # after it; callers still get the claim's own answers (exactly once).
+                    before_commit(flags)
+                return flags
             with self._library.transaction():
                 present = self._library.present(list(dict.fromkeys(fps)), batched=self._batched)
                 inserts: dict[bytes, None] = {}
@@ -150,6 +170,8 @@ class FingerprintLibraryFilter(Closing):
             raise ClosedError("the filter is closed")
 
     def __len__(self) -> int:
+        if self._shared is not None:
+            return self._shared.count()  # every process adds: ask the library
         return self._records
 
     @property
@@ -157,14 +179,16 @@ class FingerprintLibraryFilter(Closing):
         return self._library.io
 
     @property
-    def library(self) -> FingerprintLibrary:
-        return self._library
+    def library(self) -> FingerprintLibrary | RedisLibrary:
+        return self._shared if self._shared is not None else self._library
 
     def stats(self) -> FilterStats:
+        count = len(self)
+        capacity = self._shared.params["capacity"] if self._shared is not None else count
         return FilterStats(
-            kind="library",
-            capacity=max(self._records, 1),
-            count=self._records,
+            kind="library" if self._shared is None else "redis-library",
+            capacity=max(capacity, 1),
+            count=count,
             bits=0,
             error_rate=0.0,
             estimated_error_rate=0.0,

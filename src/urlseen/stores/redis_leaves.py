@@ -89,7 +89,9 @@ class RedisLeafStore:
     def _leaf_call(self, leaf: str, fps: list[bytes], mode: int) -> tuple[list[str], list[Any]]:
         p = self._params
         assert p is not None, "load or create the tree first"
-        masks = _core.byte_masks(fps, p["m"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"])
+        masks = _core.byte_masks(
+            fps, p["m"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
+        )
         meta, bits, fps_key = self._keys(leaf)
         receipt = redis_store.receipt_key(f"{self.name}:leaf:{leaf}")
         ttl = self.receipt_seconds if mode else 0
@@ -116,7 +118,7 @@ class RedisLeafStore:
 
             replies = retrying(pipelined, what)
         out: dict[str, LeafAnswer | None] = {}
-        for (leaf, fps), reply in zip(((k, groups[k]) for k in calls), replies):
+        for (leaf, fps), reply in zip(((k, groups[k]) for k in calls), replies, strict=True):
             if reply == b"M":
                 out[leaf] = MOVED
                 continue
@@ -178,7 +180,7 @@ class RedisLeafStore:
 
         replies = self._each_leaf(leaves, ask)
         out: list[LeafInfo | None] = []
-        for (state, count), length in zip(replies[0::2], replies[1::2]):
+        for (state, count), length in zip(replies[0::2], replies[1::2], strict=True):
             out.append(None if state is None else LeafInfo(state.decode(), int(count), length))
         return out
 

@@ -156,7 +156,9 @@ class MemoryLeafStore:
         with self._guard:
             if "params" not in self._tree:
                 return None
-            return Tree(self._tree["version"], dict(self._tree["params"]), dict(self._tree["splits"]))
+            return Tree(
+                self._tree["version"], dict(self._tree["params"]), dict(self._tree["splits"])
+            )
 
     def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]:
         with self._guard:
@@ -199,7 +201,7 @@ class MemoryLeafStore:
                     new = entry.bits.add_many(fps)
                     if mode == 2:
                         new = [True] * len(fps)
-                    entry.fps += b"".join(fp for fp, fresh in zip(fps, new) if fresh)
+                    entry.fps += b"".join(fp for fp, fresh in zip(fps, new, strict=True) if fresh)
                 out[leaf] = LeafAnswer(new, len(entry.fps) // FP_BYTES)
         return out
 

@@ -1,0 +1,292 @@
+"""RedisLibrary on a real Redis server: the fingerprint library shared by a crawler fleet.
+
+Checked against a Python model: claims, look-ups, reference counts, forgetting, expiry; the
+compact layout actually used by Redis; receipts that make a lost reply safe to resend; what a
+killed Redis keeps; a 3-master Redis Cluster sharing the load.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import pytest
+import redis
+
+from urlseen import ConfigError, ExactFilter, FormatError, _core
+from urlseen.filters.library import FingerprintLibraryFilter
+from urlseen.stores import redis_library, redis_store
+from urlseen.stores.redis_library import RedisLibrary
+from urlseen.stores.redis_store import RemoteError
+
+
+def fingerprints(n: int, seed: int = 0) -> list[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(16) for _ in range(n)]
+
+
+@pytest.fixture
+def make(redis_url, redis_name):
+    """RedisLibrary factory on the test database; every library made is destroyed after."""
+    made: list[RedisLibrary] = []
+
+    def factory(*args, url=redis_url, name=redis_name, **kwargs):
+        lib = RedisLibrary(url, name, *args, **kwargs)
+        made.append(lib)
+        return lib
+
+    yield factory
+    for lib in made:
+        lib._closed = False
+        lib.destroy()
+
+
+def test_claims_lookups_and_references_match_a_model(make):
+    lib = make(5000)
+    rng = random.Random(1)
+    pool = fingerprints(3000)
+    model: dict[bytes, int] = {}  # fp -> refs
+    for step in range(12):
+        batch = [rng.choice(pool) for _ in range(rng.randrange(1, 900))]
+        op = rng.choice(["claim", "claim", "claim", "release", "forget", "contains"])
+        got = getattr(lib, op)(batch)
+        want = []
+        for fp in batch:
+            if op == "claim":
+                want.append(fp not in model)
+                model[fp] = model.get(fp, 0) + 1
+            elif op == "contains":
+                want.append(fp in model)
+            else:
+                want.append(fp in model)
+                if fp in model:
+                    model[fp] = 0 if op == "forget" else model[fp] - 1
+                    if model[fp] == 0:
+                        del model[fp]
+        assert got == want, f"step {step}: {op}"
+        assert lib.count() == len(model)
+    stored = lib.records(pool)
+    assert {fp: rec.refs for fp, rec in stored.items()} == model
+    assert sorted(fp for chunk in lib.fingerprints(chunk=700) for fp in chunk) == sorted(model)
+    assert lib.present(pool[:100]) == {fp for fp in pool[:100] if fp in model}
+
+
+def test_a_repeat_within_a_batch_is_new_once_and_times_are_kept(make):
+    lib = make(1000)
+    a, b = fingerprints(2)
+    assert lib.claim([a, a, b, a], now=1_000) == [True, False, True, False]
+    assert lib.claim([b], now=2_000) == [False]
+    rec = lib.records([a, b])
+    assert (rec[a].refs, rec[a].first_seen, rec[a].last_seen) == (3, 1000.0, 1000.0)
+    assert (rec[b].refs, rec[b].first_seen, rec[b].last_seen) == (2, 1000.0, 2000.0)
+    assert set(lib.older_than(1500)) == {a, b} and lib.older_than(999) == []
+    assert lib.older_than(1500, by="last_seen") == [a]
+    assert lib.forget_older_than(1500, by="last_seen") == 1
+    assert lib.claim([a, b], now=3_000) == [True, False]  # forgotten: new again
+    with pytest.raises(ValueError):
+        lib.older_than(1, by="created")
+
+
+def test_the_layout_stays_compact_at_capacity(make, redis_url, redis_name):
+    """At capacity every bucket is a listpack (Redis's compact encoding, default limit 128
+    entries), whatever the server's own limit; the field is the fingerprint minus the bytes its
+    bucket number holds."""
+    capacity = 30_000
+    lib = make(capacity)
+    fps = fingerprints(capacity, seed=5)
+    assert all(lib.claim(fps))
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"urlseen:{{{redis_name}#*}}:f:*", count=1000))
+    assert len(keys) == 1 << lib.bits
+    sizes = [client.hlen(k) for k in keys]
+    assert max(sizes) <= 128 and sum(sizes) == capacity
+    assert {client.object("encoding", k) for k in keys[:50]} == {b"listpack"}
+    key, field = lib._where(fps[0])
+    assert len(field) == 16 - lib.bits // 8 and client.hexists(key, field)
+    exact, estimate = lib.memory_usage(), lib.memory_usage(sample=64)
+    assert 20 * capacity < exact < 60 * capacity and abs(estimate / exact - 1) < 0.1
+
+
+def test_reopen_keeps_parameters_and_refuses_others(make, redis_url, redis_name):
+    first = make(1000, fingerprint="xxh3_128", groups=4)
+    assert first.claim(fingerprints(1)) == [True]
+    again = make()
+    assert (again.fingerprint, again.groups, again.bits) == ("xxh3_128", 4, first.bits)
+    assert again.count() == 1
+    with pytest.raises(ConfigError, match="capacity"):
+        RedisLibrary(redis_url, redis_name, 2000)
+    with pytest.raises(ConfigError, match="fingerprint"):
+        RedisLibrary(redis_url, redis_name, fingerprint="md5")
+    for bad in ("a{b}", "a#b", "", 7):
+        with pytest.raises(ConfigError):
+            RedisLibrary(redis_url, bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        RedisLibrary(redis_url, redis_name + "-new", 0)
+    with pytest.raises(ConfigError):
+        RedisLibrary(redis_url, redis_name + "-new", 10, groups=0)
+    with pytest.raises(ConfigError):
+        RedisLibrary("http://127.0.0.1:6379", redis_name)
+
+
+def test_foreign_or_damaged_metadata_is_refused(redis_url, redis_name):
+    client = redis.Redis.from_url(redis_url)
+    meta = redis_store.key(redis_name, "library")
+    for text, match in (
+        ("{not json", "unreadable"),
+        ('{"format": "something else"}', "not a urlseen"),
+        (json.dumps({"format": redis_library.FORMAT, "fingerprint": "md5", "groups": 0,
+                     "bucket_bits": 3, "capacity": 10}), "out of range"),
+    ):  # fmt: skip
+        client.hset(meta, "params", text)
+        with pytest.raises(FormatError, match=match):
+            RedisLibrary(redis_url, redis_name)
+
+
+def test_bad_fingerprints_change_nothing(make):
+    lib = make(1000)
+    good = fingerprints(1)[0]
+    for bad in ([good, b"short"], [good, "0123456789abcdef"], b"0123456789abcdef"):
+        with pytest.raises(TypeError):
+            lib.claim(bad)  # type: ignore[arg-type]
+    assert lib.count() == 0 and lib.contains([good]) == [False]
+    assert lib.claim([]) == []
+
+
+def test_a_resent_batch_gets_the_same_answer(make, monkeypatch):
+    """The reply of a committed batch is lost: the client resends it with the same receipt and
+    gets the first answer, so new fingerprints are still reported new, and a resent release
+    does not drop a second reference."""
+    lib = make(1000)
+    real = lib._script
+    calls = {"n": 0}
+
+    def lossy(keys, args):
+        answer = real(keys=keys, args=args)
+        calls["n"] += 1
+        if calls["n"] % 2:
+            raise redis.exceptions.ConnectionError("reply lost")
+        return answer
+
+    monkeypatch.setattr(lib, "_script", lossy)
+    monkeypatch.setattr(redis_store.time, "sleep", lambda s: None)
+    a, b = fingerprints(2)
+    assert lib.claim([a, b, a]) == [True, True, False]
+    assert lib.release([a]) == [True]
+    assert calls["n"] == 4
+    assert {fp: r.refs for fp, r in lib.records([a, b]).items()} == {a: 1, b: 1}
+
+
+def test_an_unreachable_server_is_a_clear_error(redis_name, monkeypatch):
+    monkeypatch.setattr(redis_store.time, "sleep", lambda s: None)
+    with pytest.raises(RemoteError, match="unreachable"):
+        RedisLibrary("redis://127.0.0.1:1/0", redis_name)
+
+
+def test_filters_on_a_shared_library(make, redis_url, redis_name):
+    """FingerprintLibraryFilter is the shared exact filter; ExactFilter refuses a shared
+    library (its local counters could prove nothing there)."""
+    lib = make(1000)
+    first = FingerprintLibraryFilter(library=lib)
+    second = FingerprintLibraryFilter(library=RedisLibrary(redis_url, redis_name))
+    urls = [f"https://s.example/{i}" for i in range(300)]
+    assert first.add_many(urls[:200]) == [True] * 200
+    assert second.add_many(urls[100:]) == [False] * 100 + [True] * 100
+    assert second.contains_many([urls[0], "https://other.example/"]) == [True, False]
+    assert len(first) == len(second) == 300 and first.stats().kind == "redis-library"
+    flags: list[list[bool]] = []
+    assert first.add_many(["https://late.example/"], before_commit=flags.append) == [True]
+    assert flags == [[True]]
+    fp = _core.md5("https://late.example/")
+    assert lib.contains([fp]) == [True]
+    with pytest.raises(ConfigError, match="shared library"):
+        ExactFilter(1000, library=lib)  # type: ignore[arg-type]
+
+
+def test_info_describes_a_shared_library(make, redis_url, redis_name):
+    from cli_helpers import invoke
+
+    lib = make(1000)
+    lib.claim(fingerprints(250))
+    result = invoke("info", "--redis", redis_url, "--name", redis_name, "--json")
+    assert result.exit_code == 0, result.stderr
+    desc = json.loads(result.stdout)
+    assert desc["kind"] == "redis-library" and desc["count"] == 250
+    assert desc["groups"] == 16 and desc["buckets"] == 1 << lib.bits
+    assert 16 * 250 < desc["redis_bytes"] < 200 * 250
+
+
+# ---- a Redis that goes away: a private server with an append-only file ------------------------
+
+
+def test_a_killed_server_is_a_clear_error_and_acknowledged_claims_survive(
+    private_redis, monkeypatch
+):
+    """What is guaranteed, stated: while Redis is down, claim() retries (about 7 s by default;
+    2 retries here) and then raises RemoteError; that batch's answers were never given, so
+    nothing was acknowledged. A server that persists every write (appendfsync always) comes back
+    with every fingerprint claim() had reported new, with its reference count."""
+    monkeypatch.setattr(redis_store, "RETRIES", 2)
+    lib = RedisLibrary(private_redis.url, "fleet", 10_000)
+    acknowledged = fingerprints(3000, seed=11)
+    assert all(lib.claim(acknowledged))
+    assert lib.claim(acknowledged[:10]) == [False] * 10
+    private_redis.kill()
+    with pytest.raises(RemoteError, match="unreachable"):
+        lib.claim(fingerprints(10, seed=12))
+    private_redis.start()
+    again = RedisLibrary(private_redis.url, "fleet")
+    assert all(again.contains(acknowledged)) and again.count() == 3000
+    assert {r.refs for r in again.records(acknowledged[:10]).values()} == {2}
+    fresh = fingerprints(1, seed=13)
+    assert lib.claim([*acknowledged[:5], *fresh]) == [False] * 5 + [True]
+
+
+def test_a_server_back_within_the_retry_window_is_invisible(private_redis):
+    """Killed and restarted while a client streams claims: the client retries, and across the
+    outage every fingerprint is reported new exactly once."""
+    lib = RedisLibrary(private_redis.url, "fleet", 50_000)
+    pool = fingerprints(20_000, seed=14)
+    rng = random.Random(15)
+    stream = [rng.choice(pool) for _ in range(60_000)]
+    claimed: list[bytes] = []
+    batches: list[int] = []  # batches answered when the server was killed
+    done = 0
+
+    def kill() -> None:
+        private_redis.kill()
+        batches.append(done)
+
+    threading.Timer(0.3, kill).start()
+    threading.Timer(0.8, private_redis.start).start()
+    for start in range(0, len(stream), 500):
+        batch = stream[start : start + 500]
+        claimed += [fp for fp, new in zip(batch, lib.claim(batch), strict=True) if new]
+        done += 1
+        time.sleep(0.005)
+    assert batches and 0 < batches[0] < done, f"no outage mid-stream ({batches}, {done})"
+    assert len(claimed) == len(set(claimed)) == len(set(stream))
+    assert RedisLibrary(private_redis.url, "fleet").count() == len(set(stream))
+
+
+# ---- Redis Cluster (3 masters started by the test session) ------------------------------------
+
+
+def test_on_a_cluster_groups_spread_over_every_master(redis_cluster_url):
+    client = redis_store.connect(redis_cluster_url)
+    lib = RedisLibrary(redis_cluster_url, "cluster-lib", 20_000)
+    try:
+        fps = fingerprints(8000, seed=21)
+        assert all(lib.claim(fps)) and lib.claim(fps[:100]) == [False] * 100
+        assert lib.count() == 8000 and all(lib.contains(fps))
+        assert sorted(f for c in lib.fingerprints() for f in c) == sorted(fps)
+        nodes = {client.get_node_from_key(lib._where(fp)[0]).name for fp in fps}
+        assert len(nodes) == 3, nodes
+        for fp in fps[:200]:  # a bucket lives in its group's slot
+            key, _ = lib._where(fp)
+            group = lib._bucket(fp) % lib.groups
+            assert client.keyslot(key) == client.keyslot(f"x{{cluster-lib#{group}}}")
+        assert lib.forget(fps[:10]) == [True] * 10 and lib.count() == 7990
+    finally:
+        lib.destroy()
