@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import gzip
 import hashlib
 import itertools
 import json
@@ -53,6 +52,8 @@ from typing import Any
 
 import redis
 
+import redis_shared  # the sibling benchmark: same data loading and reference answers
+from redis_shared import reference
 from urlseen.filters.library import FingerprintLibraryFilter
 from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.redis_store import RECEIPT_SECONDS
@@ -64,17 +65,7 @@ Step = Callable[[dict[str, Any], list[str]], list[bool]]
 
 
 def load_lines(path: Path, n: int) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8", newline="\n") as fh:
-        return [u for line in itertools.islice(fh, n) if (u := line.rstrip("\n"))]
-
-
-def reference(lines: list[str]) -> list[bool]:
-    seen: set[str] = set()
-    out = []
-    for url in lines:
-        out.append(url not in seen)
-        seen.add(url)
-    return out
+    return redis_shared.load_lines(path, n)[0]
 
 
 class Server:

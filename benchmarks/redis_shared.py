@@ -190,6 +190,18 @@ def batches(lines: list[str], size: int) -> list[list[str]]:
     return [lines[i : i + size] for i in range(0, len(lines), size)]
 
 
+def batched(f: Any, batch: int) -> Runner:
+    """A runner that check-and-adds the lines through f.add_many, batch lines per call."""
+
+    def run(lines: list[str]) -> list[bool]:
+        out: list[bool] = []
+        for chunk in batches(lines, batch):
+            out += f.add_many(chunk)
+        return out
+
+    return run
+
+
 def urlseen_way(shape: Shape, capacity: int, batch: int) -> Way:
     """urlseen's own client: byte masks in C, one EVALSHA per batch (bloom_batch.lua)."""
 
@@ -199,13 +211,7 @@ def urlseen_way(shape: Shape, capacity: int, batch: int) -> Way:
         )
         assert (f.nbits, f.k) == (shape.nbits, shape.k)
 
-        def run(lines: list[str]) -> list[bool]:
-            out: list[bool] = []
-            for chunk in batches(lines, batch):
-                out += f.add_many(chunk)
-            return out
-
-        return run
+        return batched(f, batch)
 
     def calls(lines: list[str]) -> dict[str, int]:
         n = math.ceil(len(lines) / batch)
@@ -239,13 +245,7 @@ def dsbf_way(
             leaf_bits=leaf_bits,
         )  # fmt: skip
 
-        def run(lines: list[str]) -> list[bool]:
-            out: list[bool] = []
-            for chunk in batches(lines, batch):
-                out += f.add_many(chunk)
-            return out
-
-        return run
+        return batched(f, batch)
 
     label = "urlseen SplittableBloomFilter (DSBF)"
     return Way(

@@ -9,16 +9,13 @@ from pathlib import Path
 import click
 
 from urlseen.cli._common import cli_errors
-from urlseen.cli._dsbf_info import describe_dsbf, tree_lines
+from urlseen.cli._redis_info import describe_redis, tree_lines
 from urlseen.filters import _sizing
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
-from urlseen.filters.dsbf import SplittableBloomFilter
 from urlseen.filters.exact import COUNTERS_FILE, LIBRARY_FILE
-from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.stores._format import FLAG_DATA_CRC, FLAG_OPEN, FORMAT_VERSION
 from urlseen.stores.mmapfile import read_header
-from urlseen.stores.redis_library import RedisLibrary, describe_redis_library
 from urlseen.stores.sqlite_library import SQLiteLibrary
 
 
@@ -49,15 +46,12 @@ def info_command(
     if redis_url is not None:
         assert name is not None
         with cli_errors():
-            if SplittableBloomFilter.exists(redis_url, name):
-                dsbf = describe_dsbf(redis_url, name)
-                tree = dsbf.pop("tree")
-                _print(dsbf if not as_json else {**dsbf, "tree": tree}, as_json)
-                if not as_json:
-                    click.echo("tree:")
-                    click.echo("\n".join(tree_lines(tree)))
-            else:
-                _print(describe_redis(redis_url, name), as_json)
+            remote = describe_redis(redis_url, name)
+            tree = remote.pop("tree", None)
+            _print(remote if tree is None or not as_json else {**remote, "tree": tree}, as_json)
+            if tree is not None and not as_json:
+                click.echo("tree:")
+                click.echo("\n".join(tree_lines(tree)))
         return
     assert path is not None
     if os.path.isdir(path):
@@ -132,32 +126,6 @@ def describe_folder(path: str, verify: bool) -> dict[str, object]:
         return desc
     finally:
         library.close()
-
-
-def describe_redis(url: str, name: str) -> dict[str, object]:
-    """A Redis filter's parameters, count and fill (BITCOUNT reads its bits on the server)."""
-    if not RedisBloomFilter.exists(url, name):
-        if RedisLibrary.exists(url, name):
-            return describe_redis_library(url, name)
-        raise click.UsageError(f"no urlseen filter named {name!r} in {url}")
-    seen = RedisBloomFilter(url, name)
-    stats = seen.stats()
-    ones = seen.popcount()
-    return {
-        "redis": url,
-        "name": name,
-        "kind": stats.kind,
-        "count": stats.count,
-        "capacity": stats.capacity,
-        "error_rate": stats.error_rate,
-        "estimated_error_rate": stats.estimated_error_rate,
-        "nbits": seen.nbits,
-        "k": seen.k,
-        "layout": stats.details["layout"],
-        "hash": stats.details["hash"],
-        "fill": ones / seen.nbits,
-        "redis_bytes": seen.memory_usage(),
-    }
 
 
 def _print(desc: dict[str, object], as_json: bool) -> None:

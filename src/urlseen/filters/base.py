@@ -69,3 +69,14 @@ class SeenFilter(Protocol):
     def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+def key_batch(keys: Iterable[Key]) -> list[Key]:
+    """keys as a list. A single str or bytes is refused: iterating it would check its
+    characters one by one, a common slip (add_many("https://...") for add_many([...]))."""
+    if isinstance(keys, (str, bytes, bytearray)):
+        raise TypeError(
+            f"expected an iterable of keys, not a single {type(keys).__name__!r} "
+            "(wrap it in a list)"
+        )
+    return list(keys)

@@ -28,9 +28,8 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
-from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key
-from urlseen.stores.redis_store import RemoteError
+from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.stores.redis_store import Handle, RemoteError
 from urlseen.stores.splittable import FP_BYTES, MOVED, LeafStore, MemoryLeafStore, Split, Tree
 
 FORMAT = "urlseen-dsbf/1"
@@ -62,7 +61,7 @@ def _new_seed() -> int:
     return secrets.randbits(64)
 
 
-class SplittableBloomFilter(Closing):
+class SplittableBloomFilter(Handle):
     """A Bloom filter that grows by splitting full leaves: FP rate <= f at any size.
 
     Args:
@@ -106,7 +105,6 @@ class SplittableBloomFilter(Closing):
 
                 store = RedisLeafStore(redis, name)
         self._store = store
-        self._closed = False
         self.name = name
         tree = store.load()
         given = {"n": capacity, "f": error_rate, "m": leaf_bits, "b": fanout, "layout": layout,
@@ -174,9 +172,7 @@ class SplittableBloomFilter(Closing):
 
     def _run(self, keys: Iterable[Key], mode: int) -> list[bool]:
         self._usable()
-        if isinstance(keys, (str, bytes, bytearray)):
-            raise TypeError(f"expected an iterable of keys, not a single {type(keys).__name__!r}")
-        keys = list(keys)
+        keys = key_batch(keys)
         if not keys:
             return []
         fps, values = self._fingerprints(keys)
@@ -347,15 +343,6 @@ class SplittableBloomFilter(Closing):
         self._usable()
         self._store.destroy()
         self.close()
-
-    def _usable(self) -> None:
-        if self._closed:
-            from urlseen.errors import ClosedError
-
-            raise ClosedError("the filter is closed")
-
-    def close(self) -> None:
-        self._closed = True
 
     def __repr__(self) -> str:
         return (

@@ -17,8 +17,7 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
-from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.bloom import DEFAULT_HASH, HASHES, _params
 from urlseen.stores import redis_store
 from urlseen.stores.redis_store import RECEIPT_SECONDS
@@ -28,7 +27,7 @@ MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB
 FORMAT = "urlseen-redis-bloom/1"
 
 
-class RedisBloomFilter(Closing):
+class RedisBloomFilter(redis_store.Handle):
     """A Bloom filter whose bits live in Redis, shared by any number of processes.
 
     Args:
@@ -61,7 +60,6 @@ class RedisBloomFilter(Closing):
         self._bits = redis_store.key(name, "bits")
         self._meta = redis_store.key(name, "meta")
         self._script = redis_store.load_script(self._client, "bloom_batch.lua")
-        self._closed = False
         stored = self._load_params()
         if stored is None:
             if capacity is None:
@@ -131,9 +129,7 @@ class RedisBloomFilter(Closing):
 
     def _run(self, keys: Iterable[Key], add: bool) -> list[bool]:
         self._usable()
-        if isinstance(keys, (str, bytes, bytearray)):
-            raise TypeError(f"expected an iterable of keys, not a single {type(keys).__name__!r}")
-        keys = list(keys)
+        keys = key_batch(keys)
         if not keys:
             return []
         masks = _core.byte_masks(keys, self.nbits, self.k, self._layout, self.seed, self._hash)
@@ -196,16 +192,6 @@ class RedisBloomFilter(Closing):
         self._usable()
         redis_store.retrying(lambda: self._client.delete(self._bits, self._meta), "destroy")
         self.close()
-
-    def _usable(self) -> None:
-        if self._closed:
-            from urlseen.errors import ClosedError
-
-            raise ClosedError("the filter is closed")
-
-    def close(self) -> None:
-        """Forget the connection (the filter stays in Redis)."""
-        self._closed = True
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} nbits={self.nbits} k={self.k}>"

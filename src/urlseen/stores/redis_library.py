@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from urlseen.errors import ClosedError, ConfigError, FormatError
+from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
 from urlseen.stores.library import LibraryIO, Record
 from urlseen.stores.redis_store import RECEIPT_SECONDS
@@ -49,7 +49,7 @@ def bucket_bits(capacity: int, groups: int) -> int:
     return min(max((buckets - 1).bit_length(), 1), 32)
 
 
-class RedisLibrary:
+class RedisLibrary(redis_store.Handle):
     """A fingerprint library in Redis, shared by any number of processes.
 
     Args:
@@ -75,6 +75,8 @@ class RedisLibrary:
         [True, False]
     """
 
+    _noun = "library"
+
     shared = True  # decides each URL itself: filters must not add a local decision
 
     def __init__(
@@ -92,7 +94,6 @@ class RedisLibrary:
         self._cluster = type(self._client).__name__ == "RedisCluster"
         self._script = redis_store.load_script(self._client, "library_batch.lua")
         self._meta = redis_store.key(name, "library")
-        self._closed = False
         self.io = LibraryIO()
         self.readonly = False
         stored = self._load()
@@ -385,20 +386,6 @@ class RedisLibrary:
     @property
     def path(self) -> str:
         return f"redis library {self.name!r}"
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise ClosedError("the library is closed")
-
-    def close(self) -> None:
-        """Forget the connection (the library stays in Redis)."""
-        self._closed = True
-
-    def __enter__(self) -> RedisLibrary:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} groups={self.groups} bits={self.bits}>"
