@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from urlseen.cli._state import explicit
 from urlseen.filters.dsbf import DEFAULT_LEAF_BITS, SplittableBloomFilter
 
 
@@ -23,17 +24,14 @@ def open_dsbf(
     if state is not None:
         raise click.UsageError("--filter dsbf keeps its state in Redis (--redis), not --state")
 
-    def given(option: str) -> bool:
-        return ctx.get_parameter_source(option) is click.core.ParameterSource.COMMANDLINE
-
     if redis_url is not None and SplittableBloomFilter.exists(redis_url, name):
         return SplittableBloomFilter(
-            capacity if given("capacity") else None,
+            capacity if explicit(ctx, "capacity") else None,
             error_rate,
             redis=redis_url,
             name=name,
             leaf_bits=leaf_bits,
-            layout=layout if given("layout") else None,
+            layout=layout if explicit(ctx, "layout") else None,
         )
     return SplittableBloomFilter(
         capacity,

@@ -12,6 +12,7 @@ import contextlib
 import click
 
 from urlseen import _core
+from urlseen.cli._state import check_given
 from urlseen.filters.library import FingerprintLibraryFilter
 from urlseen.linekeys import LineKeyer
 from urlseen.stores.redis_library import RedisLibrary
@@ -30,14 +31,10 @@ def open_shared_exact(
 ) -> FingerprintLibraryFilter:
     """The shared library (created with --capacity if new; an explicit --capacity that differs
     from an existing library's is a usage error), after --remove / --forget-older-than."""
-    explicit = ctx.get_parameter_source("capacity") is click.core.ParameterSource.COMMANDLINE
     if RedisLibrary.exists(url, name):
         library = RedisLibrary(url, name)
-        if explicit and capacity != library.params["capacity"]:
-            raise click.UsageError(
-                f"--capacity {capacity} differs from the shared library's "
-                f"{library.params['capacity']}; a library keeps the parameters it was created with"
-            )
+        given = {"capacity": capacity}
+        check_given(ctx, given, library.params, "shared library", keeper="library")
     else:
         library = RedisLibrary(url, name, capacity)
     forgotten = 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import click
 
+from urlseen.cli._state import checked, echoing_warnings
 from urlseen.similarity.filter import SimilarityFilter
 from urlseen.stores.mmapfile import UncleanShutdownWarning
 
@@ -41,11 +41,9 @@ def open_similar(
         return SimilarityFilter.create(
             state, capacity, rate, mode=mode, index=index, canonicalize="none", url_db=url_db
         )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UncleanShutdownWarning)
-        seen = SimilarityFilter.open(state, url_db=url_db)
-    for warning in caught:
-        click.echo(f"warning: {warning.message}", err=True)
+    seen = echoing_warnings(
+        lambda: SimilarityFilter.open(state, url_db=url_db), UncleanShutdownWarning
+    )
     stats = seen.stats()
     stored = {
         "capacity": stats.capacity,
@@ -59,12 +57,4 @@ def open_similar(
         "similarity_mode": mode,
         "similarity_index": index,
     }
-    for name, value in given.items():
-        explicit = ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
-        if explicit and value != stored[name]:
-            seen.close()
-            raise click.UsageError(
-                f"--{name.replace('_', '-')} {value} differs from the state file's "
-                f"{stored[name]}; a state file keeps the parameters it was created with"
-            )
-    return seen
+    return checked(ctx, seen, given, stored, "state file")

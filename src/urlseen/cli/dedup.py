@@ -10,8 +10,7 @@ import os
 import sys
 import tempfile
 import time
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -24,6 +23,7 @@ from urlseen.cli._open_dsbf import open_dsbf
 from urlseen.cli._open_mdbf import open_mdbf, open_rotating
 from urlseen.cli._open_shared_exact import open_shared_exact
 from urlseen.cli._open_similar import open_similar
+from urlseen.cli._state import checked, echoing_warnings, explicit
 from urlseen.dedup import DEFAULT_BATCH_SIZE, DedupSummary, dedup
 from urlseen.filters.base import SeenFilter
 from urlseen.filters.bloom import BloomFilter
@@ -103,24 +103,6 @@ def _open_output(path: str, append: bool) -> BinaryIO:
     return out
 
 
-def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:
-    for warning in caught:
-        click.echo(f"warning: {warning.message}", err=True)
-
-
-def _check_given(
-    ctx: click.Context, given: Mapping[str, object], stored: Mapping[str, object], what: str
-) -> None:
-    """An explicit option that contradicts the state's own parameters is a usage error."""
-    for name, value in given.items():
-        explicit = ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
-        if explicit and value != stored[name]:
-            raise click.UsageError(
-                f"--{name.replace('_', '-')} {value} differs from the {what}'s "
-                f"{stored[name]}; a {what} keeps the parameters it was created with"
-            )
-
-
 def _open_bloom(
     ctx: click.Context, state: str | None, capacity: int, error_rate: float, layout: str
 ) -> BloomFilter:
@@ -130,22 +112,14 @@ def _open_bloom(
         return BloomFilter.create(state, capacity, error_rate, layout=layout)
     if Path(state).is_dir():
         raise click.UsageError(f"--state {state} is a folder: a Bloom filter's state is a file")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UncleanShutdownWarning)
-        seen = BloomFilter.open(state)
-    _echo_warnings(caught)
+    seen = echoing_warnings(lambda: BloomFilter.open(state), UncleanShutdownWarning)
     stored = {
         "capacity": seen.capacity,
         "error_rate": seen.error_rate,
         "layout": seen.stats().details["layout"],
     }
-    try:
-        given = {"capacity": capacity, "error_rate": error_rate, "layout": layout}
-        _check_given(ctx, given, stored, "state file")
-    except click.UsageError:
-        seen.close()
-        raise
-    return seen
+    given = {"capacity": capacity, "error_rate": error_rate, "layout": layout}
+    return checked(ctx, seen, given, stored, "state file")
 
 
 def _open_redis_bloom(
@@ -161,8 +135,7 @@ def _open_redis_bloom(
     if not RedisBloomFilter.exists(url, name):
         rate = DEFAULT_ERROR_RATE if error_rate is None else error_rate
         return RedisBloomFilter(url, name, capacity, rate, layout=layout)
-    explicit = ctx.get_parameter_source("capacity") is click.core.ParameterSource.COMMANDLINE
-    return RedisBloomFilter(url, name, capacity if explicit else None, error_rate)
+    return RedisBloomFilter(url, name, capacity if explicit(ctx, "capacity") else None, error_rate)
 
 
 def _open_exact(
@@ -190,17 +163,10 @@ def _open_exact(
         return FingerprintLibraryFilter.create(folder)
     if not exists:
         return ExactFilter.create(folder, capacity, error_rate, cache_entries=cache_entries)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        seen = ExactFilter.open(folder, cache_entries=cache_entries)
-    _echo_warnings(caught)
+    seen = echoing_warnings(lambda: ExactFilter.open(folder, cache_entries=cache_entries))
     stored = {"capacity": seen.counters.capacity, "error_rate": seen.counters.error_rate}
-    try:
-        _check_given(ctx, {"capacity": capacity, "error_rate": error_rate}, stored, "state")
-    except click.UsageError:
-        seen.close()
-        raise
-    return seen
+    given = {"capacity": capacity, "error_rate": error_rate}
+    return checked(ctx, seen, given, stored, "state")
 
 
 def _parse_age(text: str) -> float:

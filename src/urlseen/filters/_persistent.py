@@ -1,9 +1,11 @@
 """The lifecycle the filters share.
 
-`Closing`: context manager and finalizer around close(), for every filter. `StoreBacked`: open,
-save, flush, close, verify for the Python subclasses of the C filter types (BloomFilter,
-CountingBloomFilter): they keep their store in `_store`, attach it in `_attach`, and say how
-their params are checked (`_check_header`) and how many data bytes they describe (`_data_bytes`).
+`Closing`: context manager and finalizer around close(), for every filter. `StoreBacked`:
+create, open, save, flush, close, verify, stats details and repr for the Python subclasses of the
+C filter types (BloomFilter, CountingBloomFilter, MultiDimensionalBloomFilter): they keep their
+store in `_store`, say how their params are checked (`_check_header`, which starts with
+`stored_params`), how many data bytes they describe (`_data_bytes`) and which shape arguments
+their C type takes between the data offset and the seed (`_shape`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from urlseen.errors import ClosedError
+from urlseen.errors import ClosedError, FormatError
+from urlseen.filters._hashes import HASHES, require_stored_hash
+from urlseen.stores import _format
 from urlseen.stores._format import Header
 from urlseen.stores.base import BufferStore
 from urlseen.stores.mmapfile import MappedFile
@@ -55,8 +59,32 @@ class StoreBacked(Closing):
         """Refuse params this filter cannot use (FormatError), before the file is touched."""
         raise NotImplementedError
 
-    def _attach(self, store: BufferStore) -> None:
+    @staticmethod
+    def _shape(params: dict[str, Any]) -> tuple[int, ...]:
         raise NotImplementedError
+
+    def _attach(self, store: BufferStore) -> None:
+        """Point the C filter at the store's data and its live count (none when read-only)."""
+        params = store.params()
+        self._store = store  # type: ignore[misc]  # the subclass's __slots__ has it
+        super().__init__(  # type: ignore[call-arg]  # the C filter type, next in the MRO
+            store.buffer,
+            store.data_offset,
+            *self._shape(params),
+            params["seed"],
+            store.stored_count(),
+            store.count_offset if not store.readonly else -1,
+            HASHES[params["hash"]],
+        )
+
+    @classmethod
+    def _create_file(
+        cls, path: str | os.PathLike[str], params: dict[str, Any], overwrite: bool
+    ) -> Self:
+        """An empty filter in a new state file (FileExistsError unless overwrite)."""
+        return cls.from_store(
+            MappedFile.create(path, params, cls._data_bytes(params), overwrite=overwrite)
+        )
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> Self:
@@ -88,18 +116,28 @@ class StoreBacked(Closing):
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Write this filter to a new state file (atomically: temp file, then link or rename)."""
         store = self._live_store()
-        size = self._data_bytes(store.params())
-        target = MappedFile.create(path, store.params(), size, overwrite=overwrite)
-        try:
-            start = store.data_offset
-            with memoryview(store.buffer) as whole, whole[start : start + size] as data:
-                target.buffer[target.data_offset : target.data_offset + size] = data  # no copy
-            count: int = self.count  # type: ignore[attr-defined]
-            target.buffer[target.count_offset : target.count_offset + 8] = count.to_bytes(
-                8, "little"
-            )
-        finally:
-            target.close()
+        count: int = self.count  # type: ignore[attr-defined]
+        save_copy(store, self._data_bytes(store.params()), count, path, overwrite)
+
+    def _store_details(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The stats details every store-backed filter ends with."""
+        return {
+            "seed": self.seed,  # type: ignore[attr-defined]
+            "hash": params["hash"],
+            "path": self.path,
+            "readonly": self.readonly,  # type: ignore[attr-defined]
+        }
+
+    def _repr_fields(self) -> str:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        if getattr(self, "_store", None) is None or self.closed:  # type: ignore[attr-defined]
+            return f"<{type(self).__name__} closed>"
+        return (
+            f"<{type(self).__name__} capacity={self.capacity} error_rate={self.error_rate} "
+            f"{self._repr_fields()}>"
+        )
 
     def flush(self) -> None:
         """Push the data and count of a file-backed filter to disk (msync)."""
@@ -137,3 +175,31 @@ class StoreBacked(Closing):
     def __reduce__(self) -> Any:
         name = type(self).__name__
         raise TypeError(f"{name} cannot be pickled; use save() and {name}.open()")
+
+
+def stored_params(
+    header: Header, where: str, kind: str, name: str, **types: type
+) -> dict[str, Any]:
+    """A state file's params if it holds a `kind` filter (`name` in the error) whose fields have
+    the given types, an error_rate and a hash this code knows; else FormatError."""
+    params = header.params
+    if params.get("kind") != kind:
+        raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not {name}")
+    _format.require(params, where, **types)
+    _format.require(params, where, error_rate=float)
+    require_stored_hash(params, where)
+    return params
+
+
+def save_copy(
+    store: BufferStore, size: int, count: int, path: str | os.PathLike[str], overwrite: bool
+) -> None:
+    """Write a new state file with the store's params, its `size` data bytes and `count`."""
+    target = MappedFile.create(path, store.params(), size, overwrite=overwrite)
+    try:
+        start = store.data_offset
+        with memoryview(store.buffer) as whole, whole[start : start + size] as data:
+            target.buffer[target.data_offset : target.data_offset + size] = data  # no copy
+        target.buffer[target.count_offset : target.count_offset + 8] = count.to_bytes(8, "little")
+    finally:
+        target.close()

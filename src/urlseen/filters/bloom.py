@@ -8,27 +8,22 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.filters import _sizing
-from urlseen.filters._persistent import StoreBacked
+from urlseen.filters._hashes import (
+    DEFAULT_HASH,
+    HASHES,
+    check_hash,
+    check_seed,
+    require_stored_seed,
+)
+from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters.base import FilterStats
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
 from urlseen.stores.memory import MemoryStore
-from urlseen.stores.mmapfile import MappedFile
+
+__all__ = ["DEFAULT_HASH", "HASHES", "BloomFilter"]
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
-# Hash names as stored in state files, and the C core's ids for them (csrc/digest.h).
-HASHES = {
-    "xxh3_128": _core.HASH_XXH3_128,
-    "murmur3_x64_128": _core.HASH_MURMUR3_X64_128,
-    "md5": _core.HASH_MD5,
-}
-DEFAULT_HASH = "xxh3_128"
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
-    return seed
 
 
 class BloomFilter(StoreBacked, _core.BitFilter):
@@ -90,9 +85,7 @@ class BloomFilter(StoreBacked, _core.BitFilter):
 
         Raises FileExistsError if path exists, unless overwrite is True.
         """
-        params = _params(capacity, error_rate, layout, seed, hash)
-        store = MappedFile.create(path, params, _nbytes(params), overwrite=overwrite)
-        return cls.from_store(store)
+        return cls._create_file(path, _params(capacity, error_rate, layout, seed, hash), overwrite)
 
     @staticmethod
     def _check_header(header: _format.Header, where: str) -> None:
@@ -102,20 +95,9 @@ class BloomFilter(StoreBacked, _core.BitFilter):
     def _data_bytes(params: dict[str, Any]) -> int:
         return _nbytes(params)
 
-    def _attach(self, store: BufferStore) -> None:
-        params = store.params()
-        self._store = store
-        super().__init__(
-            store.buffer,
-            store.data_offset,
-            params["nbits"],
-            params["k"],
-            _LAYOUT_CODES[params["layout"]],
-            params["seed"],
-            store.stored_count(),
-            store.count_offset if not store.readonly else -1,
-            HASHES[params["hash"]],
-        )
+    @staticmethod
+    def _shape(params: dict[str, Any]) -> tuple[int, ...]:
+        return params["nbits"], params["k"], _LAYOUT_CODES[params["layout"]]
 
     # -- combination and inspection ------------------------------------------------------
 
@@ -163,35 +145,26 @@ class BloomFilter(StoreBacked, _core.BitFilter):
             details={
                 "k": self.k,
                 "layout": params["layout"],
-                "seed": self.seed,
-                "hash": params["hash"],
-                "path": self.path,
-                "readonly": self.readonly,
+                **self._store_details(params),
             },
         )
 
-    def __repr__(self) -> str:
-        if getattr(self, "_store", None) is None or self.closed:
-            return f"<{type(self).__name__} closed>"
+    def _repr_fields(self) -> str:
         where = f" path={self.path!r}" if self.path else ""
-        return (
-            f"<{type(self).__name__} capacity={self.capacity} error_rate={self.error_rate} "
-            f"layout={self._live_store().params()['layout']} count={len(self)}{where}>"
-        )
+        return f"layout={self._live_store().params()['layout']} count={len(self)}{where}"
 
 
 def _params(
     capacity: object, error_rate: object, layout: object, seed: object, hash: object
 ) -> dict[str, Any]:
     size = _sizing.size_filter(capacity, error_rate, layout)
-    if hash not in HASHES:
-        raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {hash!r}")
+    check_hash(hash)
     return {
         "kind": "bloom",
         "layout": size.layout,
         "nbits": size.nbits,
         "k": size.k,
-        "seed": _check_seed(seed),
+        "seed": check_seed(seed),
         "hash": hash,
         "capacity": capacity,
         "error_rate": float(error_rate),  # type: ignore[arg-type]
@@ -204,13 +177,10 @@ def _nbytes(params: dict[str, Any]) -> int:
 
 def _check_header(header: _format.Header, where: str) -> None:
     """A state file's params must describe a Bloom filter this code can probe, exactly."""
-    params = header.params
-    if params.get("kind") != "bloom":
-        raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not a Bloom filter")
-    _format.require(params, where, nbits=int, k=int, seed=int, capacity=int, layout=str, hash=str)
-    _format.require(params, where, error_rate=float)
-    if params["hash"] not in HASHES:
-        raise FormatError(f"{where}: unknown hash {params['hash']!r}")
+    params = stored_params(
+        header, where, "bloom", "a Bloom filter",
+        nbits=int, k=int, seed=int, capacity=int, layout=str, hash=str,
+    )  # fmt: skip
     if params["layout"] not in _LAYOUT_CODES:
         raise FormatError(f"{where}: unknown layout {params['layout']!r}")
     try:
@@ -221,8 +191,7 @@ def _check_header(header: _format.Header, where: str) -> None:
     blocked = params["layout"] == "blocked"
     if nbits <= 0 or not 1 <= k <= _core.MAX_K or (blocked and nbits % _core.BLOCK_BITS):
         raise FormatError(f"{where}: invalid filter shape (nbits={nbits}, k={k})")
-    if not 0 <= params["seed"] < 2**32:
-        raise FormatError(f"{where}: invalid seed {params['seed']}")
+    require_stored_seed(params, where)
     if header.data_length != _nbytes(params):
         raise FormatError(f"{where}: data length {header.data_length} does not match {nbits} bits")
     if header.count > nbits:  # every new key sets at least one bit

@@ -14,13 +14,12 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
-from urlseen.filters._persistent import StoreBacked
+from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed, require_stored_seed
+from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters.base import FilterStats
-from urlseen.filters.bloom import DEFAULT_HASH, HASHES
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
 from urlseen.stores.memory import MemoryStore
-from urlseen.stores.mmapfile import MappedFile
 
 COUNTER_BITS = (2, 4, 8)
 
@@ -87,8 +86,7 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
         in the header verbatim (ExactFilter records which library the counters belong to)."""
         params = make_params(capacity, error_rate, counter_bits, k, counters_per_key, seed, hash)
         params.update(extra or {})
-        store = MappedFile.create(path, params, data_bytes(params), overwrite=overwrite)
-        return cls.from_store(store)
+        return cls._create_file(path, params, overwrite)
 
     @staticmethod
     def _check_header(header: _format.Header, where: str) -> None:
@@ -98,20 +96,9 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
     def _data_bytes(params: dict[str, Any]) -> int:
         return data_bytes(params)
 
-    def _attach(self, store: BufferStore) -> None:
-        params = store.params()
-        self._store = store
-        super().__init__(
-            store.buffer,
-            store.data_offset,
-            params["ncounters"],
-            params["k"],
-            params["counter_bits"],
-            params["seed"],
-            store.stored_count(),
-            store.count_offset if not store.readonly else -1,
-            HASHES[params["hash"]],
-        )
+    @staticmethod
+    def _shape(params: dict[str, Any]) -> tuple[int, ...]:
+        return params["ncounters"], params["k"], params["counter_bits"]
 
     @property
     def params(self) -> dict[str, Any]:
@@ -135,20 +122,12 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
                 "k": self.k,
                 "ncounters": self.ncounters,
                 "counter_bits": self.counter_bits,
-                "seed": self.seed,
-                "hash": params["hash"],
-                "path": self.path,
-                "readonly": self.readonly,
+                **self._store_details(params),
             },
         )
 
-    def __repr__(self) -> str:
-        if getattr(self, "_store", None) is None or self.closed:
-            return f"<{type(self).__name__} closed>"
-        return (
-            f"<{type(self).__name__} capacity={self.capacity} error_rate={self.error_rate} "
-            f"counters={self.ncounters}x{self.counter_bits}b k={self.k} count={len(self)}>"
-        )
+    def _repr_fields(self) -> str:
+        return f"counters={self.ncounters}x{self.counter_bits}b k={self.k} count={len(self)}"
 
 
 def make_params(
@@ -162,10 +141,8 @@ def make_params(
 ) -> dict[str, Any]:
     if counter_bits not in COUNTER_BITS or isinstance(counter_bits, bool):
         raise ConfigError(f"counter_bits must be 2, 4 or 8, not {counter_bits!r}")
-    if hash not in HASHES:
-        raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {hash!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
+    check_hash(hash)
+    check_seed(seed)
     size = _sizing.size_counting(capacity, error_rate, k, counters_per_key)  # type: ignore[arg-type]
     return {
         "kind": "counting",
@@ -185,15 +162,10 @@ def data_bytes(params: dict[str, Any]) -> int:
 
 def check_header(header: _format.Header, where: str) -> None:
     """A state file's params must describe counters this code can use, exactly."""
-    params = header.params
-    if params.get("kind") != "counting":
-        raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not a counting filter")
-    _format.require(
-        params, where, ncounters=int, k=int, counter_bits=int, seed=int, capacity=int, hash=str
-    )
-    _format.require(params, where, error_rate=float)
-    if params["hash"] not in HASHES:
-        raise FormatError(f"{where}: unknown hash {params['hash']!r}")
+    params = stored_params(
+        header, where, "counting", "a counting filter",
+        ncounters=int, k=int, counter_bits=int, seed=int, capacity=int, hash=str,
+    )  # fmt: skip
     try:
         _sizing.check_target(params["capacity"], params["error_rate"])
     except ConfigError as exc:
@@ -201,7 +173,6 @@ def check_header(header: _format.Header, where: str) -> None:
     m, k, bits = params["ncounters"], params["k"], params["counter_bits"]
     if not 1 <= m <= _sizing.MAX_BITS or not 1 <= k <= _core.MAX_K or bits not in COUNTER_BITS:
         raise FormatError(f"{where}: invalid counter shape ({m} x {bits} bits, k={k})")
-    if not 0 <= params["seed"] < 2**32:
-        raise FormatError(f"{where}: invalid seed {params['seed']}")
+    require_stored_seed(params, where)
     if header.data_length != data_bytes(params):
         raise FormatError(f"{where}: data length {header.data_length} does not match {m} counters")

@@ -18,14 +18,13 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _mdbf_sizing as sizing
-from urlseen.filters._persistent import StoreBacked
+from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed, require_stored_seed
+from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters._sizing import MAX_BITS, MAX_K, check_target
 from urlseen.filters.base import FilterStats
-from urlseen.filters.bloom import DEFAULT_HASH, HASHES, _check_seed
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
 from urlseen.stores.memory import MemoryStore
-from urlseen.stores.mmapfile import MappedFile
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES = {"all": _core.MDBF_QUERY_ALL, "any": _core.MDBF_QUERY_ANY}
@@ -115,8 +114,7 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
         """Create an empty filter in a new state file (memory-mapped); FileExistsError if path
         exists, unless overwrite is True."""
         params = _sized_params(capacity, error_rate, groups, k, ratio, query, seed, hash)
-        store = MappedFile.create(path, params, data_bytes(params), overwrite=overwrite)
-        return cls.from_store(store)
+        return cls._create_file(path, params, overwrite)
 
     @classmethod
     def with_shape(
@@ -161,25 +159,15 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
     def _data_bytes(params: dict[str, Any]) -> int:
         return data_bytes(params)
 
+    @staticmethod
+    def _shape(params: dict[str, Any]) -> tuple[int, ...]:
+        shape = ("groups", "n1", "n2", "k1", "k2")
+        return (*(params[f] for f in shape), RULES[params["query"]])
+
     def _attach(self, store: BufferStore) -> None:
-        params = store.params()
-        if params["query"] == "any":
+        if store.params()["query"] == "any":
             _warn_any()
-        self._store = store
-        super().__init__(
-            store.buffer,
-            store.data_offset,
-            params["groups"],
-            params["n1"],
-            params["n2"],
-            params["k1"],
-            params["k2"],
-            RULES[params["query"]],
-            params["seed"],
-            store.stored_count(),
-            store.count_offset if not store.readonly else -1,
-            HASHES[params["hash"]],
-        )
+        super()._attach(store)
 
     @property
     def size(self) -> sizing.MDBFSize:
@@ -210,21 +198,15 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
                 "k2": size.k2,
                 "ratio": size.ratio,
                 "query": params["query"],
-                "seed": self.seed,
-                "hash": params["hash"],
-                "path": self.path,
-                "readonly": self.readonly,
+                **self._store_details(params),
             },
         )
 
-    def __repr__(self) -> str:
-        if getattr(self, "_store", None) is None or self.closed:
-            return f"<{type(self).__name__} closed>"
+    def _repr_fields(self) -> str:
         s = self.size
         return (
-            f"<{type(self).__name__} capacity={self.capacity} error_rate={self.error_rate} "
             f"S={s.groups} N={s.n1} N2={s.n2} k1={s.k1} k2={s.k2} query={self.query} "
-            f"count={len(self)}>"
+            f"count={len(self)}"
         )
 
 
@@ -260,8 +242,7 @@ def _sized_params(
 def _params(
     size: sizing.MDBFSize, capacity: int, rate: float, query: str, seed: object, hash: object
 ) -> dict[str, Any]:
-    if hash not in HASHES:
-        raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {hash!r}")
+    check_hash(hash)
     return {
         "kind": "mdbf",
         "groups": size.groups,
@@ -271,7 +252,7 @@ def _params(
         "k2": size.k2,
         "ratio": size.ratio,
         "query": query,
-        "seed": _check_seed(seed),
+        "seed": check_seed(seed),
         "hash": hash,
         "capacity": capacity,
         "error_rate": float(rate),
@@ -286,16 +267,11 @@ def data_bytes(params: dict[str, Any]) -> int:
 
 def check_header(header: _format.Header, where: str) -> None:
     """A state file's params must describe a multi-dimensional filter this code can probe."""
-    params = header.params
-    if params.get("kind") != "mdbf":
-        raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not an MDBF")
-    _format.require(
-        params, where, groups=int, n1=int, n2=int, k1=int, k2=int, ratio=int, seed=int,
-        capacity=int, query=str, hash=str,
+    params = stored_params(
+        header, where, "mdbf", "an MDBF",
+        groups=int, n1=int, n2=int, k1=int, k2=int, ratio=int, seed=int, capacity=int,
+        query=str, hash=str,
     )  # fmt: skip
-    _format.require(params, where, error_rate=float)
-    if params["hash"] not in HASHES:
-        raise FormatError(f"{where}: unknown hash {params['hash']!r}")
     if params["query"] not in RULES:
         raise FormatError(f"{where}: unknown query rule {params['query']!r}")
     g, n1, n2, k1, k2, r = (params[f] for f in ("groups", "n1", "n2", "k1", "k2", "ratio"))
@@ -314,8 +290,7 @@ def check_header(header: _format.Header, where: str) -> None:
         or math.isnan(rate)
     ):
         raise FormatError(f"{where}: invalid filter shape or parameters {params}")
-    if not 0 <= params["seed"] < 2**32:
-        raise FormatError(f"{where}: invalid seed {params['seed']}")
+    require_stored_seed(params, where)
     if header.data_length != data_bytes(params):
         raise FormatError(f"{where}: data length {header.data_length} does not match its shape")
     if header.count > g * (n1 + n2):  # every new key sets at least one bit

@@ -75,11 +75,7 @@ class RedisBloomFilter(redis_store.Handle):
             stored = self._create(wanted)
         else:
             given = {"capacity": capacity, "error_rate": error_rate}
-            for field, value in given.items():
-                if value is not None and value != stored[field]:
-                    raise ConfigError(
-                        f"filter {name!r} exists with {field}={stored[field]!r}, not {value!r}"
-                    )
+            redis_store.check_given(stored, given, f"filter {name!r}")
         self._params = stored
         self.nbits, self.k = int(stored["nbits"]), int(stored["k"])
         self._layout = _LAYOUT_CODES[stored["layout"]]
@@ -93,18 +89,12 @@ class RedisBloomFilter(redis_store.Handle):
             redis_store.connect(redis),
             redis_store.key(redis_store.check_name(name), "meta"),
         )
-        return bool(redis_store.retrying(lambda: client.hexists(meta, "params"), "exists"))
+        return redis_store.params_exist(client, meta)
 
     def _load_params(self) -> dict[str, Any] | None:
-        raw = redis_store.retrying(lambda: self._client.hget(self._meta, "params"), "open")
-        if raw is None:
+        params = redis_store.load_params(self._client, self._meta, FORMAT, "Redis Bloom filter")
+        if params is None:
             return None
-        try:
-            params = json.loads(raw)
-        except ValueError as exc:
-            raise FormatError(f"Redis key {self._meta}: unreadable parameters") from exc
-        if not isinstance(params, dict) or params.get("format") != FORMAT:
-            raise FormatError(f"Redis key {self._meta}: not a urlseen Redis Bloom filter")
         if params.get("layout") not in _LAYOUT_CODES or params.get("hash") not in HASHES:
             raise FormatError(f"Redis key {self._meta}: unknown layout or hash")
         return params

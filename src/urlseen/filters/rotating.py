@@ -40,9 +40,10 @@ from typing import Any, TypeAlias
 
 from urlseen.errors import ClosedError, ConfigError, FormatError
 from urlseen.filters import _sizing
+from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters._persistent import Closing
 from urlseen.filters.base import FilterStats, Key
-from urlseen.filters.bloom import DEFAULT_HASH, HASHES, BloomFilter, _check_seed
+from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
 
 MANIFEST = "rotating.json"
@@ -184,18 +185,13 @@ class RotatingBloomFilter(Closing):
     def _new_generation(self, seq: int) -> Generation:
         c = self._config
         n_g, p_g = self._gen_params()
-        if c["counting"]:
-            if self._folder is None:
-                return CountingBloomFilter(n_g, p_g, seed=c["seed"], hash=c["hash"])
-            return CountingBloomFilter.create(
-                self._folder / _gen_name(seq), n_g, p_g, seed=c["seed"], hash=c["hash"]
-            )
+        kind: type[Generation] = CountingBloomFilter if c["counting"] else BloomFilter
+        options: dict[str, Any] = {"seed": c["seed"], "hash": c["hash"]}
+        if not c["counting"]:
+            options["layout"] = c["layout"]
         if self._folder is None:
-            return BloomFilter(n_g, p_g, layout=c["layout"], seed=c["seed"], hash=c["hash"])
-        return BloomFilter.create(
-            self._folder / _gen_name(seq), n_g, p_g, layout=c["layout"], seed=c["seed"],
-            hash=c["hash"],
-        )  # fmt: skip
+            return kind(n_g, p_g, **options)
+        return kind.create(self._folder / _gen_name(seq), n_g, p_g, **options)
 
     def _start_generation(self, started: float | None = None) -> None:
         """Append an empty newest generation; drop the oldest if that makes G + 1."""
@@ -440,8 +436,7 @@ def _config(
         raise ConfigError(f"counting must be True or False, not {counting!r}")
     if layout not in _sizing.LAYOUTS:
         raise ConfigError(f"layout must be 'blocked' or 'standard', not {layout!r}")
-    if hash not in HASHES:
-        raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {hash!r}")
+    check_hash(hash)
     p_g = generation_error_rate(rate, generations)
     _sizing.check_target(math.ceil(capacity / generations), p_g)
     return {
@@ -451,7 +446,7 @@ def _config(
         "window": window,
         "counting": counting,
         "layout": layout,
-        "seed": _check_seed(seed),
+        "seed": check_seed(seed),
         "hash": hash,
     }
 

@@ -33,7 +33,7 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError, FormatError, ReadOnlyError
 from urlseen.filters import _sizing
-from urlseen.filters._persistent import Closing
+from urlseen.filters._persistent import Closing, save_copy
 from urlseen.filters.base import FilterStats, Key
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
@@ -401,18 +401,7 @@ class SimilarityFilter(Closing):
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Write the bits and count to a new state file (the URL_DB is not copied)."""
-        store = self._live()
-        size = _nbytes(self._params)
-        target = MappedFile.create(path, self._params, size, overwrite=overwrite)
-        try:
-            start = store.data_offset
-            target.buffer[target.data_offset : target.data_offset + size] = store.buffer[
-                start : start + size
-            ]
-            at = target.count_offset
-            target.buffer[at : at + 8] = len(self).to_bytes(8, "little")
-        finally:
-            target.close()
+        save_copy(self._live(), _nbytes(self._params), len(self), path, overwrite)
 
     def flush(self) -> None:
         """Push a file-backed filter's bits and count to disk."""

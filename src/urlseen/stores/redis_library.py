@@ -101,11 +101,7 @@ class RedisLibrary(redis_store.Handle):
             stored = self._create(capacity, fingerprint, groups)
         else:
             given = {"capacity": capacity, "fingerprint": fingerprint, "groups": groups}
-            for what, value in given.items():
-                if value is not None and value != stored[what]:
-                    raise ConfigError(
-                        f"library {name!r} exists with {what}={stored[what]!r}, not {value!r}"
-                    )
+            redis_store.check_given(stored, given, f"library {name!r}")
         self.params = stored
         self.fingerprint: str = stored["fingerprint"]
         self.groups: int = stored["groups"]
@@ -118,24 +114,18 @@ class RedisLibrary(redis_store.Handle):
     def exists(redis: Any, name: str) -> bool:
         """Whether Redis holds a library called name."""
         client, meta = redis_store.connect(redis), redis_store.key(_check_name(name), "library")
-        return bool(redis_store.retrying(lambda: client.hexists(meta, "params"), "exists"))
+        return redis_store.params_exist(client, meta)
 
     def _load(self) -> dict[str, Any] | None:
-        raw = redis_store.retrying(lambda: self._client.hget(self._meta, "params"), "open")
-        if raw is None:
+        noun = "fingerprint library"
+        params = redis_store.load_params(self._client, self._meta, FORMAT, noun)
+        if params is None:
             return None
-        try:
-            params = json.loads(raw)
-        except ValueError as exc:
-            raise FormatError(f"Redis key {self._meta}: unreadable parameters") from exc
-        ok = (
-            isinstance(params, dict)
-            and params.get("format") == FORMAT
-            and params.get("fingerprint") in ("md5", "xxh3_128")
-            and all(isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity"))
+        ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
+            isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity")
         )
         if not ok:
-            raise FormatError(f"Redis key {self._meta}: not a urlseen fingerprint library")
+            raise FormatError(f"Redis key {self._meta}: not a urlseen {noun}")
         if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
             raise FormatError(f"Redis key {self._meta}: parameters out of range")
         loaded: dict[str, Any] = params

@@ -11,13 +11,20 @@ receipt says which, if the caller retries with the same id).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from urlseen.errors import ClosedError, ConfigError, MissingDependencyError, UrlseenError
+from urlseen.errors import (
+    ClosedError,
+    ConfigError,
+    FormatError,
+    MissingDependencyError,
+    UrlseenError,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -90,6 +97,36 @@ def check_name(name: object) -> str:
 def key(name: str, part: str) -> str:
     """The Redis key of one part of filter `name`: all parts share the slot of `{name}`."""
     return f"urlseen:{{{name}}}:{part}"
+
+
+def params_exist(client: Any, meta: str) -> bool:
+    """Whether the hash `meta` holds a thing's parameters (whether the thing exists)."""
+    return bool(retrying(lambda: client.hexists(meta, "params"), "exists"))
+
+
+def load_params(client: Any, meta: str, fmt: str, noun: str) -> dict[str, Any] | None:
+    """The JSON parameters kept in the hash `meta`, or None if there are none yet.
+
+    Raises FormatError if they are unreadable or not of format `fmt` (`noun` names the thing);
+    the caller checks the fields its format promises.
+    """
+    raw = retrying(lambda: client.hget(meta, "params"), "open")
+    if raw is None:
+        return None
+    try:
+        params = json.loads(raw)
+    except ValueError as exc:
+        raise FormatError(f"Redis key {meta}: unreadable parameters") from exc
+    if not isinstance(params, dict) or params.get("format") != fmt:
+        raise FormatError(f"Redis key {meta}: not a urlseen {noun}")
+    return params
+
+
+def check_given(stored: dict[str, Any], given: dict[str, Any], what: str) -> None:
+    """Refuse explicit values that differ from the stored ones (None: not given)."""
+    for field, value in given.items():
+        if value is not None and value != stored[field]:
+            raise ConfigError(f"{what} exists with {field}={stored[field]!r}, not {value!r}")
 
 
 def receipt_key(name: str) -> str:

@@ -23,7 +23,6 @@ every Python. Settings, and why:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import sqlite3
@@ -31,7 +30,8 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from urlseen.errors import ClosedError, FormatError, ReadOnlyError, StateInUseError
+from urlseen.errors import ClosedError, FormatError, ReadOnlyError
+from urlseen.stores import _sqlite
 from urlseen.stores.library import Changes, LibraryIO, Record, from_millis, to_millis
 
 APPLICATION_ID = 0x75726C73  # "urls"
@@ -64,11 +64,6 @@ def _corrupt(path: str, exc: sqlite3.DatabaseError) -> FormatError:
     return FormatError(f"{path}: not a readable urlseen library ({exc})")
 
 
-def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
-    text = str(exc).lower()
-    return any(w in text for w in ("malformed", "not a database", "corrupt", "file is encrypted"))
-
-
 def _packed(fps: Sequence[bytes]) -> dict[str, object]:
     """The :fps and :count parameters of a batch statement (_ROWS)."""
     blob = b"".join(fps)
@@ -95,24 +90,10 @@ class SQLiteLibrary:
         self.io = LibraryIO()
         self._depth = 0
         target = Path(path)
-        if create and target.exists():
-            raise FileExistsError(f"{target} exists")
-        if not create and not target.exists():
-            raise FileNotFoundError(f"{target}: no such library")
-        # One writer: an exclusive flock. Readers need none (SQLite's WAL lets them read while
-        # the writer writes), so `urlseen info` works on a live crawl's state.
-        self._lock_fd = os.open(target, os.O_RDONLY | (os.O_CREAT if create else 0), 0o644)
-        if not readonly:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(self._lock_fd)
-                raise StateInUseError(f"{target} is open for writing elsewhere") from None
+        _sqlite.check_exists(target, create=create, what="library")
+        self._lock_fd = _sqlite.lock(target, create=create, readonly=readonly)
         try:
-            uri = f"{target.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}"
-            self._connection: sqlite3.Connection | None = sqlite3.connect(
-                uri, uri=True, isolation_level=None, check_same_thread=False
-            )
+            self._connection: sqlite3.Connection | None = _sqlite.connect(target, readonly=readonly)
             if create:  # before WAL mode: the page size is fixed once the file has a page
                 self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
                 self._configure(durable, cache_kib)
@@ -121,13 +102,10 @@ class SQLiteLibrary:
             else:  # check first: a refused file must be left exactly as it was
                 self._check()
                 self._configure(durable, cache_kib)
-        except sqlite3.DatabaseError as exc:
+        except BaseException as exc:
             self._close_quietly()
-            if _is_corruption(exc):
+            if isinstance(exc, sqlite3.DatabaseError) and _sqlite.is_corruption(exc):
                 raise _corrupt(self.path, exc) from exc
-            raise
-        except BaseException:
-            self._close_quietly()
             raise
 
     @property
@@ -137,23 +115,17 @@ class SQLiteLibrary:
         return self._connection
 
     def _configure(self, durable: bool, cache_kib: int) -> None:
-        db = self._db
-        if not self.readonly:
-            db.execute("PRAGMA journal_mode=WAL")
-        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
-        db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
-        db.execute("PRAGMA mmap_size=0")
-        db.execute("PRAGMA busy_timeout=10000")
+        pragmas = (
+            f"cache_size=-{int(cache_kib)}",
+            f"wal_autocheckpoint={WAL_CHECKPOINT_PAGES}",
+            "mmap_size=0",
+        )
+        _sqlite.configure(self._db, readonly=self.readonly, durable=durable, pragmas=pragmas)
 
     def _create(self, fingerprint: str) -> None:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
-        db.execute(f"PRAGMA application_id={APPLICATION_ID}")
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                db.execute(statement)
+        _sqlite.mark(db, APPLICATION_ID, SCHEMA_VERSION, _SCHEMA)
         meta = {
             "format": "urlseen-library",
             "fingerprint": fingerprint,
@@ -165,16 +137,7 @@ class SQLiteLibrary:
         db.execute("COMMIT")
 
     def _check(self) -> None:
-        db = self._db
-        (app,) = db.execute("PRAGMA application_id").fetchone()
-        (version,) = db.execute("PRAGMA user_version").fetchone()
-        if app != APPLICATION_ID:
-            raise FormatError(f"{self.path}: a SQLite file, but not a urlseen library")
-        if version > SCHEMA_VERSION:
-            raise FormatError(
-                f"{self.path}: library version {version} was written by a newer urlseen; "
-                f"this one reads up to version {SCHEMA_VERSION}"
-            )
+        _sqlite.check_mark(self._db, self.path, APPLICATION_ID, SCHEMA_VERSION, "library")
         try:
             fmt, records = self.get_meta("format"), self.get_meta("records")
         except sqlite3.OperationalError as exc:  # e.g. no such table
@@ -189,21 +152,10 @@ class SQLiteLibrary:
         """Release after a failed open: no checkpoint, and every handle exactly once."""
         db, self._connection = getattr(self, "_connection", None), None
         fd, self._lock_fd = getattr(self, "_lock_fd", -1), -1
-        if db is not None:
-            with contextlib.suppress(Exception):
-                db.close()
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        _sqlite.close_quietly(db, fd)
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.DatabaseError as exc:
-            if _is_corruption(exc):
-                raise _corrupt(self.path, exc) from exc
-            raise
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        return _sqlite.corruption_as(lambda exc: _corrupt(self.path, exc))
 
     # -- reads --------------------------------------------------------------------------------
 

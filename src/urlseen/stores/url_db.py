@@ -18,7 +18,6 @@ is ever looked up in it on the hot path. The two share the SQLite conventions:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import sqlite3
@@ -26,7 +25,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from urlseen.errors import ClosedError, FormatError, ReadOnlyError, StateInUseError
+from urlseen.errors import ClosedError, FormatError, ReadOnlyError
+from urlseen.stores import _sqlite
 
 APPLICATION_ID = 0x75726C64  # "urld"
 SCHEMA_VERSION = 1
@@ -78,11 +78,6 @@ class UrlDB(Protocol):
     def close(self) -> None: ...
 
 
-def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
-    text = str(exc).lower()
-    return any(w in text for w in ("malformed", "not a database", "corrupt", "file is encrypted"))
-
-
 class SQLiteUrlDB:
     """URL_DB in a SQLite file (see the module docstring).
 
@@ -110,35 +105,21 @@ class SQLiteUrlDB:
         self._connection: sqlite3.Connection | None = None
         self._lock_fd = -1
         target = Path(path)
-        if create and target.exists():
-            raise FileExistsError(f"{target} exists")
-        if not create and not target.exists():
-            raise FileNotFoundError(f"{target}: no such URL_DB")
+        _sqlite.check_exists(target, create=create, what="URL_DB")
         if create and readonly:
             raise ValueError("a new URL_DB cannot be read-only")
-        self._lock_fd = os.open(target, os.O_RDONLY | (os.O_CREAT if create else 0), 0o644)
+        self._lock_fd = _sqlite.lock(target, create=create, readonly=readonly)
         try:
-            if not readonly:
-                try:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise StateInUseError(f"{target} is open for writing elsewhere") from None
-            uri = f"{target.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}"
-            self._connection = sqlite3.connect(
-                uri, uri=True, isolation_level=None, check_same_thread=False
-            )
+            self._connection = _sqlite.connect(target, readonly=readonly)
             if create:
                 self._create()
             else:  # check first: a refused file is left exactly as it was
                 self._check()
             self._configure(durable)
-        except sqlite3.DatabaseError as exc:
+        except BaseException as exc:
             self._close_quietly()
-            if _is_corruption(exc):
+            if isinstance(exc, sqlite3.DatabaseError) and _sqlite.is_corruption(exc):
                 raise FormatError(f"{self.path}: not a readable URL_DB ({exc})") from exc
-            raise
-        except BaseException:
-            self._close_quietly()
             raise
 
     @property
@@ -148,34 +129,18 @@ class SQLiteUrlDB:
         return self._connection
 
     def _configure(self, durable: bool) -> None:
-        db = self._db
-        if not self.readonly:
-            db.execute("PRAGMA journal_mode=WAL")
-        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        db.execute("PRAGMA busy_timeout=10000")
+        _sqlite.configure(self._db, readonly=self.readonly, durable=durable)
 
     def _create(self) -> None:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
-        db.execute(f"PRAGMA application_id={APPLICATION_ID}")
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                db.execute(statement)
+        _sqlite.mark(db, APPLICATION_ID, SCHEMA_VERSION, _SCHEMA)
         db.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT_NAME,))
         db.execute("COMMIT")
 
     def _check(self) -> None:
         db = self._db
-        (app,) = db.execute("PRAGMA application_id").fetchone()
-        (version,) = db.execute("PRAGMA user_version").fetchone()
-        if app != APPLICATION_ID:
-            raise FormatError(f"{self.path}: a SQLite file, but not a urlseen URL_DB")
-        if version > SCHEMA_VERSION:
-            raise FormatError(
-                f"{self.path}: URL_DB version {version} was written by a newer urlseen; "
-                f"this one reads up to version {SCHEMA_VERSION}"
-            )
+        _sqlite.check_mark(db, self.path, APPLICATION_ID, SCHEMA_VERSION, "URL_DB")
         try:
             row = db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
             db.execute("SELECT seq, url, features, decision, matched, at_ms FROM decisions LIMIT 0")
@@ -187,21 +152,12 @@ class SQLiteUrlDB:
     def _close_quietly(self) -> None:
         db, self._connection = self._connection, None
         fd, self._lock_fd = self._lock_fd, -1
-        if db is not None:
-            with contextlib.suppress(Exception):
-                db.close()
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        _sqlite.close_quietly(db, fd)
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.DatabaseError as exc:
-            if _is_corruption(exc):
-                raise FormatError(f"{self.path}: damaged URL_DB ({exc})") from exc
-            raise
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        return _sqlite.corruption_as(
+            lambda exc: FormatError(f"{self.path}: damaged URL_DB ({exc})")
+        )
 
     def record(self, decisions: Sequence[Decision]) -> None:
         """Append a batch of decisions in one transaction (all or nothing)."""

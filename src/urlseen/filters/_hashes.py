@@ -1,0 +1,42 @@
+"""The hash functions and seeds a filter may name: checked once, for every filter kind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from urlseen import _core
+from urlseen.errors import ConfigError, FormatError
+
+# Hash names as stored in state files, and the C core's ids for them (csrc/digest.h).
+HASHES = {
+    "xxh3_128": _core.HASH_XXH3_128,
+    "murmur3_x64_128": _core.HASH_MURMUR3_X64_128,
+    "md5": _core.HASH_MD5,
+}
+DEFAULT_HASH = "xxh3_128"
+
+
+def check_hash(hash: object) -> str:
+    """A hash name given by the caller (ConfigError if unknown)."""
+    if hash not in HASHES:
+        raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {hash!r}")
+    return hash
+
+
+def check_seed(seed: object) -> int:
+    """A seed given by the caller (ConfigError unless an int in [0, 2**32))."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
+    return seed
+
+
+def require_stored_hash(params: dict[str, Any], where: str) -> None:
+    """A state file's hash name (FormatError if this code does not know it)."""
+    if params["hash"] not in HASHES:
+        raise FormatError(f"{where}: unknown hash {params['hash']!r}")
+
+
+def require_stored_seed(params: dict[str, Any], where: str) -> None:
+    """A state file's seed (FormatError unless in [0, 2**32))."""
+    if not 0 <= params["seed"] < 2**32:
+        raise FormatError(f"{where}: invalid seed {params['seed']}")
