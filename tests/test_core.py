@@ -325,3 +325,18 @@ def test_count_is_mirrored_into_the_buffer():
     fresh = sum(f.add_many([b"a", b"b", b"a", b"c"]))
     assert len(f) == 5 + fresh
     assert int.from_bytes(buf[:8], "little") == len(f)
+
+
+def test_count_is_mirrored_into_the_buffer_zero_included():
+    import struct
+
+    from urlseen import _core
+
+    buffer = bytearray(64 + 8)
+    bits = _core.BitFilter(buffer, 0, 512, 3, _core.LAYOUT_STANDARD, 0, 0, 64)
+    bits.add_many(["a", "b"])
+    assert struct.unpack_from("<Q", buffer, 64)[0] == 2
+    bits.count = 7
+    assert struct.unpack_from("<Q", buffer, 64)[0] == 7
+    bits.count = 0  # a reset must reach the state file too, not only len()
+    assert struct.unpack_from("<Q", buffer, 64)[0] == 0 and len(bits) == 0

@@ -1,8 +1,6 @@
 /* _binding.c: the cold helpers the binding files share (see _binding.h). */
 #include "_binding.h"
 
-#include "csrc/bloom.h"
-
 PyObject *us_InvalidKeyError;
 PyObject *us_ClosedError;
 PyObject *us_ReadOnlyError;
@@ -19,30 +17,41 @@ int us_load_errors(void)
     return (us_InvalidKeyError && us_ClosedError && us_ReadOnlyError) ? 0 : -1;
 }
 
-/* Re-raise a failed UTF-8 encoding as InvalidKeyError, naming the batch position if any. */
-void raise_unencodable(Py_ssize_t index)
+PyObject *take_exception(void)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+void set_cause(PyObject *cause)
+{
+    if (cause == NULL) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyException_SetCause(value, cause);
+    PyErr_Restore(type, value, tb);
+}
+
+/* Re-raise a failed UTF-8 encoding as InvalidKeyError, naming the batch position if any. */
+void raise_unencodable(Py_ssize_t index)
+{
+    PyObject *cause = take_exception();
     if (index >= 0)
         PyErr_Format(us_InvalidKeyError,
                      "key %zd of the batch cannot be encoded as UTF-8 (%S); pass bytes, or "
                      "a str without lone surrogates",
-                     index, value ? value : Py_None);
+                     index, cause ? cause : Py_None);
     else
         PyErr_Format(us_InvalidKeyError,
                      "key cannot be encoded as UTF-8 (%S); pass bytes, or a str without lone "
                      "surrogates",
-                     value ? value : Py_None);
-    PyObject *type2, *value2, *tb2;
-    PyErr_Fetch(&type2, &value2, &tb2);
-    PyErr_NormalizeException(&type2, &value2, &tb2);
-    if (value) PyException_SetCause(value2, Py_NewRef(value));
-    PyErr_Restore(type2, value2, tb2);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
+                     cause ? cause : Py_None);
+    set_cause(cause);
 }
 
 void raise_bad_key_type(PyObject *key, Py_ssize_t index)
@@ -93,6 +102,21 @@ int parse_seed(PyObject *obj, uint32_t *seed)
     return 0;
 }
 
+int parse_hash_seed(int hash_id, PyObject *seed_obj, uint32_t *seed)
+{
+    if (parse_hash_id(hash_id) < 0) return -1;
+    return seed_obj ? parse_seed(seed_obj, seed) : 0;
+}
+
+int parse_k(unsigned long long k)
+{
+    if (k < 1 || k > US_MAX_K) {
+        PyErr_Format(PyExc_ValueError, "k must be in [1, %u], not %llu", US_MAX_K, k);
+        return -1;
+    }
+    return 0;
+}
+
 /* PyArg "O&" converter: a Python int in [0, 2**64), with OverflowError outside (the "K" format
  * would silently wrap a negative or oversized value). */
 int to_u64(PyObject *obj, void *out)
@@ -127,6 +151,49 @@ PyObject *batch_sequence(PyObject *keys)
     return tuple;
 }
 
+int batch_check_keys(PyObject *seq)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
+        if (PyUnicode_Check(key) ? PyUnicode_IS_COMPACT_ASCII(key) : PyBytes_Check(key)) continue;
+        key_bytes kb;
+        Py_INCREF(key);
+        int rc = key_get(key, &kb, i);
+        if (rc == 0) key_release(&kb);
+        Py_DECREF(key);
+        if (rc < 0) return -1;
+        if (PySequence_Fast_GET_SIZE(seq) != n) { /* encoding allocates: a finalizer may run */
+            PyErr_SetString(PyExc_RuntimeError, "the list of keys changed size during the batch");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void raise_batch_changed(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "the list of keys changed during the batch");
+}
+
+int batch_hash(PyObject *seq, Py_ssize_t start, Py_ssize_t m, int hash_id, uint64_t seed,
+               us_hash128 *out)
+{
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (batch_key_hash(seq, start + j, hash_id, seed, &out[j]) < 0) return -1;
+    return 0;
+}
+
+PyObject *u64_list(const uint64_t *values, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(values[i]);
+        if (v == NULL) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
 
 int bind_buffer(PyObject *buffer, Py_ssize_t offset, unsigned long long need,
                 Py_ssize_t count_offset, Py_buffer *view, int *readonly)
@@ -172,5 +239,120 @@ int check_shape(unsigned long long nbits, unsigned long long k, int layout,
             PyErr_SetString(PyExc_ValueError, "invalid nbits, k or layout");
         return -1;
     }
+    return 0;
+}
+
+int parse_probe_args(PyObject *args, PyObject *kwargs, const char *format, char **kwlist,
+                     unsigned long long max_nbits, PyObject **first, us_bloom *b,
+                     uint32_t *seed, int *hash_id)
+{
+    PyObject *seed_obj = NULL;
+    unsigned long long nbits, k;
+    int layout;
+    *hash_id = US_HASH_XXH3_128;
+    *seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, kwlist, first, to_u64, &nbits, to_u64,
+                                     &k, &layout, &seed_obj, hash_id))
+        return -1;
+    if (parse_hash_seed(*hash_id, seed_obj, seed) < 0) return -1;
+    if (check_shape(nbits, k, layout, max_nbits) < 0) return -1;
+    us_bloom shape = {NULL, nbits, (uint32_t)k, layout};
+    *b = shape;
+    return 0;
+}
+
+/* ---- us_bound: filter types over a caller-owned buffer ------------------------------------ */
+
+void us_bound_attach(us_bound *b, const Py_buffer *view, int readonly, Py_ssize_t count_offset)
+{
+    us_bound_unbind(b);
+    b->view = *view;
+    b->bound = 1;
+    b->readonly = readonly;
+    b->count_ptr = count_offset >= 0 ? (uint8_t *)view->buf + count_offset : NULL;
+    b->count = 0;
+}
+
+int us_bound_bind(us_bound *b, PyObject *buffer, Py_ssize_t offset, unsigned long long need,
+                  Py_ssize_t count_offset)
+{
+    Py_buffer view;
+    int readonly;
+    if (bind_buffer(buffer, offset, need, count_offset, &view, &readonly) < 0) return -1;
+    us_bound_attach(b, &view, readonly, count_offset);
+    return 0;
+}
+
+void us_bound_unbind(us_bound *b)
+{
+    b->count_ptr = NULL;
+    if (b->bound) {
+        PyBuffer_Release(&b->view);
+        b->bound = 0;
+    }
+}
+
+void us_bound_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    us_bound_unbind((us_bound *)self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+int us_bound_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    us_bound *b = (us_bound *)self;
+    if (b->bound) Py_VISIT(b->view.obj);
+    return 0;
+}
+
+int us_bound_clear(PyObject *self)
+{
+    us_bound_unbind((us_bound *)self);
+    return 0;
+}
+
+Py_ssize_t us_bound_len(PyObject *self)
+{
+    us_bound *b = (us_bound *)self;
+    if (us_bound_usable(b, 0) < 0) return -1;
+    if (b->count > (unsigned long long)PY_SSIZE_T_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "count does not fit len(); see the count attribute");
+        return -1;
+    }
+    return (Py_ssize_t)b->count;
+}
+
+PyObject *us_bound_release(PyObject *self, PyObject *unused)
+{
+    us_bound_unbind((us_bound *)self);
+    Py_RETURN_NONE;
+}
+
+PyObject *us_bound_get_closed(PyObject *self, void *closure)
+{
+    return PyBool_FromLong(!((us_bound *)self)->bound);
+}
+
+PyObject *us_bound_get_readonly(PyObject *self, void *closure)
+{
+    return PyBool_FromLong(((us_bound *)self)->readonly);
+}
+
+PyObject *us_bound_get_count(PyObject *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(((us_bound *)self)->count);
+}
+
+int us_bound_set_count_attr(PyObject *self, PyObject *value, void *closure)
+{
+    us_bound *b = (us_bound *)self;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete count");
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(value);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    us_bound_set_count(b, v); /* written through to the buffer, 0 included */
     return 0;
 }

@@ -69,27 +69,13 @@ static PyObject *mod_md5(PyObject *mod, PyObject *args, PyObject *kwargs)
 /* ---- the BitFilter type ------------------------------------------------------------------ */
 
 typedef struct {
-    PyObject_HEAD
-    Py_buffer view;
-    int bound;    /* view holds a buffer */
-    int readonly; /* the buffer is read-only: add raises */
-    int busy;     /* a batch is probing without the GIL; read/written under the GIL only */
+    us_bound base; /* the buffer, its read-only flag and the count (_binding.h) */
+    int busy;      /* a batch is probing without the GIL; read/written under the GIL only */
     us_bloom bloom;
     int hash_id; /* csrc/digest.h */
     uint32_t seed;
-    unsigned long long count; /* keys reported new (len) */
-    uint8_t *count_ptr;       /* if set, count is mirrored here (u64 LE, in the buffer) */
     PyThread_type_lock lock;
 } BitFilter;
-
-/* Keep count in the buffer too, when the buffer is a state file's mmap: then a killed process
- * leaves an exact count in the page cache, not one from its last flush. */
-static inline void add_count(BitFilter *self, unsigned long long fresh)
-{
-    if (!fresh) return;
-    self->count += fresh;
-    if (self->count_ptr) us_store64_le(self->count_ptr, self->count);
-}
 
 static void acquire(BitFilter *self)
 {
@@ -97,28 +83,6 @@ static void acquire(BitFilter *self)
         Py_BEGIN_ALLOW_THREADS
         PyThread_acquire_lock(self->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
-    }
-}
-
-static int check_usable(BitFilter *self, int write)
-{
-    if (!self->bound) {
-        PyErr_SetString(us_ClosedError, "the filter is closed");
-        return -1;
-    }
-    if (write && self->readonly) {
-        PyErr_SetString(us_ReadOnlyError, "the filter was opened read-only");
-        return -1;
-    }
-    return 0;
-}
-
-static void unbind(BitFilter *self)
-{
-    self->count_ptr = NULL;
-    if (self->bound) {
-        PyBuffer_Release(&self->view);
-        self->bound = 0;
     }
 }
 
@@ -137,23 +101,9 @@ static PyObject *BitFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwa
 static void BitFilter_dealloc(BitFilter *self)
 {
     PyObject_GC_UnTrack(self);
-    unbind(self);
+    us_bound_unbind(&self->base);
     if (self->lock) PyThread_free_lock(self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int BitFilter_traverse(BitFilter *self, visitproc visit, void *arg)
-{
-    /* A static type: a heap subclass's own traverse visits the type, so we must not. */
-    if (self->bound) Py_VISIT(self->view.obj);
-    return 0;
-}
-
-static int BitFilter_clear(BitFilter *self)
-{
-    /* Called only when the object is unreachable, so no batch can be running. */
-    unbind(self);
-    return 0;
 }
 
 static int BitFilter_init(BitFilter *self, PyObject *args, PyObject *kwargs)
@@ -168,11 +118,7 @@ static int BitFilter_init(BitFilter *self, PyObject *args, PyObject *kwargs)
                                      &offset, to_u64, &nbits, to_u64, &k64, &layout, &seed_obj,
                                      to_u64, &count, &count_offset, &hash_id))
         return -1;
-    if (parse_hash_id(hash_id) < 0) return -1;
-    if (k64 < 1 || k64 > US_MAX_K) {
-        PyErr_Format(PyExc_ValueError, "k must be in [1, %u], not %llu", US_MAX_K, k64);
-        return -1;
-    }
+    if (parse_hash_id(hash_id) < 0 || parse_k(k64) < 0) return -1;
     unsigned int k = (unsigned int)k64;
     uint32_t seed = 0;
     if (seed_obj && parse_seed(seed_obj, &seed) < 0) return -1;
@@ -198,19 +144,14 @@ static int BitFilter_init(BitFilter *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_RuntimeError, "cannot re-initialize a filter in use");
         return -1;
     }
-    unbind(self);
-    self->view = view;
-    self->bound = 1;
-    self->readonly = readonly;
+    us_bound_attach(&self->base, &view, readonly, count_offset);
     self->bloom.bits = (uint8_t *)view.buf + offset;
     self->bloom.nbits = nbits;
     self->bloom.k = k;
     self->bloom.layout = layout;
     self->seed = seed;
     self->hash_id = hash_id;
-    self->count_ptr = count_offset >= 0 ? (uint8_t *)view.buf + count_offset : NULL;
-    self->count = 0;
-    add_count(self, count);
+    us_bound_add_count(&self->base, count);
     PyThread_release_lock(self->lock);
     return 0;
 }
@@ -227,17 +168,17 @@ static PyObject *BitFilter_add(BitFilter *self, PyObject *key)
     int fresh;
     if (self->busy) { /* a batch holds the bits: wait for it */
         acquire(self);
-        if (check_usable(self, 1) < 0) {
+        if (us_bound_usable(&self->base, 1) < 0) {
             PyThread_release_lock(self->lock);
             return NULL;
         }
         fresh = us_bloom_test_and_set(&self->bloom, h);
-        add_count(self, (unsigned)fresh);
+        us_bound_add_count(&self->base, (unsigned)fresh);
         PyThread_release_lock(self->lock);
     } else {
-        if (check_usable(self, 1) < 0) return NULL;
+        if (us_bound_usable(&self->base, 1) < 0) return NULL;
         fresh = us_bloom_test_and_set(&self->bloom, h);
-        add_count(self, (unsigned)fresh);
+        us_bound_add_count(&self->base, (unsigned)fresh);
     }
     return PyBool_FromLong(fresh);
 }
@@ -249,27 +190,17 @@ static int BitFilter_contains(BitFilter *self, PyObject *key)
     int present;
     if (self->busy) {
         acquire(self);
-        if (check_usable(self, 0) < 0) {
+        if (us_bound_usable(&self->base, 0) < 0) {
             PyThread_release_lock(self->lock);
             return -1;
         }
         present = us_bloom_test(&self->bloom, h);
         PyThread_release_lock(self->lock);
     } else {
-        if (check_usable(self, 0) < 0) return -1;
+        if (us_bound_usable(&self->base, 0) < 0) return -1;
         present = us_bloom_test(&self->bloom, h);
     }
     return present;
-}
-
-static Py_ssize_t BitFilter_len(BitFilter *self)
-{
-    if (check_usable(self, 0) < 0) return -1;
-    if (self->count > (unsigned long long)PY_SSIZE_T_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "count does not fit len(); see the count attribute");
-        return -1;
-    }
-    return (Py_ssize_t)self->count;
 }
 
 /* Keys per chunk: hashed with the GIL, then probed without it. 64K digests are 1 MiB (they stay
@@ -282,49 +213,12 @@ static Py_ssize_t BitFilter_len(BitFilter *self)
  * glibc serves a freed block of that size again from its heap, without fresh page faults. */
 #define WHOLE_MAX (1 << 21)
 
-/* Every key of the batch must be hashable before any bit changes: a bad key at position 900000
- * must not leave the first 899999 applied, since the caller would never learn which were new.
- * For batches of more than one chunk, this pass reads only each object's type and flags (an ASCII str or bytes cannot fail); a
- * non-ASCII str gets its UTF-8 form made and cached here. It replaces a 16-bytes-per-key digest
- * array for the whole batch, whose fresh pages cost more than the pass (6.5 us per 4 KiB page
- * fault on the benchmark VM: 0.5 s for 20M keys). */
-static int validate_batch(PyObject *seq)
-{
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        /* Encoding allocates, which may run a finalizer that changes a list: re-check. */
-        if (PySequence_Fast_GET_SIZE(seq) != n) {
-            PyErr_SetString(PyExc_RuntimeError, "the list of keys changed size during the batch");
-            return -1;
-        }
-        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
-        if (PyUnicode_Check(key)) {
-            if (PyUnicode_IS_COMPACT_ASCII(key)) continue;
-            Py_INCREF(key);
-            const char *utf8 = PyUnicode_AsUTF8AndSize(key, NULL);
-            Py_DECREF(key);
-            if (utf8 == NULL) {
-                if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) raise_unencodable(i);
-                return -1;
-            }
-        } else if (!PyBytes_Check(key)) {
-            key_bytes kb;
-            Py_INCREF(key);
-            int rc = key_get(key, &kb, i);
-            if (rc == 0) key_release(&kb);
-            Py_DECREF(key);
-            if (rc < 0) return -1;
-        }
-    }
-    return 0;
-}
-
 enum batch_mode { BATCH_ADD_LIST, BATCH_ADD_COUNT, BATCH_TEST_LIST };
 
 static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode)
 {
     int write = mode != BATCH_TEST_LIST;
-    if (check_usable(self, write) < 0) return NULL;
+    if (us_bound_usable(&self->base, write) < 0) return NULL;
     PyObject *seq = batch_sequence(keys);
     if (seq == NULL) return NULL;
     PyObject *result = NULL;
@@ -332,7 +226,11 @@ static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode
     uint8_t *flags = NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     Py_ssize_t chunk = n <= WHOLE_MAX ? (n ? n : 1) : CHUNK;
-    if (chunk < n && validate_batch(seq) < 0) goto fail;
+    /* Every key must be hashable before any bit changes. One chunk's hash pass proves that; for
+     * more, a pass that reads only each object's type and flags replaces a 16-bytes-per-key
+     * digest array for the whole batch, whose fresh pages cost more than the pass (6.5 us per
+     * 4 KiB page fault on the benchmark VM: 0.5 s for 20M keys). */
+    if (chunk < n && batch_check_keys(seq) < 0) goto fail;
     digests = PyMem_RawMalloc((size_t)chunk * sizeof(us_hash128));
     flags = PyMem_RawMalloc((size_t)chunk);
     if (digests == NULL || flags == NULL) {
@@ -342,7 +240,7 @@ static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode
     if (mode != BATCH_ADD_COUNT && (result = PyList_New(n)) == NULL) goto fail;
 
     acquire(self);
-    if (check_usable(self, write) < 0) { /* closed while we waited */
+    if (us_bound_usable(&self->base, write) < 0) { /* closed while we waited */
         PyThread_release_lock(self->lock);
         goto fail;
     }
@@ -353,32 +251,16 @@ static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode
         Py_ssize_t m = n - done < chunk ? n - done : chunk;
         /* Another thread may have changed a list while we probed without the GIL: then only
          * the chunks before this one are applied, and the error says how many keys that is. */
-        int broken = PySequence_Fast_GET_SIZE(seq) < done + m;
-        for (Py_ssize_t j = 0; j < m && !broken; j++) {
-            PyObject *key = PySequence_Fast_GET_ITEM(seq, done + j);
-            Py_INCREF(key);
-            broken = key_hash(key, self->hash_id, self->seed, &digests[j], done + j) < 0;
-            Py_DECREF(key);
-        }
+        int broken = PySequence_Fast_GET_SIZE(seq) < done + m ||
+                     batch_hash(seq, done, m, self->hash_id, self->seed, digests) < 0;
         if (broken && done == 0 && PyErr_Occurred()) break; /* nothing applied: the key's error */
         if (broken) {
-            PyObject *type = NULL, *cause = NULL, *tb = NULL;
-            PyErr_Fetch(&type, &cause, &tb);
-            PyErr_NormalizeException(&type, &cause, &tb);
+            PyObject *cause = take_exception();
             PyErr_Format(PyExc_RuntimeError,
                          "the list of keys changed during the batch (another thread?): the first "
                          "%zd keys were processed, the rest were not",
                          done);
-            if (cause != NULL) {
-                PyObject *t2, *v2, *tb2;
-                PyErr_Fetch(&t2, &v2, &tb2);
-                PyErr_NormalizeException(&t2, &v2, &tb2);
-                PyException_SetCause(v2, Py_NewRef(cause));
-                PyErr_Restore(t2, v2, tb2);
-            }
-            Py_XDECREF(type);
-            Py_XDECREF(cause);
-            Py_XDECREF(tb);
+            set_cause(cause);
             break;
         }
         size_t fresh = 0;
@@ -394,7 +276,7 @@ static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode
             for (Py_ssize_t j = 0; j < m; j++)
                 PyList_SET_ITEM(result, done + j, Py_NewRef(flags[j] ? Py_True : Py_False));
     }
-    if (write) add_count(self, hits);
+    if (write) us_bound_add_count(&self->base, hits);
     self->busy = 0;
     PyThread_release_lock(self->lock);
     if (done < n) goto fail;
@@ -418,29 +300,20 @@ PyDoc_STRVAR(add_many_doc,
              "was new. A key repeated within the batch is new only the first time. Every key is\n"
              "checked before any bit changes, so a bad key raises and leaves the filter as it was.");
 
-static PyObject *BitFilter_add_many(BitFilter *self, PyObject *keys)
-{
-    return run_batch(self, keys, BATCH_ADD_LIST);
-}
+US_BATCH_METHOD(BitFilter_add_many, BitFilter, run_batch, BATCH_ADD_LIST)
 
 PyDoc_STRVAR(update_doc,
              "update(keys) -> int\n\n"
              "Like add_many, but return only the number of new keys (no list is built).");
 
-static PyObject *BitFilter_update(BitFilter *self, PyObject *keys)
-{
-    return run_batch(self, keys, BATCH_ADD_COUNT);
-}
+US_BATCH_METHOD(BitFilter_update, BitFilter, run_batch, BATCH_ADD_COUNT)
 
 PyDoc_STRVAR(contains_many_doc,
              "contains_many(keys) -> list[bool]\n\n"
              "Test every key of an iterable without writing; element i is True if key i is\n"
              "(probably) present.");
 
-static PyObject *BitFilter_contains_many(BitFilter *self, PyObject *keys)
-{
-    return run_batch(self, keys, BATCH_TEST_LIST);
-}
+US_BATCH_METHOD(BitFilter_contains_many, BitFilter, run_batch, BATCH_TEST_LIST)
 
 PyDoc_STRVAR(positions_doc,
              "positions(key) -> list[int]\n\n"
@@ -449,22 +322,12 @@ PyDoc_STRVAR(positions_doc,
 
 static PyObject *BitFilter_positions(BitFilter *self, PyObject *key)
 {
-    if (check_usable(self, 0) < 0) return NULL;
+    if (us_bound_usable(&self->base, 0) < 0) return NULL;
     us_hash128 h;
     if (key_hash(key, self->hash_id, self->seed, &h, -1) < 0) return NULL;
     uint64_t pos[US_MAX_K];
     us_bloom_positions(&self->bloom, h, pos);
-    PyObject *out = PyList_New(self->bloom.k);
-    if (out == NULL) return NULL;
-    for (uint32_t i = 0; i < self->bloom.k; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(pos[i]);
-        if (v == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, v);
-    }
-    return out;
+    return u64_list(pos, self->bloom.k);
 }
 
 PyDoc_STRVAR(popcount_doc,
@@ -473,7 +336,7 @@ PyDoc_STRVAR(popcount_doc,
 
 static PyObject *BitFilter_popcount(BitFilter *self, PyObject *unused)
 {
-    if (check_usable(self, 0) < 0) return NULL;
+    if (us_bound_usable(&self->base, 0) < 0) return NULL;
     acquire(self);
     uint64_t ones;
     Py_BEGIN_ALLOW_THREADS
@@ -497,7 +360,7 @@ static PyObject *BitFilter_merge_bits(BitFilter *self, PyObject *other_obj)
         return NULL;
     }
     BitFilter *other = (BitFilter *)other_obj;
-    if (check_usable(self, 1) < 0 || check_usable(other, 0) < 0) return NULL;
+    if (us_bound_usable(&self->base, 1) < 0 || us_bound_usable(&other->base, 0) < 0) return NULL;
     if (other->bloom.nbits != self->bloom.nbits) {
         PyErr_SetString(PyExc_ValueError, "filters differ in size");
         return NULL;
@@ -519,32 +382,16 @@ PyDoc_STRVAR(release_doc,
 static PyObject *BitFilter_release(BitFilter *self, PyObject *unused)
 {
     acquire(self);
-    unbind(self);
+    us_bound_unbind(&self->base);
     PyThread_release_lock(self->lock);
     Py_RETURN_NONE;
 }
 
-static PyObject *get_nbits(BitFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->bloom.nbits); }
-static PyObject *get_k(BitFilter *self, void *c) { return PyLong_FromUnsignedLong(self->bloom.k); }
-static PyObject *get_layout(BitFilter *self, void *c) { return PyLong_FromLong(self->bloom.layout); }
-static PyObject *get_seed(BitFilter *self, void *c) { return PyLong_FromUnsignedLong(self->seed); }
-static PyObject *get_hash(BitFilter *self, void *c) { return PyLong_FromLong(self->hash_id); }
-static PyObject *get_closed(BitFilter *self, void *c) { return PyBool_FromLong(!self->bound); }
-static PyObject *get_readonly(BitFilter *self, void *c) { return PyBool_FromLong(self->readonly); }
-static PyObject *get_count(BitFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->count); }
-
-static int set_count(BitFilter *self, PyObject *value, void *c)
-{
-    if (value == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "cannot delete count");
-        return -1;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(value);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    self->count = 0;
-    add_count(self, v);
-    return 0;
-}
+US_GETTER(get_nbits, BitFilter, PyLong_FromUnsignedLongLong(self->bloom.nbits))
+US_GETTER(get_k, BitFilter, PyLong_FromUnsignedLong(self->bloom.k))
+US_GETTER(get_layout, BitFilter, PyLong_FromLong(self->bloom.layout))
+US_GETTER(get_seed, BitFilter, PyLong_FromUnsignedLong(self->seed))
+US_GETTER(get_hash, BitFilter, PyLong_FromLong(self->hash_id))
 
 static PyGetSetDef BitFilter_getset[] = {
     {"nbits", (getter)get_nbits, NULL, "Number of bits in the filter.", NULL},
@@ -552,9 +399,7 @@ static PyGetSetDef BitFilter_getset[] = {
     {"layout", (getter)get_layout, NULL, "0 = standard, 1 = blocked (512-bit blocks).", NULL},
     {"seed", (getter)get_seed, NULL, "Hash seed.", NULL},
     {"hash", (getter)get_hash, NULL, "Hash id: 0 = XXH3-128, 1 = MurmurHash3 x64-128.", NULL},
-    {"closed", (getter)get_closed, NULL, "True once the buffer was released.", NULL},
-    {"readonly", (getter)get_readonly, NULL, "True if the buffer is read-only.", NULL},
-    {"count", (getter)get_count, (setter)set_count, "Keys reported new (len(filter)).", NULL},
+    US_BOUND_GETSET(us_bound_set_count_attr, "Keys reported new (len(filter))."),
     {NULL},
 };
 
@@ -571,7 +416,7 @@ static PyMethodDef BitFilter_methods[] = {
 };
 
 static PySequenceMethods BitFilter_as_sequence = {
-    .sq_length = (lenfunc)BitFilter_len,
+    .sq_length = us_bound_len,
     .sq_contains = (objobjproc)BitFilter_contains,
 };
 
@@ -591,8 +436,8 @@ static PyTypeObject BitFilterType = {
     .tp_as_sequence = &BitFilter_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = BitFilter_doc,
-    .tp_traverse = (traverseproc)BitFilter_traverse,
-    .tp_clear = (inquiry)BitFilter_clear,
+    .tp_traverse = us_bound_traverse,
+    .tp_clear = us_bound_clear, /* only when unreachable: no batch can be running */
     .tp_methods = BitFilter_methods,
     .tp_getset = BitFilter_getset,
     .tp_init = (initproc)BitFilter_init,
@@ -608,32 +453,18 @@ PyDoc_STRVAR(positions_fn_doc,
 static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"key", "nbits", "k", "layout", "seed", "hash", NULL};
-    PyObject *key, *seed_obj = NULL;
-    unsigned long long nbits, k;
-    int layout, hash_id = US_HASH_XXH3_128;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&O&i|Oi:positions", kwlist, &key, to_u64,
-                                     &nbits, to_u64, &k, &layout, &seed_obj, &hash_id))
+    PyObject *key;
+    us_bloom b;
+    uint32_t seed;
+    int hash_id;
+    if (parse_probe_args(args, kwargs, "OO&O&i|Oi:positions", kwlist, 0, &key, &b, &seed,
+                         &hash_id) < 0)
         return NULL;
-    if (parse_hash_id(hash_id) < 0) return NULL;
-    uint32_t seed = 0;
-    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
-    if (check_shape(nbits, k, layout, 0) < 0) return NULL;
     us_hash128 h;
     if (key_hash(key, hash_id, seed, &h, -1) < 0) return NULL;
-    us_bloom b = {NULL, nbits, (uint32_t)k, layout};
     uint64_t pos[US_MAX_K];
     us_bloom_positions(&b, h, pos);
-    PyObject *out = PyList_New(k);
-    if (out == NULL) return NULL;
-    for (uint32_t i = 0; i < k; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(pos[i]);
-        if (v == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, v);
-    }
-    return out;
+    return u64_list(pos, b.k);
 }
 
 PyDoc_STRVAR(set_prefetch_doc,
@@ -671,9 +502,6 @@ static struct PyModuleDef core_module = {
     "buffers.",
     -1, module_methods,
 };
-
-/* Defined in _mdbf.c: adds MDBFilter (the multi-dimensional Bloom filter) to the module. */
-int us_mdbf_add_types(PyObject *module);
 
 PyMODINIT_FUNC PyInit__core(void)
 {

@@ -250,63 +250,12 @@ static PyTypeObject FingerprintCacheType = {
 /* ---- CountingFilter ----------------------------------------------------------------------- */
 
 typedef struct {
-    PyObject_HEAD
-    Py_buffer view;
-    int bound;
-    int readonly;
+    us_bound base; /* the buffer, its read-only flag and the count (_binding.h); the count is of
+                    * keys reported new and not removed */
     us_counters c;
     int hash_id;
     uint32_t seed;
-    unsigned long long count; /* keys reported new and not removed */
-    uint8_t *count_ptr;       /* if set, count is mirrored here (u64 LE, in the buffer) */
 } CountingFilter;
-
-static inline void set_count(CountingFilter *self, unsigned long long count)
-{
-    self->count = count;
-    if (self->count_ptr) us_store64_le(self->count_ptr, count);
-}
-
-static int usable(CountingFilter *self, int write)
-{
-    if (!self->bound) {
-        PyErr_SetString(us_ClosedError, "the filter is closed");
-        return -1;
-    }
-    if (write && self->readonly) {
-        PyErr_SetString(us_ReadOnlyError, "the filter was opened read-only");
-        return -1;
-    }
-    return 0;
-}
-
-static void counting_unbind(CountingFilter *self)
-{
-    self->count_ptr = NULL;
-    if (self->bound) {
-        PyBuffer_Release(&self->view);
-        self->bound = 0;
-    }
-}
-
-static void CountingFilter_dealloc(CountingFilter *self)
-{
-    PyObject_GC_UnTrack(self);
-    counting_unbind(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int CountingFilter_traverse(CountingFilter *self, visitproc visit, void *arg)
-{
-    if (self->bound) Py_VISIT(self->view.obj);
-    return 0;
-}
-
-static int CountingFilter_clear(CountingFilter *self)
-{
-    counting_unbind(self);
-    return 0;
-}
 
 static int CountingFilter_init(CountingFilter *self, PyObject *args, PyObject *kwargs)
 {
@@ -320,11 +269,7 @@ static int CountingFilter_init(CountingFilter *self, PyObject *args, PyObject *k
                                      &buffer, &offset, to_u64, &m, to_u64, &k64, &width,
                                      &seed_obj, to_u64, &count, &count_offset, &hash_id))
         return -1;
-    if (parse_hash_id(hash_id) < 0) return -1;
-    if (k64 < 1 || k64 > US_MAX_K) {
-        PyErr_Format(PyExc_ValueError, "k must be in [1, %u], not %llu", US_MAX_K, k64);
-        return -1;
-    }
+    if (parse_hash_id(hash_id) < 0 || parse_k(k64) < 0) return -1;
     if (width != 2 && width != 4 && width != 8) {
         PyErr_Format(PyExc_ValueError, "counter_bits must be 2, 4 or 8, not %d", width);
         return -1;
@@ -335,23 +280,15 @@ static int CountingFilter_init(CountingFilter *self, PyObject *args, PyObject *k
     }
     uint32_t seed = 0;
     if (seed_obj && parse_seed(seed_obj, &seed) < 0) return -1;
-    Py_buffer view;
-    int readonly;
-    if (bind_buffer(buffer, offset, (m * (unsigned)width + 7) / 8, count_offset, &view,
-                    &readonly) < 0)
-        return -1;
-    counting_unbind(self);
-    self->view = view;
-    self->bound = 1;
-    self->readonly = readonly;
-    self->c.cells = (uint8_t *)view.buf + offset;
+    unsigned long long need = (m * (unsigned)width + 7) / 8;
+    if (us_bound_bind(&self->base, buffer, offset, need, count_offset) < 0) return -1;
+    self->c.cells = (uint8_t *)self->base.view.buf + offset;
     self->c.m = m;
     self->c.k = (uint32_t)k64;
     self->c.width = (uint32_t)width;
     self->seed = seed;
     self->hash_id = hash_id;
-    self->count_ptr = count_offset >= 0 ? (uint8_t *)view.buf + count_offset : NULL;
-    set_count(self, count);
+    us_bound_set_count(&self->base, count);
     return 0;
 }
 
@@ -370,17 +307,17 @@ PyDoc_STRVAR(cf_add_doc,
 static PyObject *CountingFilter_add(CountingFilter *self, PyObject *key)
 {
     us_hash128 h;
-    if (usable(self, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
+    if (us_bound_usable(&self->base, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
     if (us_counting_test(&self->c, h)) Py_RETURN_FALSE;
     us_counting_add(&self->c, h, NULL, NULL);
-    set_count(self, self->count + 1);
+    us_bound_set_count(&self->base, self->base.count + 1);
     Py_RETURN_TRUE;
 }
 
 static int CountingFilter_contains(CountingFilter *self, PyObject *key)
 {
     us_hash128 h;
-    if (usable(self, 0) < 0 || hash_key(self, key, &h, -1) < 0) return -1;
+    if (us_bound_usable(&self->base, 0) < 0 || hash_key(self, key, &h, -1) < 0) return -1;
     return us_counting_test(&self->c, h);
 }
 
@@ -393,16 +330,17 @@ PyDoc_STRVAR(cf_remove_doc,
 static PyObject *CountingFilter_remove(CountingFilter *self, PyObject *key)
 {
     us_hash128 h;
-    if (usable(self, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
+    if (us_bound_usable(&self->base, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
     if (!us_counting_remove(&self->c, h, NULL, NULL)) Py_RETURN_FALSE;
-    if (self->count) set_count(self, self->count - 1);
+    if (self->base.count) us_bound_set_count(&self->base, self->base.count - 1);
     Py_RETURN_TRUE;
 }
 
 static Py_ssize_t CountingFilter_len(CountingFilter *self)
 {
-    if (usable(self, 0) < 0) return -1;
-    return (Py_ssize_t)(self->count > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : self->count);
+    if (us_bound_usable(&self->base, 0) < 0) return -1;
+    unsigned long long count = self->base.count;
+    return (Py_ssize_t)(count > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : count);
 }
 
 /* -- batches: every key hashed first, then applied in order -- */
@@ -418,17 +356,9 @@ static us_hash128 *hash_batch(CountingFilter *self, PyObject *seq, Py_ssize_t *n
         PyErr_NoMemory();
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
-        Py_INCREF(key);
-        int rc = hash_key(self, key, &h[i], i);
-        Py_DECREF(key);
-        if (rc < 0 || PySequence_Fast_GET_SIZE(seq) != *n) {
-            if (rc == 0)
-                PyErr_SetString(PyExc_RuntimeError, "the list of keys changed during the batch");
-            PyMem_RawFree(h);
-            return NULL;
-        }
+    if (batch_hash(seq, 0, *n, self->hash_id, self->seed, h) < 0) {
+        PyMem_RawFree(h);
+        return NULL;
     }
     return h;
 }
@@ -437,7 +367,7 @@ enum counting_op { OP_ADD, OP_TEST, OP_REMOVE };
 
 static PyObject *counting_batch(CountingFilter *self, PyObject *keys, enum counting_op op)
 {
-    if (usable(self, op != OP_TEST) < 0) return NULL;
+    if (us_bound_usable(&self->base, op != OP_TEST) < 0) return NULL;
     PyObject *seq = batch_sequence(keys);
     if (seq == NULL) return NULL;
     Py_ssize_t n;
@@ -449,7 +379,7 @@ static PyObject *counting_batch(CountingFilter *self, PyObject *keys, enum count
         PyMem_RawFree(h);
         return NULL;
     }
-    unsigned long long count = self->count;
+    unsigned long long count = self->base.count;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
         int yes;
@@ -467,25 +397,16 @@ static PyObject *counting_batch(CountingFilter *self, PyObject *keys, enum count
         }
         PyList_SET_ITEM(result, i, Py_NewRef(yes ? Py_True : Py_False));
     }
-    if (op != OP_TEST) set_count(self, count);
+    if (op != OP_TEST) us_bound_set_count(&self->base, count);
     PyMem_RawFree(h);
     return result;
 }
 
-static PyObject *CountingFilter_add_many(CountingFilter *self, PyObject *keys)
-{
-    return counting_batch(self, keys, OP_ADD);
-}
+US_BATCH_METHOD(CountingFilter_add_many, CountingFilter, counting_batch, OP_ADD)
 
-static PyObject *CountingFilter_contains_many(CountingFilter *self, PyObject *keys)
-{
-    return counting_batch(self, keys, OP_TEST);
-}
+US_BATCH_METHOD(CountingFilter_contains_many, CountingFilter, counting_batch, OP_TEST)
 
-static PyObject *CountingFilter_remove_many(CountingFilter *self, PyObject *keys)
-{
-    return counting_batch(self, keys, OP_REMOVE);
-}
+US_BATCH_METHOD(CountingFilter_remove_many, CountingFilter, counting_batch, OP_REMOVE)
 
 /* -- digest-level access for the exact filter -- */
 
@@ -528,20 +449,10 @@ PyDoc_STRVAR(cf_indices_doc,
 static PyObject *CountingFilter_indices(CountingFilter *self, PyObject *arg)
 {
     us_hash128 h;
-    if (usable(self, 0) < 0 || bytes_to_digest(arg, &h) < 0) return NULL;
+    if (us_bound_usable(&self->base, 0) < 0 || bytes_to_digest(arg, &h) < 0) return NULL;
     uint64_t idx[US_MAX_K];
     us_standard_indices(h, self->c.m, self->c.k, idx);
-    PyObject *list = PyList_New(self->c.k);
-    if (list == NULL) return NULL;
-    for (uint32_t i = 0; i < self->c.k; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(idx[i]);
-        if (v == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, v);
-    }
-    return list;
+    return u64_list(idx, self->c.k);
 }
 
 /* Apply increments (add=1) or decrements to a list of digests; returns the overflow events. A
@@ -549,7 +460,7 @@ static PyObject *CountingFilter_indices(CountingFilter *self, PyObject *arg)
  * ones before it were applied: the caller then rebuilds the counters from its library. */
 static PyObject *apply_digests(CountingFilter *self, PyObject *fps, int add)
 {
-    if (usable(self, 1) < 0) return NULL;
+    if (us_bound_usable(&self->base, 1) < 0) return NULL;
     PyObject *seq = PySequence_Fast(fps, "expected a sequence of 16-byte digests");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -617,7 +528,7 @@ static int counter_index(CountingFilter *self, PyObject *obj, uint64_t *i)
 static PyObject *CountingFilter_get(CountingFilter *self, PyObject *arg)
 {
     uint64_t i;
-    if (usable(self, 0) < 0 || counter_index(self, arg, &i) < 0) return NULL;
+    if (us_bound_usable(&self->base, 0) < 0 || counter_index(self, arg, &i) < 0) return NULL;
     return PyLong_FromUnsignedLong(us_counter_get(&self->c, i));
 }
 
@@ -627,7 +538,7 @@ static PyObject *CountingFilter_set(CountingFilter *self, PyObject *args)
     unsigned int v;
     uint64_t i;
     if (!PyArg_ParseTuple(args, "OI:_set", &iobj, &v)) return NULL;
-    if (usable(self, 1) < 0 || counter_index(self, iobj, &i) < 0) return NULL;
+    if (us_bound_usable(&self->base, 1) < 0 || counter_index(self, iobj, &i) < 0) return NULL;
     if (v > us_counter_max(&self->c)) {
         PyErr_Format(PyExc_ValueError, "counter value %u above the maximum %u", v,
                      us_counter_max(&self->c));
@@ -639,35 +550,18 @@ static PyObject *CountingFilter_set(CountingFilter *self, PyObject *args)
 
 static PyObject *CountingFilter_zero(CountingFilter *self, PyObject *unused)
 {
-    if (usable(self, 1) < 0) return NULL;
+    if (us_bound_usable(&self->base, 1) < 0) return NULL;
     memset(self->c.cells, 0, (size_t)((self->c.m * self->c.width + 7) / 8));
-    set_count(self, 0);
+    us_bound_set_count(&self->base, 0);
     Py_RETURN_NONE;
 }
 
 static PyObject *CountingFilter_histogram(CountingFilter *self, PyObject *unused)
 {
-    if (usable(self, 0) < 0) return NULL;
+    if (us_bound_usable(&self->base, 0) < 0) return NULL;
     uint64_t hist[256] = {0};
     us_counting_histogram(&self->c, hist);
-    unsigned max = us_counter_max(&self->c);
-    PyObject *list = PyList_New(max + 1);
-    if (list == NULL) return NULL;
-    for (unsigned v = 0; v <= max; v++) {
-        PyObject *x = PyLong_FromUnsignedLongLong(hist[v]);
-        if (x == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, v, x);
-    }
-    return list;
-}
-
-static PyObject *CountingFilter_release(CountingFilter *self, PyObject *unused)
-{
-    counting_unbind(self);
-    Py_RETURN_NONE;
+    return u64_list(hist, (size_t)us_counter_max(&self->c) + 1);
 }
 
 /* -- the exact filter's batch step -- */
@@ -695,7 +589,7 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
         }
         cache = &((FingerprintCache *)cache_obj)->cache;
     }
-    if (usable(self, 1) < 0) return NULL;
+    if (us_bound_usable(&self->base, 1) < 0) return NULL;
     PyObject *seq = batch_sequence(keys);
     if (seq == NULL) return NULL;
     Py_ssize_t n;
@@ -706,7 +600,7 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
     PyObject *spills = PyList_New(0), *events = PyList_New(0);
     if (!flags || !fresh || !ask || !spills || !events) goto fail;
     us_overflow ev[US_MAX_K];
-    unsigned long long count = self->count;
+    unsigned long long count = self->base.count;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
         uint8_t fp[16];
@@ -742,7 +636,7 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
         }
         PyList_SET_ITEM(flags, i, Py_NewRef(flag));
     }
-    set_count(self, count);
+    us_bound_set_count(&self->base, count);
     PyMem_RawFree(h);
     return Py_BuildValue("(NNNNN)", flags, fresh, ask, spills, events);
 fail:
@@ -759,15 +653,13 @@ fail:
 
 /* -- attributes and type -- */
 
-static PyObject *cf_get_m(CountingFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->c.m); }
-static PyObject *cf_get_k(CountingFilter *self, void *c) { return PyLong_FromUnsignedLong(self->c.k); }
-static PyObject *cf_get_width(CountingFilter *self, void *c) { return PyLong_FromUnsignedLong(self->c.width); }
-static PyObject *cf_get_seed(CountingFilter *self, void *c) { return PyLong_FromUnsignedLong(self->seed); }
-static PyObject *cf_get_hash(CountingFilter *self, void *c) { return PyLong_FromLong(self->hash_id); }
-static PyObject *cf_get_closed(CountingFilter *self, void *c) { return PyBool_FromLong(!self->bound); }
-static PyObject *cf_get_readonly(CountingFilter *self, void *c) { return PyBool_FromLong(self->readonly); }
-static PyObject *cf_get_count(CountingFilter *self, void *c) { return PyLong_FromUnsignedLongLong(self->count); }
+US_GETTER(cf_get_m, CountingFilter, PyLong_FromUnsignedLongLong(self->c.m))
+US_GETTER(cf_get_k, CountingFilter, PyLong_FromUnsignedLong(self->c.k))
+US_GETTER(cf_get_width, CountingFilter, PyLong_FromUnsignedLong(self->c.width))
+US_GETTER(cf_get_seed, CountingFilter, PyLong_FromUnsignedLong(self->seed))
+US_GETTER(cf_get_hash, CountingFilter, PyLong_FromLong(self->hash_id))
 
+/* Unlike BitFilter's (us_bound_set_count_attr), this one also writes a count of 0 through. */
 static int cf_set_count(CountingFilter *self, PyObject *value, void *c)
 {
     unsigned long long v;
@@ -776,7 +668,7 @@ static int cf_set_count(CountingFilter *self, PyObject *value, void *c)
         return -1;
     }
     if (!to_u64(value, &v)) return -1;
-    set_count(self, v);
+    us_bound_set_count(&self->base, v);
     return 0;
 }
 
@@ -786,9 +678,7 @@ static PyGetSetDef CountingFilter_getset[] = {
     {"counter_bits", (getter)cf_get_width, NULL, "Bits per counter (2, 4 or 8).", NULL},
     {"seed", (getter)cf_get_seed, NULL, "Hash seed.", NULL},
     {"hash", (getter)cf_get_hash, NULL, "Hash id (csrc/digest.h).", NULL},
-    {"closed", (getter)cf_get_closed, NULL, "True once the counters were released.", NULL},
-    {"readonly", (getter)cf_get_readonly, NULL, "True if the buffer is read-only.", NULL},
-    {"count", (getter)cf_get_count, (setter)cf_set_count, "Keys counted in.", NULL},
+    US_BOUND_GETSET(cf_set_count, "Keys counted in."),
     {NULL},
 };
 
@@ -811,7 +701,7 @@ static PyMethodDef CountingFilter_methods[] = {
     {"_histogram", (PyCFunction)CountingFilter_histogram, METH_NOARGS,
      "_histogram() -> list[int]: how many counters hold each value 0 .. max (reads all)."},
     {"_exact_step", (PyCFunction)CountingFilter_exact_step, METH_VARARGS, cf_exact_step_doc},
-    {"_release", (PyCFunction)CountingFilter_release, METH_NOARGS,
+    {"_release", us_bound_release, METH_NOARGS,
      "_release(): let go of the buffer (the filter is closed afterwards)."},
     {NULL},
 };
@@ -829,10 +719,10 @@ PyDoc_STRVAR(CountingFilter_doc,
 static PyTypeObject CountingFilterType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "urlseen._core.CountingFilter",
     .tp_basicsize = sizeof(CountingFilter),
-    .tp_dealloc = (destructor)CountingFilter_dealloc,
+    .tp_dealloc = us_bound_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)CountingFilter_traverse,
-    .tp_clear = (inquiry)CountingFilter_clear,
+    .tp_traverse = us_bound_traverse,
+    .tp_clear = us_bound_clear,
     .tp_doc = CountingFilter_doc,
     .tp_methods = CountingFilter_methods,
     .tp_getset = CountingFilter_getset,
@@ -854,18 +744,15 @@ static PyObject *mod_digests(PyObject *mod, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iO:digests", kwlist, &keys, &hash_id,
                                      &seed_obj))
         return NULL;
-    if (parse_hash_id(hash_id) < 0 || (seed_obj && parse_seed(seed_obj, &seed) < 0)) return NULL;
+    if (parse_hash_seed(hash_id, seed_obj, &seed) < 0) return NULL;
     PyObject *seq = batch_sequence(keys);
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
         us_hash128 h;
-        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
-        PyObject *d = NULL;
-        Py_INCREF(key);
-        if (key_hash(key, hash_id, seed, &h, i) == 0) d = digest_bytes(h.h1, h.h2);
-        Py_DECREF(key);
+        PyObject *d = batch_key_hash(seq, i, hash_id, seed, &h) == 0 ? digest_bytes(h.h1, h.h2)
+                                                                      : NULL;
         if (d == NULL) Py_CLEAR(out);
         else PyList_SET_ITEM(out, i, d);
     }

@@ -12,63 +12,10 @@
 #include "csrc/mdbf.h"
 
 typedef struct {
-    PyObject_HEAD
-    Py_buffer view;
-    int bound;
-    int readonly;
+    us_bound base; /* the buffer, its read-only flag and the count (_binding.h) */
     int rule;
     us_mdbf f;
-    unsigned long long count;
-    uint8_t *count_ptr; /* if set, count is mirrored here (u64 LE, a state file's header) */
 } MDBFilter;
-
-static inline void add_count(MDBFilter *self, unsigned long long fresh)
-{
-    if (!fresh) return;
-    self->count += fresh;
-    if (self->count_ptr) us_store64_le(self->count_ptr, self->count);
-}
-
-static int check_usable(MDBFilter *self, int write)
-{
-    if (!self->bound) {
-        PyErr_SetString(us_ClosedError, "the filter is closed");
-        return -1;
-    }
-    if (write && self->readonly) {
-        PyErr_SetString(us_ReadOnlyError, "the filter was opened read-only");
-        return -1;
-    }
-    return 0;
-}
-
-static void unbind(MDBFilter *self)
-{
-    self->count_ptr = NULL;
-    if (self->bound) {
-        PyBuffer_Release(&self->view);
-        self->bound = 0;
-    }
-}
-
-static void MDBFilter_dealloc(MDBFilter *self)
-{
-    PyObject_GC_UnTrack(self);
-    unbind(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int MDBFilter_traverse(MDBFilter *self, visitproc visit, void *arg)
-{
-    if (self->bound) Py_VISIT(self->view.obj);
-    return 0;
-}
-
-static int MDBFilter_clear(MDBFilter *self)
-{
-    unbind(self);
-    return 0;
-}
 
 static int MDBFilter_init(MDBFilter *self, PyObject *args, PyObject *kwargs)
 {
@@ -84,9 +31,8 @@ static int MDBFilter_init(MDBFilter *self, PyObject *args, PyObject *kwargs)
                                      to_u64, &k1, to_u64, &k2, &rule, &seed_obj, to_u64, &count,
                                      &count_offset, &hash_id))
         return -1;
-    if (parse_hash_id(hash_id) < 0) return -1;
     uint32_t seed = 0;
-    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return -1;
+    if (parse_hash_seed(hash_id, seed_obj, &seed) < 0) return -1;
     if (groups < 1 || groups > US_MDBF_MAX_GROUPS) {
         PyErr_Format(PyExc_ValueError, "groups must be in [1, %u], not %llu", US_MDBF_MAX_GROUPS,
                      groups);
@@ -106,20 +52,12 @@ static int MDBFilter_init(MDBFilter *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     unsigned long long need = groups * us_mdbf_group_bytes(n1, n2);
-    Py_buffer view;
-    int readonly;
-    if (bind_buffer(buffer, offset, need, count_offset, &view, &readonly) < 0) return -1;
-    unbind(self);
-    self->view = view;
-    self->bound = 1;
-    self->readonly = readonly;
+    if (us_bound_bind(&self->base, buffer, offset, need, count_offset) < 0) return -1;
     self->rule = rule;
-    us_mdbf f = {(uint8_t *)view.buf + offset, (uint32_t)groups, n1, n2, (uint32_t)k1,
+    us_mdbf f = {(uint8_t *)self->base.view.buf + offset, (uint32_t)groups, n1, n2, (uint32_t)k1,
                  (uint32_t)k2, hash_id, seed};
     self->f = f;
-    self->count_ptr = count_offset >= 0 ? (uint8_t *)view.buf + count_offset : NULL;
-    self->count = 0;
-    add_count(self, count);
+    us_bound_add_count(&self->base, count);
     return 0;
 }
 
@@ -132,13 +70,13 @@ static PyObject *MDBFilter_add(MDBFilter *self, PyObject *key)
 {
     key_bytes kb;
     if (key_get(key, &kb, -1) < 0) return NULL;
-    if (check_usable(self, 1) < 0) {
+    if (us_bound_usable(&self->base, 1) < 0) {
         key_release(&kb);
         return NULL;
     }
     int fresh = us_mdbf_test_and_set(&self->f, self->rule, kb.data, (size_t)kb.len);
     key_release(&kb);
-    add_count(self, (unsigned)fresh);
+    us_bound_add_count(&self->base, (unsigned)fresh);
     return PyBool_FromLong(fresh);
 }
 
@@ -146,7 +84,7 @@ static int MDBFilter_contains(MDBFilter *self, PyObject *key)
 {
     key_bytes kb;
     if (key_get(key, &kb, -1) < 0) return -1;
-    if (check_usable(self, 0) < 0) {
+    if (us_bound_usable(&self->base, 0) < 0) {
         key_release(&kb);
         return -1;
     }
@@ -155,44 +93,13 @@ static int MDBFilter_contains(MDBFilter *self, PyObject *key)
     return present;
 }
 
-static Py_ssize_t MDBFilter_len(MDBFilter *self)
-{
-    if (check_usable(self, 0) < 0) return -1;
-    if (self->count > (unsigned long long)PY_SSIZE_T_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "count does not fit len(); see the count attribute");
-        return -1;
-    }
-    return (Py_ssize_t)self->count;
-}
-
-/* Every key must be usable before any bit changes (all or nothing, as BitFilter's batches). */
-static int check_keys(PyObject *seq)
-{
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
-        if (PyBytes_Check(key) || (PyUnicode_Check(key) && PyUnicode_IS_COMPACT_ASCII(key)))
-            continue;
-        key_bytes kb;
-        Py_INCREF(key);
-        int rc = key_get(key, &kb, i);
-        if (rc == 0) key_release(&kb);
-        Py_DECREF(key);
-        if (rc < 0) return -1;
-        if (PySequence_Fast_GET_SIZE(seq) != n) { /* a finalizer changed the list */
-            PyErr_SetString(PyExc_RuntimeError, "the list of keys changed size during the batch");
-            return -1;
-        }
-    }
-    return 0;
-}
-
+/* Every key is checked before any bit changes (all or nothing, as BitFilter's batches). */
 static PyObject *run_batch(MDBFilter *self, PyObject *keys, int write)
 {
-    if (check_usable(self, write) < 0) return NULL;
+    if (us_bound_usable(&self->base, write) < 0) return NULL;
     PyObject *seq = batch_sequence(keys);
     if (seq == NULL) return NULL;
-    if (check_keys(seq) < 0) {
+    if (batch_check_keys(seq) < 0) {
         Py_DECREF(seq);
         return NULL;
     }
@@ -203,7 +110,8 @@ static PyObject *run_batch(MDBFilter *self, PyObject *keys, int write)
         return NULL;
     }
     unsigned long long fresh = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t i = 0;
+    for (; i < n; i++) {
         key_bytes kb;
         /* Checked above; only a finalizer run by an allocation (the result list) could have
          * changed a list since, and then we stop with what was applied counted. */
@@ -211,25 +119,18 @@ static PyObject *run_batch(MDBFilter *self, PyObject *keys, int write)
             PyErr_Format(PyExc_RuntimeError,
                          "the list of keys changed during the batch: the first %zd keys were "
                          "processed, the rest were not", i);
-            add_count(self, fresh);
-            Py_DECREF(result);
-            Py_DECREF(seq);
-            return NULL;
+            break;
         }
-        if (key_get(PySequence_Fast_GET_ITEM(seq, i), &kb, i) < 0) {
-            add_count(self, fresh);
-            Py_DECREF(result);
-            Py_DECREF(seq);
-            return NULL;
-        }
+        if (key_get(PySequence_Fast_GET_ITEM(seq, i), &kb, i) < 0) break;
         int hit = write ? us_mdbf_test_and_set(&self->f, self->rule, kb.data, (size_t)kb.len)
                         : us_mdbf_test(&self->f, self->rule, kb.data, (size_t)kb.len);
         key_release(&kb);
         fresh += (unsigned)(write && hit);
         PyList_SET_ITEM(result, i, Py_NewRef(hit ? Py_True : Py_False));
     }
-    add_count(self, fresh);
+    us_bound_add_count(&self->base, fresh); /* what was applied, also when stopped early */
     Py_DECREF(seq);
+    if (i < n) Py_CLEAR(result);
     return result;
 }
 
@@ -237,21 +138,13 @@ PyDoc_STRVAR(add_many_doc,
              "add_many(keys) -> list[bool]\n\n"
              "Check-and-add every key of an iterable, in order; element i is True if key i was\n"
              "new. Every key is checked first, so a bad key raises and changes nothing.");
-
-static PyObject *MDBFilter_add_many(MDBFilter *self, PyObject *keys)
-{
-    return run_batch(self, keys, 1);
-}
+US_BATCH_METHOD(MDBFilter_add_many, MDBFilter, run_batch, 1)
 
 PyDoc_STRVAR(contains_many_doc,
              "contains_many(keys) -> list[bool]\n\n"
              "Test every key of an iterable without writing; element i is True if key i is\n"
              "(probably) present under the query rule.");
-
-static PyObject *MDBFilter_contains_many(MDBFilter *self, PyObject *keys)
-{
-    return run_batch(self, keys, 0);
-}
+US_BATCH_METHOD(MDBFilter_contains_many, MDBFilter, run_batch, 0)
 
 PyDoc_STRVAR(positions_doc,
              "positions(key) -> list[int]\n\n"
@@ -260,7 +153,7 @@ PyDoc_STRVAR(positions_doc,
 
 static PyObject *MDBFilter_positions(MDBFilter *self, PyObject *key)
 {
-    if (check_usable(self, 0) < 0) return NULL;
+    if (us_bound_usable(&self->base, 0) < 0) return NULL;
     key_bytes kb;
     if (key_get(key, &kb, -1) < 0) return NULL;
     size_t total = (size_t)self->f.groups * (self->f.k1 + self->f.k2);
@@ -271,12 +164,7 @@ static PyObject *MDBFilter_positions(MDBFilter *self, PyObject *key)
     }
     us_mdbf_positions(&self->f, kb.data, (size_t)kb.len, pos);
     key_release(&kb);
-    PyObject *out = PyList_New((Py_ssize_t)total);
-    for (size_t i = 0; out != NULL && i < total; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(pos[i]);
-        if (v == NULL) Py_CLEAR(out);
-        else PyList_SET_ITEM(out, (Py_ssize_t)i, v);
-    }
+    PyObject *out = u64_list(pos, total);
     PyMem_Free(pos);
     return out;
 }
@@ -288,19 +176,17 @@ PyDoc_STRVAR(popcounts_doc,
 
 static PyObject *MDBFilter_popcounts(MDBFilter *self, PyObject *unused)
 {
-    if (check_usable(self, 0) < 0) return NULL;
-    PyObject *out = PyList_New(2 * (Py_ssize_t)self->f.groups);
+    if (us_bound_usable(&self->base, 0) < 0) return NULL;
+    uint64_t *ones = PyMem_Malloc(2 * (size_t)self->f.groups * sizeof(uint64_t));
+    if (ones == NULL) return PyErr_NoMemory();
     uint64_t group = us_mdbf_group_bytes(self->f.n1, self->f.n2);
-    for (uint32_t s = 0; out != NULL && s < self->f.groups; s++) {
+    for (uint32_t s = 0; s < self->f.groups; s++) {
         const uint8_t *base = self->f.bits + s * group;
-        uint64_t ones[2] = {us_popcount(base, self->f.n1),
-                            us_popcount(base + (self->f.n1 + 7) / 8, self->f.n2)};
-        for (int v = 0; out != NULL && v < 2; v++) {
-            PyObject *o = PyLong_FromUnsignedLongLong(ones[v]);
-            if (o == NULL) Py_CLEAR(out);
-            else PyList_SET_ITEM(out, 2 * (Py_ssize_t)s + v, o);
-        }
+        ones[2 * s] = us_popcount(base, self->f.n1);
+        ones[2 * s + 1] = us_popcount(base + (self->f.n1 + 7) / 8, self->f.n2);
     }
+    PyObject *out = u64_list(ones, 2 * (size_t)self->f.groups);
+    PyMem_Free(ones);
     return out;
 }
 
@@ -309,39 +195,14 @@ PyDoc_STRVAR(release_doc,
              "Let go of the buffer so that its owner (an mmap) can be closed; afterwards every\n"
              "operation raises ClosedError.");
 
-static PyObject *MDBFilter_release(MDBFilter *self, PyObject *unused)
-{
-    unbind(self);
-    Py_RETURN_NONE;
-}
-
-#define GETTER(name, expr)                                                                   \
-    static PyObject *get_##name(MDBFilter *self, void *c) { return expr; }
-GETTER(groups, PyLong_FromUnsignedLong(self->f.groups))
-GETTER(n1, PyLong_FromUnsignedLongLong(self->f.n1))
-GETTER(n2, PyLong_FromUnsignedLongLong(self->f.n2))
-GETTER(k1, PyLong_FromUnsignedLong(self->f.k1))
-GETTER(k2, PyLong_FromUnsignedLong(self->f.k2))
-GETTER(rule, PyLong_FromLong(self->rule))
-GETTER(seed, PyLong_FromUnsignedLong(self->f.seed))
-GETTER(hash, PyLong_FromLong(self->f.hash_id))
-GETTER(closed, PyBool_FromLong(!self->bound))
-GETTER(readonly, PyBool_FromLong(self->readonly))
-GETTER(count, PyLong_FromUnsignedLongLong(self->count))
-#undef GETTER
-
-static int set_count(MDBFilter *self, PyObject *value, void *c)
-{
-    if (value == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "cannot delete count");
-        return -1;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(value);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    self->count = 0;
-    add_count(self, v);
-    return 0;
-}
+US_GETTER(get_groups, MDBFilter, PyLong_FromUnsignedLong(self->f.groups))
+US_GETTER(get_n1, MDBFilter, PyLong_FromUnsignedLongLong(self->f.n1))
+US_GETTER(get_n2, MDBFilter, PyLong_FromUnsignedLongLong(self->f.n2))
+US_GETTER(get_k1, MDBFilter, PyLong_FromUnsignedLong(self->f.k1))
+US_GETTER(get_k2, MDBFilter, PyLong_FromUnsignedLong(self->f.k2))
+US_GETTER(get_rule, MDBFilter, PyLong_FromLong(self->rule))
+US_GETTER(get_seed, MDBFilter, PyLong_FromUnsignedLong(self->f.seed))
+US_GETTER(get_hash, MDBFilter, PyLong_FromLong(self->f.hash_id))
 
 static PyGetSetDef MDBFilter_getset[] = {
     {"groups", (getter)get_groups, NULL, "S: groups of two vectors.", NULL},
@@ -352,9 +213,7 @@ static PyGetSetDef MDBFilter_getset[] = {
     {"rule", (getter)get_rule, NULL, "Query rule: 0 = all groups, 1 = any group.", NULL},
     {"seed", (getter)get_seed, NULL, "Base hash seed.", NULL},
     {"hash", (getter)get_hash, NULL, "Hash id (csrc/digest.h).", NULL},
-    {"closed", (getter)get_closed, NULL, "True once the buffer was released.", NULL},
-    {"readonly", (getter)get_readonly, NULL, "True if the buffer is read-only.", NULL},
-    {"count", (getter)get_count, (setter)set_count, "Keys reported new (len(filter)).", NULL},
+    US_BOUND_GETSET(us_bound_set_count_attr, "Keys reported new (len(filter))."),
     {NULL},
 };
 
@@ -364,12 +223,12 @@ static PyMethodDef MDBFilter_methods[] = {
     {"contains_many", (PyCFunction)MDBFilter_contains_many, METH_O, contains_many_doc},
     {"positions", (PyCFunction)MDBFilter_positions, METH_O, positions_doc},
     {"popcounts", (PyCFunction)MDBFilter_popcounts, METH_NOARGS, popcounts_doc},
-    {"_release", (PyCFunction)MDBFilter_release, METH_NOARGS, release_doc},
+    {"_release", us_bound_release, METH_NOARGS, release_doc},
     {NULL},
 };
 
 static PySequenceMethods MDBFilter_as_sequence = {
-    .sq_length = (lenfunc)MDBFilter_len,
+    .sq_length = us_bound_len,
     .sq_contains = (objobjproc)MDBFilter_contains,
 };
 
@@ -385,12 +244,12 @@ static PyTypeObject MDBFilterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "urlseen._core.MDBFilter",
     .tp_basicsize = sizeof(MDBFilter),
-    .tp_dealloc = (destructor)MDBFilter_dealloc,
+    .tp_dealloc = us_bound_dealloc,
     .tp_as_sequence = &MDBFilter_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = MDBFilter_doc,
-    .tp_traverse = (traverseproc)MDBFilter_traverse,
-    .tp_clear = (inquiry)MDBFilter_clear,
+    .tp_traverse = us_bound_traverse,
+    .tp_clear = us_bound_clear,
     .tp_methods = MDBFilter_methods,
     .tp_getset = MDBFilter_getset,
     .tp_init = (initproc)MDBFilter_init,

@@ -21,16 +21,15 @@ PyDoc_STRVAR(byte_masks_doc,
 static PyObject *mod_byte_masks(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"keys", "nbits", "k", "layout", "seed", "hash", NULL};
-    PyObject *keys, *seed_obj = NULL;
-    unsigned long long nbits, k;
-    int layout, hash_id = US_HASH_XXH3_128;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&O&i|Oi:byte_masks", kwlist, &keys,
-                                     to_u64, &nbits, to_u64, &k, &layout, &seed_obj, &hash_id))
+    PyObject *keys;
+    us_bloom b;
+    uint32_t seed;
+    int hash_id;
+    if (parse_probe_args(args, kwargs, "OO&O&i|Oi:byte_masks", kwlist, 1ULL << 32, &keys, &b,
+                         &seed, &hash_id) < 0)
         return NULL;
-    if (parse_hash_id(hash_id) < 0) return NULL;
-    uint32_t seed = 0;
-    if (seed_obj && parse_seed(seed_obj, &seed) < 0) return NULL;
-    if (check_shape(nbits, k, layout, 1ULL << 32) < 0) return NULL;
+    uint32_t k = b.k;
+    int layout = b.layout;
     PyObject *seq = batch_sequence(keys);
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -40,15 +39,10 @@ static PyObject *mod_byte_masks(PyObject *mod, PyObject *args, PyObject *kwargs)
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
-    us_bloom b = {NULL, nbits, (uint32_t)k, layout};
     size_t used = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         us_hash128 h;
-        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
-        Py_INCREF(key);
-        int rc = key_hash(key, hash_id, seed, &h, i);
-        Py_DECREF(key);
-        if (rc < 0) {
+        if (batch_key_hash(seq, i, hash_id, seed, &h) < 0) {
             PyMem_RawFree(out);
             Py_DECREF(seq);
             return NULL;
