@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from urlseen import __version__
+from urlseen.cli.crawl import crawl_command
 from urlseen.cli.dedup import dedup_command
 from urlseen.cli.info import info_command
 
@@ -15,6 +16,7 @@ def cli() -> None:
     """urlseen: the URL-seen test for web crawlers, in bounded memory."""
 
 
+cli.add_command(crawl_command)
 cli.add_command(dedup_command)
 cli.add_command(info_command)
 

@@ -1,0 +1,1 @@
+"""Crawler integrations: urlseen as the seen-test inside a crawler (Scrapy for now)."""

@@ -1,0 +1,252 @@
+"""UrlseenDupeFilter inside Scrapy's real scheduler (no reactor needed): settings, Scrapy's
+fingerprints, JOBDIR persistence, Redis sharing, logs and stats, bad input."""
+
+from __future__ import annotations
+
+import logging
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+scrapy = pytest.importorskip("scrapy")
+
+from scrapy import Request, Spider  # noqa: E402
+from scrapy.core.scheduler import Scheduler  # noqa: E402
+from scrapy.utils.test import get_crawler  # noqa: E402
+
+from urlseen.errors import ConfigError, FormatError  # noqa: E402
+from urlseen.filters.bloom import BloomFilter  # noqa: E402
+from urlseen.integrations._open import GroupedAdds, open_filter  # noqa: E402
+from urlseen.integrations.scrapy import UrlseenDupeFilter  # noqa: E402
+
+DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
+
+
+class _Spider(Spider):
+    name = "test-spider"
+
+
+def _scheduler(**settings: Any) -> tuple[Scheduler, Any]:
+    """Scrapy's own scheduler with our dupefilter, built from settings as a crawl builds it."""
+    crawler = get_crawler(
+        _Spider,
+        settings_dict={
+            "DUPEFILTER_CLASS": DUPEFILTER,
+            "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue",
+            "URLSEEN_CAPACITY": 10_000,
+            **settings,
+        },
+    )
+    crawler.spider = crawler._create_spider()
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    return scheduler, crawler
+
+
+def _enqueue(scheduler: Scheduler, urls: list[str]) -> list[bool]:
+    """True where the scheduler took the request (new), False where the dupefilter dropped it."""
+    return [scheduler.enqueue_request(Request(u)) for u in urls]
+
+
+@pytest.mark.parametrize("kind", ["exact", "bloom"])
+def test_scheduler_drops_duplicates_by_scrapys_fingerprint(kind: str) -> None:
+    scheduler, crawler = _scheduler(URLSEEN_FILTER=kind)
+    assert isinstance(scheduler.df, UrlseenDupeFilter)
+    # The fingerprint canonicalizes: fragment and query order do not make a new request.
+    urls = ["http://a.test/x?b=2&a=1", "http://a.test/x?a=1&b=2#top", "http://a.test/y"]
+    assert _enqueue(scheduler, urls) == [True, False, True]
+    assert _enqueue(scheduler, urls) == [False, False, False]
+    scheduler.close("finished")
+    stats = crawler.stats.get_stats()
+    assert stats["dupefilter/filtered"] == 4
+    assert stats["urlseen/new"] == 2
+    assert stats["urlseen/filter"] == kind
+    assert stats["urlseen/filter_bits"] > 0
+
+
+def test_uses_the_crawlers_request_fingerprinter() -> None:
+    class PathOnly:
+        """A fingerprinter that ignores the query: proves the crawler's one is used."""
+
+        def fingerprint(self, request: Request) -> bytes:
+            return request.url.split("?")[0].encode()
+
+    scheduler, _ = _scheduler(REQUEST_FINGERPRINTER_CLASS=PathOnly)
+    assert _enqueue(scheduler, ["http://a.test/p?x=1", "http://a.test/p?x=2"]) == [True, False]
+    scheduler.close("finished")
+
+
+def test_dont_filter_bypasses_the_filter() -> None:
+    scheduler, _ = _scheduler()
+    assert scheduler.enqueue_request(Request("http://a.test/"))
+    assert scheduler.enqueue_request(Request("http://a.test/", dont_filter=True))
+    scheduler.close("finished")
+
+
+@pytest.mark.parametrize("kind", ["exact", "bloom"])
+def test_jobdir_persists_the_filter(kind: str, tmp_path: Path) -> None:
+    urls = [f"http://a.test/{i}" for i in range(3000)]
+    first, _ = _scheduler(URLSEEN_FILTER=kind, JOBDIR=str(tmp_path))
+    assert all(_enqueue(first, urls[:2000]))
+    first.close("shutdown")
+    assert (tmp_path / "urlseen").is_dir()
+    second, crawler = _scheduler(URLSEEN_FILTER=kind, JOBDIR=str(tmp_path))
+    assert _enqueue(second, urls) == [False] * 2000 + [True] * 1000
+    second.close("finished")
+    assert crawler.stats.get_value("urlseen/new") == 1000
+
+
+def test_explicit_state_wins_over_jobdir(tmp_path: Path) -> None:
+    state = tmp_path / "seen.bloom"
+    scheduler, _ = _scheduler(
+        URLSEEN_FILTER="bloom", URLSEEN_STATE=str(state), JOBDIR=str(tmp_path / "job")
+    )
+    _enqueue(scheduler, ["http://a.test/"])
+    scheduler.close("finished")
+    with BloomFilter.open(state) as seen:
+        assert len(seen) == 1
+    assert not (tmp_path / "job" / "urlseen" / "seen.bloom").exists()
+
+
+def test_settings_map_to_constructor_arguments(tmp_path: Path) -> None:
+    scheduler, _ = _scheduler(
+        URLSEEN_FILTER="bloom",
+        URLSEEN_CAPACITY="5000",
+        URLSEEN_ERROR_RATE="0.01",
+        URLSEEN_STATE=str(tmp_path / "f.bloom"),
+    )
+    stats = scheduler.df.seen.stats()
+    assert (stats.kind, stats.capacity, stats.error_rate) == ("bloom", 5000, 0.01)
+    assert stats.details["path"] == str(tmp_path / "f.bloom")
+    scheduler.close("finished")
+
+
+def test_default_is_exact_and_not_persisted() -> None:
+    scheduler, _ = _scheduler()
+    assert scheduler.df.kind == "exact"
+    assert isinstance(scheduler.df.seen, GroupedAdds)
+    folder = scheduler.df.seen.seen.folder  # a temporary library, removed on close
+    assert folder.is_dir()
+    scheduler.close("finished")
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("kind", [None, "bloom", "dsbf"])
+def test_redis_shares_one_filter(redis_url: str, redis_name: str, kind: str | None) -> None:
+    settings = {"URLSEEN_REDIS_URL": redis_url, "URLSEEN_REDIS_NAME": redis_name}
+    if kind is not None:
+        settings["URLSEEN_FILTER"] = kind
+    one, _ = _scheduler(**settings)
+    two, _ = _scheduler(**settings)
+    assert one.df.kind == (kind or "exact")  # exact by default, shared or not
+    urls = [f"http://a.test/{i}" for i in range(200)]
+    first = _enqueue(one, urls[:100])
+    second = _enqueue(two, urls)
+    assert all(first)
+    assert second == [False] * 100 + [True] * 100
+    one.close("finished")
+    two.close("finished")
+
+
+def test_redis_default_name_is_the_spiders(redis_url: str) -> None:
+    from urlseen.stores.redis_library import RedisLibrary
+
+    scheduler, _ = _scheduler(URLSEEN_REDIS_URL=redis_url)
+    assert RedisLibrary.exists(redis_url, "scrapy:test-spider")
+    scheduler.close("finished")
+    RedisLibrary(redis_url, "scrapy:test-spider").destroy()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"URLSEEN_FILTER": "nope"}, "unknown filter 'nope'"),
+        ({"URLSEEN_FILTER": "nope", "URLSEEN_REDIS_URL": "redis://127.0.0.1:1/0"}, "shared"),
+        ({"URLSEEN_STATE": "x", "URLSEEN_REDIS_URL": "redis://127.0.0.1:1/0"}, "not both"),
+        ({"URLSEEN_CAPACITY": 0}, "capacity"),
+        ({"URLSEEN_FILTER": "bloom", "URLSEEN_ERROR_RATE": 2}, "error_rate"),
+    ],
+)
+def test_bad_settings_raise_config_error(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _scheduler(**settings)
+
+
+def test_damaged_state_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "seen.bloom"
+    state.write_bytes(b"not a urlseen state file" * 200)
+    with pytest.raises(FormatError):
+        _scheduler(URLSEEN_FILTER="bloom", URLSEEN_STATE=str(state))
+
+
+def test_logs_like_scrapy_and_never_calls_the_deprecated_base_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a deprecation warning would fail the test
+        scheduler, crawler = _scheduler()
+        with caplog.at_level(logging.DEBUG, logger="urlseen.integrations.scrapy"):
+            _enqueue(scheduler, ["http://a.test/1"] * 3 + ["http://a.test/2"] * 2)
+        scheduler.close("finished")
+    filtered = [r for r in caplog.records if "Filtered duplicate request" in r.getMessage()]
+    assert len(filtered) == 1  # the first only, as Scrapy does without DUPEFILTER_DEBUG
+    assert "no more duplicates will be shown" in filtered[0].getMessage()
+    assert crawler.stats.get_value("dupefilter/filtered") == 3
+
+
+@pytest.mark.parametrize("setting", ["URLSEEN_DEBUG", "DUPEFILTER_DEBUG"])
+def test_debug_logs_every_duplicate(setting: str, caplog: pytest.LogCaptureFixture) -> None:
+    scheduler, _ = _scheduler(**{setting: True})
+    with caplog.at_level(logging.DEBUG, logger="urlseen.integrations.scrapy"):
+        _enqueue(scheduler, ["http://a.test/1"] * 4)
+    scheduler.close("finished")
+    filtered = [r for r in caplog.records if "Filtered duplicate request" in r.getMessage()]
+    assert len(filtered) == 3
+    assert all("referer" in r.getMessage() for r in filtered)
+
+
+def test_audit_counts_the_bloom_filters_false_positives() -> None:
+    scheduler, crawler = _scheduler(
+        URLSEEN_FILTER="bloom", URLSEEN_CAPACITY=20, URLSEEN_ERROR_RATE=0.2, URLSEEN_AUDIT=True
+    )
+    urls = [f"http://a.test/{i}" for i in range(500)]
+    taken = _enqueue(scheduler, urls)
+    scheduler.close("finished")
+    lost = taken.count(False)  # every URL is distinct: each drop is a false positive
+    assert lost > 0
+    assert crawler.stats.get_value("urlseen/false_positives") == lost
+    assert crawler.stats.get_value("urlseen/new") == 500 - lost
+
+
+def test_plain_constructor_without_a_crawler() -> None:
+    seen = UrlseenDupeFilter("bloom", capacity=1000)
+    assert not seen.request_seen(Request("http://a.test/"))
+    assert seen.request_seen(Request("http://a.test/#x"))
+    seen.close("finished")
+
+
+@pytest.mark.parametrize("quick_test", [False, True])
+def test_grouped_adds_answer_exactly_like_a_set(quick_test: bool) -> None:
+    rng = random.Random(7)
+    keys = [rng.randrange(400).to_bytes(4, "big") for _ in range(5000)]
+    seen = open_filter("exact", capacity=50)  # small: its counters say "maybe" often
+    maybe = seen.seen.counters.__contains__ if quick_test else None
+    grouped = GroupedAdds(seen, size=37, recent=16, maybe=maybe)
+    model: set[bytes] = set()
+    for key in keys:
+        assert grouped.add(key) == (key not in model)
+        model.add(key)
+    assert len(grouped) == len(model)
+    grouped.close()
+
+
+def test_grouped_adds_commit_on_close(tmp_path: Path) -> None:
+    grouped = GroupedAdds(open_filter("exact", capacity=1000, state=tmp_path), size=1000)
+    assert grouped.add(b"k1") and grouped.add(b"k2")
+    assert b"k1" in grouped
+    grouped.close()
+    with open_filter("exact", capacity=1000, state=tmp_path) as seen:
+        assert seen.contains_many([b"k1", b"k2", b"k3"]) == [True, True, False]
