@@ -360,3 +360,11 @@ def test_cli_query_any_warns(tmp_path: Path):
     result = dedup("--filter", "mdbf", "--query", "any", "--groups", "2", input=b"http://a/\n")
     assert result.stdout == "http://a/\n"
     assert "warning: query='any'" in result.stderr
+
+
+def test_cli_warns_when_an_mdbf_holds_more_than_its_capacity(tmp_path: Path):
+    from cli_helpers import dedup
+
+    text = "".join(f"https://a.example/{i}\n" for i in range(300)).encode()
+    result = dedup("--filter", "mdbf", "--capacity", "100", input=text)
+    assert "false-positive rate is now above" in result.stderr

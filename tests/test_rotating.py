@@ -306,3 +306,22 @@ def test_cli_rotating_forgets_after_g_generations_of_capacity():
     text = "\n".join(urls).encode() + b"\n"
     out = dedup("--filter", "rotating", "--capacity", "20", "--generations", "2", input=text)
     assert out.stdout.splitlines()[-1] == "https://x.example/0"
+
+
+def test_info_describes_a_rotating_folder_without_opening_it_for_writing(tmp_path: Path):
+    from cli_helpers import invoke
+
+    folder = tmp_path / "gens"
+    with RotatingBloomFilter.create(folder, capacity=40, generations=2) as seen:
+        seen.add_many([f"https://a.example/{i}" for i in range(30)])  # rotates once
+        counts = [len(g) for g in seen.generations]
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    result = invoke("info", "--json", folder)
+    assert result.exit_code == 0, result.stderr
+    desc = json.loads(result.stdout)
+    assert desc["kind"] == "rotating" and desc["generations"] == 2
+    assert [g["count"] for g in desc["live_generations"]] == counts
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    (folder / MANIFEST).write_text("{}")
+    damaged = invoke("info", folder)
+    assert damaged.exit_code != 0 and "manifest" in damaged.stderr

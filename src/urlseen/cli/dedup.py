@@ -235,7 +235,7 @@ def _report(summary: DedupSummary, as_json: bool) -> None:
             "answers stay exact, but more new URLs now cost a library look-up",
             err=True,
         )
-    elif s.filter_count > s.filter_capacity and s.filter_kind in ("bloom", "redis-bloom"):
+    elif s.filter_count > s.filter_capacity and s.filter_kind in ("bloom", "redis-bloom", "mdbf"):
         click.echo(
             f"warning: {s.filter_count:,} keys in a filter sized for {s.filter_capacity:,}: "
             "the false-positive rate is now above the configured one; use a larger --capacity",

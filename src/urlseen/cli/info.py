@@ -10,7 +10,7 @@ import click
 
 from urlseen.cli._common import cli_errors
 from urlseen.cli._redis_info import describe_redis, tree_lines
-from urlseen.filters import _sizing
+from urlseen.filters import _sizing, rotating
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
 from urlseen.filters.exact import COUNTERS_FILE, LIBRARY_FILE
@@ -39,6 +39,7 @@ def info_command(
     Example:
         urlseen info seen.bloom
         urlseen info seen/            # an exact filter: library records, counters, sync
+        urlseen info gens/            # a rotating filter: its generations
         urlseen info --redis redis://127.0.0.1:6379/0 --name crawl
     """
     if (redis_url is None) == (path is None) or (redis_url is not None) != (name is not None):
@@ -54,10 +55,15 @@ def info_command(
                 click.echo("\n".join(tree_lines(tree)))
         return
     assert path is not None
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, rotating.MANIFEST)):
+        with cli_errors():
+            _print(rotating.describe_folder(path), as_json)
+        return
     if os.path.isdir(path):
         if not os.path.exists(os.path.join(path, LIBRARY_FILE)):
             raise click.UsageError(
-                f"{path} is a folder without {LIBRARY_FILE}: not a urlseen state"
+                f"{path} is a folder without {LIBRARY_FILE} or {rotating.MANIFEST}: "
+                "not a urlseen state"
             )
         with cli_errors():
             folder_desc = describe_folder(path, verify)

@@ -36,7 +36,7 @@ from typing import Any, cast
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
 from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.counting import CountingBloomFilter, make_params
 from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
@@ -454,9 +454,7 @@ class ExactFilter(Closing):
             return len(old)
 
     def _fingerprints(self, keys: Iterable[Key]) -> list[bytes]:
-        if isinstance(keys, (str, bytes, bytearray)):
-            raise TypeError(f"expected an iterable of keys, not a single {type(keys).__name__!r}")
-        return [self._counters._digest(key) for key in keys]
+        return [self._counters._digest(key) for key in key_batch(keys)]
 
     def _drop(self, fps: list[bytes], *, purge: bool) -> list[bool]:
         with self._lock:

@@ -42,9 +42,10 @@ from urlseen.errors import ClosedError, ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
+from urlseen.stores.mmapfile import read_header
 
 MANIFEST = "rotating.json"
 FORMAT = "urlseen-rotating"
@@ -269,7 +270,7 @@ class RotatingBloomFilter(Closing):
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         """Test every key without writing; True if some generation holds it."""
         self._check_open()
-        batch = _batch(keys)
+        batch = key_batch(keys)
         self._rotate_due()
         hits = [False] * len(batch)
         for gen in self._gens:
@@ -280,7 +281,7 @@ class RotatingBloomFilter(Closing):
         """Check-and-add every key, in order; element i is True if key i was new. The newest
         generation never takes more than its share: a batch that fills it rotates mid-way."""
         self._check_open()
-        batch = _batch(keys)
+        batch = key_batch(keys)
         self._rotate_due()
         n_g = self._gen_params()[0]
         if len(batch) > n_g - len(self._gens[-1]):
@@ -396,15 +397,6 @@ class RotatingBloomFilter(Closing):
         raise TypeError("RotatingBloomFilter cannot be pickled; use create() and open()")
 
 
-def _batch(keys: Iterable[Key]) -> list[Key]:
-    if isinstance(keys, (str, bytes, bytearray)):
-        raise TypeError(
-            f"expected an iterable of keys, not a single {type(keys).__name__!r} "
-            "(wrap it in a list)"
-        )
-    return list(keys)
-
-
 def _gen_name(seq: int) -> str:
     return f"gen-{seq:08d}.urlseen"
 
@@ -449,6 +441,19 @@ def _config(
         "seed": check_seed(seed),
         "hash": hash,
     }
+
+
+def describe_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a rotating filter's folder holds, read without opening it for writing (a crawler
+    may be using it): the configuration and, per live generation, its file, start time and
+    count (from the file's header). FormatError if it is not one."""
+    path = Path(folder)
+    config, live, _ = _read_manifest(path / MANIFEST)
+    generations = []
+    for seq, started in live:
+        header = read_header(path / _gen_name(seq))
+        generations.append({"file": _gen_name(seq), "started": started, "count": header.count})
+    return {"kind": "rotating", **config, "live_generations": generations}
 
 
 def _read_manifest(path: Path) -> tuple[dict[str, Any], list[tuple[int, float]], int]:
