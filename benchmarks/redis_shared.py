@@ -79,6 +79,7 @@ from typing import Any
 
 import redis
 
+from peers import cpu_model  # the sibling benchmark's
 from urlseen import _core
 from urlseen.filters import _sizing
 from urlseen.filters.bloom import DEFAULT_HASH, HASHES, _params
@@ -619,17 +620,6 @@ def capacity_plan(total: int, results: list[Result]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- report
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def markdown(results: list[Result], meta: dict[str, Any], plan: dict[str, Any]) -> str:

@@ -16,11 +16,11 @@ import redis
 
 from urlseen import ConfigError, FormatError, _core
 from urlseen.filters import _sizing
-from urlseen.filters.dsbf import SplittableBloomFilter, loc_hash
+from urlseen.filters.dsbf import SplittableBloomFilter
 from urlseen.stores import redis_store
 from urlseen.stores.redis_leaves import RedisLeafStore
 from urlseen.stores.redis_store import RemoteError
-from urlseen.stores.splittable import MemoryLeafStore, Split
+from urlseen.stores.splittable import MemoryLeafStore, Split, loc_hash
 
 
 def urls(n: int, seed: int = 0, tag: str = "p") -> list[str]:
@@ -139,7 +139,6 @@ def test_a_split_divides_a_leaf_evenly_with_independent_loc_hashes(make):
 
 
 def test_loc_hash_seeds_route_independently():
-    values = [random.Random(3).getrandbits(64) for _ in range(1)]
     rng = random.Random(4)
     values = [rng.getrandbits(64) for _ in range(20_000)]
     root = [loc_hash(v, 11) % 4 for v in values]

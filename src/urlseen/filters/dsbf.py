@@ -30,7 +30,14 @@ from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.stores.redis_store import Handle, RemoteError
-from urlseen.stores.splittable import FP_BYTES, MOVED, LeafStore, MemoryLeafStore, Split, Tree
+from urlseen.stores.splittable import (
+    FP_BYTES,
+    MOVED,
+    LeafStore,
+    MemoryLeafStore,
+    Split,
+    Tree,
+)
 
 FORMAT = "urlseen-dsbf/1"
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: spec E2's first example
@@ -38,23 +45,7 @@ LOCK_MS = 30_000  # a split lock's lease, renewed after every copied chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
-_M64 = (1 << 64) - 1
 MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
-
-
-def loc_hash(fingerprint: int, seed: int) -> int:
-    """LocHash_v (E4): a 64-bit mix of the fingerprint and the node's own random seed.
-
-    murmur3's fmix64 finalizer of (fp XOR seed): a bijection that avalanches every bit, so
-    the routes of nodes with different seeds are independent of each other and of MapHash
-    (xxh3 of the fingerprint bytes). Hand-written because it runs per URL per tree level.
-    """
-    x = fingerprint ^ seed
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & _M64
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & _M64
-    return x ^ (x >> 33)
 
 
 def _new_seed() -> int:
@@ -152,11 +143,11 @@ class SplittableBloomFilter(Handle):
         fps = [d[:FP_BYTES] for d in digests]
         return fps, list(struct.unpack(f"<{len(fps)}Q", b"".join(fps)))
 
-    def _route(self, value: int, node: str = "root") -> str:
+    def _route(self, value: int) -> str:
         splits = self._tree.splits
-        split = splits[node]
+        split = splits["root"]
         while True:
-            child = split.children[loc_hash(value, split.seed) % len(split.children)]
+            child = split.child(value)
             nxt = splits.get(child)
             if nxt is None:
                 return child
@@ -246,24 +237,21 @@ class SplittableBloomFilter(Handle):
                 self._reload()
             return False
         store.drop(stale)  # children of an attempt whose lock expired: never installed
-        try:
-            children = store.new_leaf_ids(self.fanout)
-            if not store.refresh(leaf, token, LOCK_MS, children):
-                return False
-            store.make_leaves(children, self._tree.params)
-            split = Split(_new_seed(), tuple(children))
-            copied = self._copy(leaf, split, 0, None, token)
-            end = store.seal(leaf)  # no more writes to the leaf: the rest is final
-            if copied is None or end < 0 or self._copy(leaf, split, copied, end, token) is None:
-                store.drop(children)
-                return False
-            if not store.swap(leaf, token, split):
-                store.drop(children)
-                return False
-        except BaseException:
-            # Keep the lock: it lists the children, and whoever takes it over once it
-            # expires drops them before splitting again.
-            raise
+        # An error below leaves the lock held: it lists the children, and whoever takes it
+        # over once it expires drops them before splitting again.
+        children = store.new_leaf_ids(self.fanout)
+        if not store.refresh(leaf, token, LOCK_MS, children):
+            return False
+        store.make_leaves(children, self._tree.params)
+        split = Split(_new_seed(), tuple(children))
+        copied = self._copy(leaf, split, 0, None, token)
+        end = store.seal(leaf)  # no more writes to the leaf: the rest is final
+        if copied is None or end < 0 or self._copy(leaf, split, copied, end, token) is None:
+            store.drop(children)
+            return False
+        if not store.swap(leaf, token, split):
+            store.drop(children)
+            return False
         store.retire(leaf, GRACE_SECONDS)
         self.splits_done += 1
         self._reload()
@@ -282,8 +270,7 @@ class SplittableBloomFilter(Handle):
             groups: dict[str, list[bytes]] = defaultdict(list)
             values = struct.unpack(f"<{len(data) // FP_BYTES}Q", data)
             for j, value in enumerate(values):
-                child = split.children[loc_hash(value, split.seed) % len(split.children)]
-                groups[child].append(data[j * FP_BYTES : (j + 1) * FP_BYTES])
+                groups[split.child(value)].append(data[j * FP_BYTES : (j + 1) * FP_BYTES])
             store.check_and_add(groups, 2)
             start += len(data)
             if not store.refresh(leaf, token, LOCK_MS, split.children):

@@ -19,6 +19,22 @@ from urlseen import _core
 
 FP_BYTES = 8  # a leaf keeps a 64-bit fingerprint per URL, enough to re-insert it on a split
 MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
+_M64 = (1 << 64) - 1
+
+
+def loc_hash(fingerprint: int, seed: int) -> int:
+    """LocHash_v (E4): a 64-bit mix of the fingerprint and the node's own random seed.
+
+    murmur3's fmix64 finalizer of (fp XOR seed): a bijection that avalanches every bit, so
+    the routes of nodes with different seeds are independent of each other and of MapHash
+    (xxh3 of the fingerprint bytes). Hand-written because it runs per URL per tree level.
+    """
+    x = fingerprint ^ seed
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & _M64
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & _M64
+    return x ^ (x >> 33)
 
 
 @dataclass(frozen=True)
@@ -27,6 +43,10 @@ class Split:
 
     seed: int
     children: tuple[str, ...]
+
+    def child(self, fingerprint: int) -> str:
+        """The child this node routes a fingerprint to (LocHash, spec E4)."""
+        return self.children[loc_hash(fingerprint, self.seed) % len(self.children)]
 
     def describe(self) -> str:
         return f"split {self.seed} {','.join(self.children)}"
@@ -149,9 +169,6 @@ class MemoryLeafStore:
             return None
         return entry
 
-    def _cap(self, entry: _Leaf) -> int:
-        return int(self._tree["params"]["cap"])
-
     def load(self) -> Tree | None:
         with self._guard:
             if "params" not in self._tree:
@@ -192,7 +209,7 @@ class MemoryLeafStore:
                 if entry is None or (mode and entry.state != "active"):
                     out[leaf] = MOVED
                     continue
-                if mode == 1 and len(entry.fps) // FP_BYTES >= self._cap(entry):
+                if mode == 1 and len(entry.fps) // FP_BYTES >= self._tree["params"]["cap"]:
                     out[leaf] = MOVED  # over its cap: a split is due
                     continue
                 if mode == 0:

@@ -20,11 +20,12 @@ local done = redis.call('GET', KEYS[3])
 if done then return done end
 
 local data, add, ttl = ARGV[1], ARGV[2] ~= '0', tonumber(ARGV[3])
-local force, leaf = ARGV[2] == '2', KEYS[4] ~= nil
+local force, leaf, leaf_count = ARGV[2] == '2', KEYS[4] ~= nil, 0
 if leaf then
-  local state = redis.call('HGET', KEYS[2], 'state')
-  if not state or (add and state ~= 'active') then return 'M' end
-  if ARGV[2] == '1' and tonumber(redis.call('HGET', KEYS[2], 'count')) >= tonumber(ARGV[6]) then
+  local meta = redis.call('HMGET', KEYS[2], 'state', 'count')
+  if not meta[1] or (add and meta[1] ~= 'active') then return 'M' end
+  leaf_count = tonumber(meta[2])
+  if ARGV[2] == '1' and leaf_count >= tonumber(ARGV[6]) then
     return 'M' -- over its cap: a split is due; the client waits for it (or does it)
   end
 end
@@ -57,7 +58,6 @@ local function append_fingerprints(fps, used)
 end
 
 local function finish(out, fresh, cur, changed)
-  local count = ''
   for s = 1, #changed, CHUNK do
     local cmd, last = {}, math.min(s + CHUNK - 1, #changed)
     for i = s, last do
@@ -68,21 +68,19 @@ local function finish(out, fresh, cur, changed)
     end
     redis.call('BITFIELD', KEYS[1], unpack(cmd))
   end
-  if fresh > 0 then count = redis.call('HINCRBY', KEYS[2], 'count', fresh) end
+  if fresh > 0 then redis.call('HINCRBY', KEYS[2], 'count', fresh) end
+  local suffix = ''
   if leaf then
     if fresh > 0 then
       local fps, sub = {}, string.sub
       for i = 1, #out do
         if out[i] == '1' then fps[#fps + 1] = sub(ARGV[5], 8 * i - 7, 8 * i) end
       end
-      append_fingerprints(table.concat(fps), (count - fresh) * 8)
-    else
-      count = redis.call('HGET', KEYS[2], 'count') or 0
+      append_fingerprints(table.concat(fps), leaf_count * 8)
     end
-  else
-    count = ''
+    suffix = leaf_count + fresh
   end
-  local answer = table.concat(out) .. count
+  local answer = table.concat(out) .. suffix
   if add and ttl > 0 then redis.call('SET', KEYS[3], answer, 'EX', ttl) end
   return answer
 end
