@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from urlseen.cli._state import explicit
-from urlseen.filters.dsbf import DEFAULT_LEAF_BITS, SplittableBloomFilter
+from urlseen.filters.dsbf import SplittableBloomFilter
 
 
 def open_dsbf(
@@ -23,21 +23,13 @@ def open_dsbf(
     by the filter as ConfigError)."""
     if state is not None:
         raise click.UsageError("--filter dsbf keeps its state in Redis (--redis), not --state")
-
-    if redis_url is not None and SplittableBloomFilter.exists(redis_url, name):
-        return SplittableBloomFilter(
-            capacity if explicit(ctx, "capacity") else None,
-            error_rate,
-            redis=redis_url,
-            name=name,
-            leaf_bits=leaf_bits,
-            layout=layout if explicit(ctx, "layout") else None,
-        )
+    # Options left at their defaults do not contradict an existing shared filter's own.
+    exists = redis_url is not None and SplittableBloomFilter.exists(redis_url, name)
     return SplittableBloomFilter(
-        capacity,
-        0.001 if error_rate is None else error_rate,
+        None if exists and not explicit(ctx, "capacity") else capacity,
+        error_rate,
         redis=redis_url,
         name=name,
-        leaf_bits=DEFAULT_LEAF_BITS if leaf_bits is None else leaf_bits,
-        layout=layout,
+        leaf_bits=leaf_bits,
+        layout=None if exists and not explicit(ctx, "layout") else layout,
     )
