@@ -351,8 +351,8 @@ int us_bound_set_count_attr(PyObject *self, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete count");
         return -1;
     }
-    unsigned long long v = PyLong_AsUnsignedLongLong(value);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    unsigned long long v;
+    if (!to_u64(value, &v)) return -1;
     us_bound_set_count(b, v); /* written through to the buffer, 0 included */
     return 0;
 }

@@ -235,7 +235,7 @@ PyObject *us_bound_release(PyObject *self, PyObject *unused);
 PyObject *us_bound_get_closed(PyObject *self, void *closure);
 PyObject *us_bound_get_readonly(PyObject *self, void *closure);
 PyObject *us_bound_get_count(PyObject *self, void *closure);
-/* `filter.count = v` for BitFilter and MDBFilter: the count of keys reported new, from then on,
+/* `filter.count = v` for every us_bound type: the count of keys reported new, from then on,
  * written through to the buffer when it is mirrored there. */
 int us_bound_set_count_attr(PyObject *self, PyObject *value, void *closure);
 

@@ -398,7 +398,7 @@ static PyGetSetDef BitFilter_getset[] = {
     {"k", (getter)get_k, NULL, "Bits probed per key.", NULL},
     {"layout", (getter)get_layout, NULL, "0 = standard, 1 = blocked (512-bit blocks).", NULL},
     {"seed", (getter)get_seed, NULL, "Hash seed.", NULL},
-    {"hash", (getter)get_hash, NULL, "Hash id: 0 = XXH3-128, 1 = MurmurHash3 x64-128.", NULL},
+    {"hash", (getter)get_hash, NULL, "Hash id (csrc/digest.h).", NULL},
     US_BOUND_GETSET(us_bound_set_count_attr, "Keys reported new (len(filter))."),
     {NULL},
 };

@@ -73,13 +73,18 @@ static PyObject *entry_tuple(const us_fp_entry *e)
     return Py_BuildValue("(NIII)", digest_bytes(e->a, e->b), e->pending, e->batch, e->seen);
 }
 
-static int append_entry(PyObject *list, const us_fp_entry *e)
+/* Append item (a new reference, taken over; NULL: its exception is set) to list. */
+static int append_new(PyObject *list, PyObject *item)
 {
-    PyObject *item = entry_tuple(e);
     if (item == NULL) return -1;
     int rc = PyList_Append(list, item);
     Py_DECREF(item);
     return rc;
+}
+
+static int append_entry(PyObject *list, const us_fp_entry *e)
+{
+    return append_new(list, entry_tuple(e));
 }
 
 PyDoc_STRVAR(cache_hit_doc,
@@ -308,9 +313,8 @@ static PyObject *CountingFilter_add(CountingFilter *self, PyObject *key)
 {
     us_hash128 h;
     if (us_bound_usable(&self->base, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
-    if (us_counting_test(&self->c, h)) Py_RETURN_FALSE;
-    us_counting_add(&self->c, h, NULL, NULL);
-    us_bound_set_count(&self->base, self->base.count + 1);
+    if (!us_counting_add_new(&self->c, h, NULL, NULL)) Py_RETURN_FALSE;
+    us_bound_add_count(&self->base, 1);
     Py_RETURN_TRUE;
 }
 
@@ -334,13 +338,6 @@ static PyObject *CountingFilter_remove(CountingFilter *self, PyObject *key)
     if (!us_counting_remove(&self->c, h, NULL, NULL)) Py_RETURN_FALSE;
     if (self->base.count) us_bound_set_count(&self->base, self->base.count - 1);
     Py_RETURN_TRUE;
-}
-
-static Py_ssize_t CountingFilter_len(CountingFilter *self)
-{
-    if (us_bound_usable(&self->base, 0) < 0) return -1;
-    unsigned long long count = self->base.count;
-    return (Py_ssize_t)(count > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : count);
 }
 
 /* -- batches: every key hashed first, then applied in order -- */
@@ -386,11 +383,8 @@ static PyObject *counting_batch(CountingFilter *self, PyObject *keys, enum count
         if (op == OP_TEST) {
             yes = us_counting_test(&self->c, h[i]);
         } else if (op == OP_ADD) {
-            yes = !us_counting_test(&self->c, h[i]);
-            if (yes) {
-                us_counting_add(&self->c, h[i], NULL, NULL);
-                count++;
-            }
+            yes = us_counting_add_new(&self->c, h[i], NULL, NULL);
+            count += (unsigned)yes;
         } else {
             yes = us_counting_remove(&self->c, h[i], NULL, NULL);
             if (yes && count) count--;
@@ -421,14 +415,10 @@ static int bytes_to_digest(PyObject *obj, us_hash128 *h)
 
 static int append_events(PyObject *list, const us_overflow *ev, size_t nev)
 {
-    for (size_t i = 0; i < nev; i++) {
-        PyObject *item = Py_BuildValue("(KI)", (unsigned long long)ev[i].index, ev[i].delta);
-        if (item == NULL || PyList_Append(list, item) < 0) {
-            Py_XDECREF(item);
+    for (size_t i = 0; i < nev; i++)
+        if (append_new(list, Py_BuildValue("(KI)", (unsigned long long)ev[i].index,
+                                           ev[i].delta)) < 0)
             return -1;
-        }
-        Py_DECREF(item);
-    }
     return 0;
 }
 
@@ -608,17 +598,11 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
         us_store64_le(fp + 8, h[i].h2);
         us_fp_entry spill;
         PyObject *flag;
-        if (!us_counting_test(&self->c, h[i])) {
-            size_t nev = 0;
-            us_counting_add(&self->c, h[i], ev, &nev);
+        size_t nev = 0;
+        if (us_counting_add_new(&self->c, h[i], ev, &nev)) {
             count++;
             if (nev && append_events(events, ev, nev) < 0) goto fail;
-            PyObject *d = digest_bytes(h[i].h1, h[i].h2);
-            if (d == NULL || PyList_Append(fresh, d) < 0) {
-                Py_XDECREF(d);
-                goto fail;
-            }
-            Py_DECREF(d);
+            if (append_new(fresh, digest_bytes(h[i].h1, h[i].h2)) < 0) goto fail;
             if (cache && (us_fpcache_insert(cache, fp, 0, 0, now, &spill) & US_FP_SPILLED) &&
                 append_entry(spills, &spill) < 0)
                 goto fail;
@@ -626,12 +610,8 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
         } else if (cache && us_fpcache_hit(cache, fp, now)) {
             flag = Py_False;
         } else {
-            PyObject *item = Py_BuildValue("(nN)", i, digest_bytes(h[i].h1, h[i].h2));
-            if (item == NULL || PyList_Append(ask, item) < 0) {
-                Py_XDECREF(item);
+            if (append_new(ask, Py_BuildValue("(nN)", i, digest_bytes(h[i].h1, h[i].h2))) < 0)
                 goto fail;
-            }
-            Py_DECREF(item);
             flag = Py_None;
         }
         PyList_SET_ITEM(flags, i, Py_NewRef(flag));
@@ -659,26 +639,13 @@ US_GETTER(cf_get_width, CountingFilter, PyLong_FromUnsignedLong(self->c.width))
 US_GETTER(cf_get_seed, CountingFilter, PyLong_FromUnsignedLong(self->seed))
 US_GETTER(cf_get_hash, CountingFilter, PyLong_FromLong(self->hash_id))
 
-/* Unlike BitFilter's (us_bound_set_count_attr), this one also writes a count of 0 through. */
-static int cf_set_count(CountingFilter *self, PyObject *value, void *c)
-{
-    unsigned long long v;
-    if (value == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "cannot delete count");
-        return -1;
-    }
-    if (!to_u64(value, &v)) return -1;
-    us_bound_set_count(&self->base, v);
-    return 0;
-}
-
 static PyGetSetDef CountingFilter_getset[] = {
     {"ncounters", (getter)cf_get_m, NULL, "Number of counters (m).", NULL},
     {"k", (getter)cf_get_k, NULL, "Counters per key.", NULL},
     {"counter_bits", (getter)cf_get_width, NULL, "Bits per counter (2, 4 or 8).", NULL},
     {"seed", (getter)cf_get_seed, NULL, "Hash seed.", NULL},
     {"hash", (getter)cf_get_hash, NULL, "Hash id (csrc/digest.h).", NULL},
-    US_BOUND_GETSET(cf_set_count, "Keys counted in."),
+    US_BOUND_GETSET(us_bound_set_count_attr, "Keys counted in."),
     {NULL},
 };
 
@@ -707,7 +674,7 @@ static PyMethodDef CountingFilter_methods[] = {
 };
 
 static PySequenceMethods CountingFilter_as_sequence = {
-    .sq_length = (lenfunc)CountingFilter_len,
+    .sq_length = us_bound_len,
     .sq_contains = (objobjproc)CountingFilter_contains,
 };
 

@@ -234,6 +234,8 @@ static void test_counter_multiset_and_events(void)
     CHECK(us_counting_test(&c, h));
     CHECK(us_counting_add(&c, h, ev, &nev) == 0); /* not new: all counters were above 0 */
     CHECK(us_counter_get(&c, 0) == 8);
+    CHECK(us_counting_add_new(&c, h, ev, &nev) == 0); /* check-and-add: present, unchanged */
+    CHECK(us_counter_get(&c, 0) == 8);
     CHECK(us_counting_remove(&c, h, ev, &nev) == 1 && us_counter_get(&c, 0) == 4);
     us_counter_set(&c, 0, 3); /* fewer than the key's 4 occurrences: it cannot be in */
     CHECK(us_counting_remove(&c, h, ev, &nev) == 0 && us_counter_get(&c, 0) == 3);
@@ -252,6 +254,13 @@ static void test_counter_multiset_and_events(void)
     CHECK(us_counting_remove(&s, h, ev, &nev) == 1);
     CHECK(us_counter_get(&s, 0) == 3 && nev == 4);
     for (size_t i = 0; i < nev; i++) CHECK(ev[i].index == 0 && ev[i].delta == 1);
+    /* Check-and-add of a new key increments, with the same events, exactly once. */
+    uint8_t fresh_cells[4] = {0};
+    us_counters t = {fresh_cells, 16, 4, 2};
+    nev = 0;
+    CHECK(us_counting_add_new(&t, h, ev, &nev) == 1 && us_counter_get(&t, 0) == 3);
+    CHECK(nev == 2 && ev[0].index == 0 && ev[0].delta == 3 && ev[1].index == 0 && ev[1].delta == 1);
+    CHECK(us_counting_add_new(&t, h, ev, &nev) == 0 && us_counter_get(&t, 0) == 3 && nev == 2);
     /* Without an event buffer the same happens, silently. */
     CHECK(us_counting_remove(&s, h, NULL, NULL) == 1 && us_counter_get(&s, 0) == 3);
     CHECK(us_counting_add(&s, h, NULL, NULL) == 0 && us_counter_get(&s, 0) == 3);
@@ -263,11 +272,11 @@ static void test_counter_multiset_and_events(void)
 static void test_counters_random(void)
 {
     enum { M = 3001, K = 7, N = 800 };
-    uint8_t *wide = calloc(M, 1), *narrow = calloc((M * 2 + 7) / 8, 1);
+    uint8_t *wide = calloc(M, 1), *narrow = calloc((M * 2 + 7) / 8, 1), *once = calloc(M, 1);
     unsigned *truth = calloc(M, sizeof *truth);
     uint8_t *was_max = calloc(M, 1);
     us_hash128 *h = malloc(N * sizeof *h);
-    us_counters w = {wide, M, K, 8}, n = {narrow, M, K, 2};
+    us_counters w = {wide, M, K, 8}, n = {narrow, M, K, 2}, o = {once, M, K, 8};
     char key[32];
     for (int i = 0; i < N; i++) {
         int len = snprintf(key, sizeof key, "https://c/%d", i);
@@ -277,6 +286,10 @@ static void test_counters_random(void)
         for (int j = 0; j < K; j++) truth[idx[j]]++;
         us_counting_add(&w, h[i], NULL, NULL);
         us_counting_add(&n, h[i], NULL, NULL);
+        /* check-and-add: new exactly when some counter was 0, and then it is present */
+        int present = us_counting_test(&o, h[i]);
+        CHECK(us_counting_add_new(&o, h[i], NULL, NULL) == !present);
+        CHECK(us_counting_test(&o, h[i]) && us_counting_add_new(&o, h[i], NULL, NULL) == 0);
     }
     uint64_t hist[256] = {0}, total = 0;
     us_counting_histogram(&w, hist);
@@ -284,6 +297,7 @@ static void test_counters_random(void)
     CHECK(total == M);
     for (uint64_t i = 0; i < M; i++) {
         CHECK(us_counter_get(&w, i) == truth[i]);
+        CHECK(us_counter_get(&o, i) <= truth[i]); /* keys reported present were not counted */
         CHECK(us_counter_get(&n, i) == (truth[i] < 3 ? truth[i] : 3));
         was_max[i] = us_counter_get(&n, i) == 3;
     }
@@ -300,6 +314,7 @@ static void test_counters_random(void)
     CHECK(hist[0] == M);
     free(wide);
     free(narrow);
+    free(once);
     free(truth);
     free(was_max);
     free(h);

@@ -1,22 +1,10 @@
 /* counting.c: counting Bloom-filter operations (see counting.h for the contract). */
 #include "counting.h"
 
-int us_counting_test(const us_counters *c, us_hash128 h)
+/* Increment the counters at idx[0 .. k) (saturating), appending overflow events if ev is set. */
+static void increment(us_counters *c, const uint64_t *idx, us_overflow *ev, size_t *nev)
 {
-    uint64_t idx[US_MAX_K];
-    us_standard_indices(h, c->m, c->k, idx);
-    for (uint32_t i = 0; i < c->k; i++)
-        if (us_counter_get(c, idx[i]) == 0) return 0;
-    return 1;
-}
-
-int us_counting_add(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev)
-{
-    uint64_t idx[US_MAX_K];
     unsigned max = us_counter_max(c);
-    int fresh = 0;
-    us_standard_indices(h, c->m, c->k, idx);
-    for (uint32_t i = 0; i < c->k; i++) fresh |= us_counter_get(c, idx[i]) == 0;
     for (uint32_t i = 0; i < c->k; i++) {
         unsigned v = us_counter_get(c, idx[i]);
         if (v < max) us_counter_set(c, idx[i], v + 1);
@@ -26,7 +14,38 @@ int us_counting_add(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev)
             (*nev)++;
         }
     }
+}
+
+static int any_zero(const us_counters *c, const uint64_t *idx)
+{
+    for (uint32_t i = 0; i < c->k; i++)
+        if (us_counter_get(c, idx[i]) == 0) return 1;
+    return 0;
+}
+
+int us_counting_test(const us_counters *c, us_hash128 h)
+{
+    uint64_t idx[US_MAX_K];
+    us_standard_indices(h, c->m, c->k, idx);
+    return !any_zero(c, idx);
+}
+
+int us_counting_add(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev)
+{
+    uint64_t idx[US_MAX_K];
+    us_standard_indices(h, c->m, c->k, idx);
+    int fresh = any_zero(c, idx);
+    increment(c, idx, ev, nev);
     return fresh;
+}
+
+int us_counting_add_new(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev)
+{
+    uint64_t idx[US_MAX_K];
+    us_standard_indices(h, c->m, c->k, idx);
+    if (!any_zero(c, idx)) return 0;
+    increment(c, idx, ev, nev);
+    return 1;
 }
 
 int us_counting_remove(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev)

@@ -57,6 +57,10 @@ int us_counting_test(const us_counters *c, us_hash128 h);
  * If ev is not NULL, overflow events are appended at ev[*nev] (at most k per call). */
 int us_counting_add(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev);
 
+/* Check-and-add with one derivation of the indices: if some counter of the key is 0, increment
+ * them as us_counting_add does and return 1 (new); otherwise change nothing and return 0. */
+int us_counting_add_new(us_counters *c, us_hash128 h, us_overflow *ev, size_t *nev);
+
 /* Decrement the key's counters, saturated ones excepted (reported as events if ev is not NULL).
  * If some counter is lower than the key's occurrences of it, the key cannot have been added:
  * nothing changes and 0 is returned; otherwise 1. */

@@ -16,7 +16,8 @@ static inline vec_probe vector_of(const us_mdbf *f, uint32_t s, uint32_t v, cons
     p.bits = f->bits + s * us_mdbf_group_bytes(f->n1, f->n2) + (v ? (f->n1 + 7) / 8 : 0);
     p.n = v ? f->n2 : f->n1;
     p.k = v ? f->k2 : f->k1;
-    if (p.k) p.h = us_digest(f->hash_id, key, len, us_mdbf_family_seed(f->seed, s, v));
+    us_hash128 unused = {0, 0}; /* a vector probed 0 times is never hashed */
+    p.h = p.k ? us_digest(f->hash_id, key, len, us_mdbf_family_seed(f->seed, s, v)) : unused;
     return p;
 }
 
@@ -54,13 +55,21 @@ int us_mdbf_test(const us_mdbf *f, int rule, const void *key, size_t len)
 int us_mdbf_test_and_set(us_mdbf *f, int rule, const void *key, size_t len)
 {
     if (rule == US_MDBF_ANY) {
-        /* Present as soon as one group is full; only a new key is written, in a second pass. */
-        if (us_mdbf_test(f, rule, key, len)) return 0;
-        for (uint32_t s = 0; s < f->groups; s++)
-            for (uint32_t v = 0; v < 2; v++) {
-                vec_probe p = vector_of(f, s, v, key, len);
-                vector_test_and_set(&p);
-            }
+        /* Present as soon as one group is full (group_test's probes); only a new key is
+         * written, in a second pass that hashes only the V1s the first one skipped. */
+        vec_probe p[US_MDBF_MAX_GROUPS][2];
+        for (uint32_t s = 0; s < f->groups; s++) {
+            p[s][1] = vector_of(f, s, 1, key, len);
+            p[s][0].bits = NULL; /* not hashed yet */
+            if (!vector_test(&p[s][1])) continue;
+            p[s][0] = vector_of(f, s, 0, key, len);
+            if (vector_test(&p[s][0])) return 0;
+        }
+        for (uint32_t s = 0; s < f->groups; s++) {
+            if (p[s][0].bits == NULL) p[s][0] = vector_of(f, s, 0, key, len);
+            vector_test_and_set(&p[s][0]);
+            vector_test_and_set(&p[s][1]);
+        }
         return 1;
     }
     /* ALL: present only if no bit anywhere was 0, and then setting changes nothing; so one
