@@ -47,12 +47,6 @@ def lib(kind: str, lib_path: Path):
     library.close()
 
 
-def kinds_with_bug(bad: str, reason: str) -> list:
-    """Both implementations, the one that has the bug marked xfail(strict)."""
-    mark = pytest.mark.xfail(strict=True, reason=reason)
-    return [pytest.param(k, marks=mark) if k == bad else k for k in KINDS]
-
-
 # ---- the protocol, both implementations --------------------------------------------------------
 
 

@@ -46,6 +46,10 @@ def test_missing_and_existing_files(store: str, tmp_path: Path) -> None:
     opener(path, create=True).close()
     with pytest.raises(FileExistsError, match=re.escape(f"{path} exists")):
         opener(path, create=True)
+    fresh = tmp_path / "fresh.sqlite"
+    with pytest.raises(ValueError, match=re.escape(f"a new {noun} cannot be read-only")):
+        opener(fresh, create=True, readonly=True)
+    assert not fresh.exists()
 
 
 def test_one_writer_and_readers_alongside(store: str, tmp_path: Path) -> None:

@@ -189,7 +189,7 @@ class FeatureExtractor:
         self.profile = canonicalize
         self._functions = [known[name] for name in self.names]
         self._canonicalize = get_canonicalizer(canonicalize)
-        self._memo = functools.lru_cache(maxsize=MEMO_SIZE)(self._text_values)
+        self._memo = functools.lru_cache(maxsize=MEMO_SIZE)(self._values)
 
     def parts(self, key: object) -> UrlParts:
         """The parsed parts of one key.
@@ -213,10 +213,9 @@ class FeatureExtractor:
         """The feature values of one key, in the order of `names` (depth as decimal text)."""
         if type(key) is str and 0 < len(key) <= _MEMO_MAX_CHARS:
             return self._memo(key)
-        parts = self.parts(key)
-        return tuple(f(parts, self.query_in_tail) for f in self._functions)
+        return self._values(key)
 
-    def _text_values(self, key: str) -> tuple[str, ...]:
+    def _values(self, key: object) -> tuple[str, ...]:
         parts = self.parts(key)
         return tuple(f(parts, self.query_in_tail) for f in self._functions)
 

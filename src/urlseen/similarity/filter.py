@@ -276,7 +276,6 @@ class SimilarityFilter(Closing):
             count = self._bits.count
             self._bits.update([c for c, new in zip(ckeys, flags, strict=True) if new])
             self._bits.count = count + sum(flags)  # what the caller was told, FP or not
-        self._count = self._bits.count
         return flags, [() if new else self._names for new in flags]
 
     def _decide_features(

@@ -37,12 +37,14 @@ def corruption_as(error: Callable[[sqlite3.DatabaseError], FormatError]) -> Iter
         raise
 
 
-def check_exists(target: Path, *, create: bool, what: str) -> None:
-    """A new file must not exist yet; an existing one must."""
+def check_exists(target: Path, *, create: bool, readonly: bool, what: str) -> None:
+    """A new file must not exist yet, nor be opened read-only; an existing one must exist."""
     if create and target.exists():
         raise FileExistsError(f"{target} exists")
     if not create and not target.exists():
         raise FileNotFoundError(f"{target}: no such {what}")
+    if create and readonly:
+        raise ValueError(f"a new {what} cannot be read-only")
 
 
 def lock(target: Path, *, create: bool, readonly: bool) -> int:

@@ -114,6 +114,13 @@ class FingerprintLibrary(Protocol):
     def close(self) -> None: ...
 
 
+def time_index(by: str) -> int:
+    """The position in Record of the time older_than(by=...) compares; ValueError for others."""
+    if by not in ("first_seen", "last_seen"):
+        raise ValueError(f"by must be 'first_seen' or 'last_seen', not {by!r}")
+    return Record._fields.index(by)
+
+
 def to_millis(timestamp: float) -> int:
     return round(timestamp * 1000)
 

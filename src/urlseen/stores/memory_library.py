@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from urlseen.errors import ReadOnlyError
-from urlseen.stores.library import Changes, LibraryIO, Record, from_millis, to_millis
+from urlseen.stores.library import Changes, LibraryIO, Record, from_millis, time_index, to_millis
 
 _ABSENT = object()
 
@@ -110,9 +110,7 @@ class MemoryLibrary:
             yield keys[start : start + chunk]
 
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
-        if by not in ("first_seen", "last_seen"):
-            raise ValueError(f"by must be 'first_seen' or 'last_seen', not {by!r}")
-        column = 1 if by == "first_seen" else 2
+        column = time_index(by)  # the record list has Record's layout
         limit = to_millis(timestamp)
         return [fp for fp, rec in self._records.items() if rec[column] < limit]
 

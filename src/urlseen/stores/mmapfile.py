@@ -127,7 +127,8 @@ class MappedFile:
             header = _format.decode(raw, os.fstat(fd).st_size, str(target))
             if check is not None:
                 check(header, str(target))
-            if header.flags & FLAG_OPEN:
+            unclean = bool(header.flags & FLAG_OPEN)
+            if unclean:
                 warnings.warn(
                     f"{target} was not closed cleanly by its last writer. After a killed or "
                     "crashed process it is complete; after an OS crash or power loss, keys "
@@ -135,7 +136,6 @@ class MappedFile:
                     UncleanShutdownWarning,
                     stacklevel=3,
                 )
-            unclean = bool(header.flags & FLAG_OPEN)
             if not readonly:
                 header.flags = (header.flags | FLAG_OPEN) & ~FLAG_DATA_CRC
                 os.pwrite(fd, header.encode_live(), _format.COUNT_OFFSET)

@@ -31,14 +31,16 @@ from typing import Any
 
 from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
-from urlseen.stores.library import LibraryIO, Record
+from urlseen.stores.library import LibraryIO, Record, time_index
 from urlseen.stores.redis_store import RECEIPT_SECONDS
 
 FORMAT = "urlseen-redis-library/1"
 FP_BYTES = 16
 PER_BUCKET = 48  # records per bucket at capacity: under the listpack limit (128) up to ~2.5x
 DEFAULT_GROUPS = 16
-CALL_KEYS = 8192  # fingerprints per script call: Redis stays responsive (~20 ms per call)
+# Fingerprints per script call: Redis stays responsive (about 30 ms of server time per call,
+# from benchmarks/REDIS.md's 3.8 s of server CPU per million URLs at batch 8192).
+CALL_KEYS = 8192
 _VALUE = 12  # refs, first_seen, last_seen: u32 little-endian each
 
 
@@ -90,7 +92,6 @@ class RedisLibrary(redis_store.Handle):
     ) -> None:
         self.name = _check_name(name)
         self._client = redis_store.connect(redis)
-        self._url = redis if isinstance(redis, str) else None
         self._cluster = type(self._client).__name__ == "RedisCluster"
         self._script = redis_store.load_script(self._client, "library_batch.lua")
         self._meta = redis_store.key(name, "library")
@@ -128,8 +129,7 @@ class RedisLibrary(redis_store.Handle):
             raise FormatError(f"Redis key {self._meta}: not a urlseen {noun}")
         if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
             raise FormatError(f"Redis key {self._meta}: parameters out of range")
-        loaded: dict[str, Any] = params
-        return loaded
+        return params
 
     def _create(
         self, capacity: int | None, fingerprint: str | None, groups: int | None
@@ -152,12 +152,8 @@ class RedisLibrary(redis_store.Handle):
             "created": int(time.time()),
         }
         text = json.dumps(params, sort_keys=True)
-
-        def create() -> Any:  # HSETNX: of two processes creating it at once, one wins
-            self._client.hsetnx(self._meta, "params", text)
-            return self._client.hget(self._meta, "params")
-
-        redis_store.retrying(create, "create")
+        # HSETNX: of two processes creating it at once, one wins; both then load the winner's
+        redis_store.retrying(lambda: self._client.hsetnx(self._meta, "params", text), "create")
         loaded = self._load()
         assert loaded is not None
         return loaded
@@ -300,9 +296,7 @@ class RedisLibrary(redis_store.Handle):
 
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
         """Fingerprints first reported new (or last seen) before timestamp (O(library))."""
-        if by not in ("first_seen", "last_seen"):
-            raise ValueError(f"by must be 'first_seen' or 'last_seen', not {by!r}")
-        column = 1 if by == "first_seen" else 2
+        column = time_index(by)
         old = []
         for buckets in self._buckets():
             for bucket, fields in buckets:

@@ -29,7 +29,7 @@ from urlseen.errors import (
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-RECEIPT_SECONDS = 120  # far longer than the retries take (~3 s); receipts cost ~1 B per URL
+RECEIPT_SECONDS = 120  # far longer than the retries take (~7 s); receipts cost ~1 B per URL
 RETRIES = 8  # backoff 0.05 s doubling to 2 s: ~7 s, a Redis failover's order of magnitude
 T = TypeVar("T")
 

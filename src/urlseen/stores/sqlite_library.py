@@ -32,7 +32,7 @@ from pathlib import Path
 
 from urlseen.errors import ClosedError, FormatError, ReadOnlyError
 from urlseen.stores import _sqlite
-from urlseen.stores.library import Changes, LibraryIO, Record, from_millis, to_millis
+from urlseen.stores.library import Changes, LibraryIO, Record, from_millis, time_index, to_millis
 
 APPLICATION_ID = 0x75726C73  # "urls"
 SCHEMA_VERSION = 1
@@ -90,7 +90,7 @@ class SQLiteLibrary:
         self.io = LibraryIO()
         self._depth = 0
         target = Path(path)
-        _sqlite.check_exists(target, create=create, what="library")
+        _sqlite.check_exists(target, create=create, readonly=readonly, what="library")
         self._lock_fd = _sqlite.lock(target, create=create, readonly=readonly)
         try:
             self._connection: sqlite3.Connection | None = _sqlite.connect(target, readonly=readonly)
@@ -199,8 +199,7 @@ class SQLiteLibrary:
                 yield [row[0] for row in rows]
 
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
-        if by not in ("first_seen", "last_seen"):
-            raise ValueError(f"by must be 'first_seen' or 'last_seen', not {by!r}")
+        time_index(by)  # a checked column name
         sql = f"SELECT fp FROM fingerprints WHERE {by} < ?"
         with self._errors():
             return [row[0] for row in self._db.execute(sql, (to_millis(timestamp),))]

@@ -27,6 +27,7 @@ from typing import NamedTuple, Protocol
 
 from urlseen.errors import ClosedError, FormatError, ReadOnlyError
 from urlseen.stores import _sqlite
+from urlseen.stores.library import from_millis, to_millis
 
 APPLICATION_ID = 0x75726C64  # "urld"
 SCHEMA_VERSION = 1
@@ -105,9 +106,7 @@ class SQLiteUrlDB:
         self._connection: sqlite3.Connection | None = None
         self._lock_fd = -1
         target = Path(path)
-        _sqlite.check_exists(target, create=create, what="URL_DB")
-        if create and readonly:
-            raise ValueError("a new URL_DB cannot be read-only")
+        _sqlite.check_exists(target, create=create, readonly=readonly, what="URL_DB")
         self._lock_fd = _sqlite.lock(target, create=create, readonly=readonly)
         try:
             self._connection = _sqlite.connect(target, readonly=readonly)
@@ -171,7 +170,7 @@ class SQLiteUrlDB:
                 json.dumps(d.features, ensure_ascii=False),
                 "new" if d.new else "similar",
                 ",".join(d.matched),
-                round(d.at * 1000),
+                to_millis(d.at),
             )
             for d in decisions
         ]
@@ -211,7 +210,7 @@ class SQLiteUrlDB:
                     json.loads(features),
                     decision == "new",
                     tuple(matched.split(",")) if matched else (),
-                    at_ms / 1000,
+                    from_millis(at_ms),
                 )
 
     def count(self, *, new: bool | None = None) -> int:
