@@ -231,6 +231,8 @@ def test_a_bad_key_changes_nothing():
     assert f.contains_many(["a", "b"]) == [True, False] and len(f) == 1 and f.refs("a") == 1
     with pytest.raises(TypeError):
         f.remove_many("a")  # a str is one key, not a batch
+    with pytest.raises(TypeError):
+        f.contains_many("a")
     assert f.add_many(["b", "a"]) == [True, False]
 
 
@@ -515,7 +517,7 @@ def test_swapped_counter_files_are_rebuilt(tmp_path):
         with pytest.warns(CountersRebuiltWarning, match="another library"):
             g = ExactFilter.open(folder)
         with g:
-            assert all(g.contains_many(ins)) and not any(g.contains_many(outs))
+            assert all(g.contains_many(list(ins))) and not any(g.contains_many(list(outs)))
             assert len(g) == len(ins) and g.add_many(list(outs)) == [True] * len(outs)
             assert_counters_exact(g, {as_bytes(k) for k in ins + outs})
 

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from test_format import edit_params
-from urlseen import BloomFilter, ConfigError, CountingBloomFilter, FormatError
+from urlseen import (
+    BloomFilter,
+    ConfigError,
+    CountingBloomFilter,
+    ExactFilter,
+    FingerprintLibraryFilter,
+    FormatError,
+)
 from urlseen.filters._hashes import DEFAULT_HASH, HASHES
 from urlseen.filters.mdbf import MultiDimensionalBloomFilter
 from urlseen.filters.rotating import RotatingBloomFilter
@@ -61,3 +68,17 @@ def test_a_state_file_with_an_unknown_hash_or_seed_is_refused(
 
 def test_the_default_hash_is_one_of_them() -> None:
     assert DEFAULT_HASH in HASHES
+
+
+def test_the_exact_filters_refuse_another_fingerprint_before_writing(tmp_path: Path) -> None:
+    message = re.escape("hash must be 'md5' or 'xxh3_128', not 'sha1'")
+    for folder, make in [
+        (None, lambda: ExactFilter(100, hash="sha1")),
+        (None, lambda: FingerprintLibraryFilter(hash="sha1")),
+        (tmp_path / "a", lambda: ExactFilter.create(tmp_path / "a", 100, hash="sha1")),
+        (tmp_path / "b", lambda: FingerprintLibraryFilter.create(tmp_path / "b", hash="sha1")),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            make()
+        if folder is not None:  # refused before the library file was made
+            assert not (folder / "library.sqlite").exists()

@@ -14,12 +14,21 @@ HASHES = {
     "md5": _core.HASH_MD5,
 }
 DEFAULT_HASH = "xxh3_128"
+# The hashes a fingerprint library may be keyed by (16-byte digests), and their ids.
+FINGERPRINTS = {name: HASHES[name] for name in ("md5", "xxh3_128")}
 
 
 def check_hash(hash: object) -> str:
     """A hash name given by the caller (ConfigError if unknown)."""
     if hash not in HASHES:
         raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {hash!r}")
+    return hash
+
+
+def check_fingerprint(hash: object) -> str:
+    """A fingerprint hash name given by the caller (ConfigError unless md5 or xxh3_128)."""
+    if hash not in FINGERPRINTS:
+        raise ConfigError(f"hash must be 'md5' or 'xxh3_128', not {hash!r}")
     return hash
 
 

@@ -15,10 +15,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from urlseen.errors import ClosedError, FormatError
-from urlseen.filters._hashes import HASHES, require_stored_hash
+from urlseen.filters._hashes import HASHES, require_stored_hash, require_stored_seed
 from urlseen.stores import _format
 from urlseen.stores._format import Header
 from urlseen.stores.base import BufferStore
+from urlseen.stores.memory import MemoryStore
 from urlseen.stores.mmapfile import MappedFile
 
 if TYPE_CHECKING:
@@ -105,6 +106,11 @@ class StoreBacked(Closing):
         self._attach(store)
         return self
 
+    @classmethod
+    def _in_memory(cls, params: dict[str, Any]) -> Self:
+        """An empty filter on a new in-memory store (a copy of params)."""
+        return cls.from_store(MemoryStore(cls._data_bytes(params), dict(params)))
+
     @property
     def capacity(self) -> int:
         return int(self._live_store().params()["capacity"])
@@ -181,13 +187,15 @@ def stored_params(
     header: Header, where: str, kind: str, name: str, **types: type
 ) -> dict[str, Any]:
     """A state file's params if it holds a `kind` filter (`name` in the error) whose fields have
-    the given types, an error_rate and a hash this code knows; else FormatError."""
+    the given types, an error_rate, a seed in range and a hash this code knows; else
+    FormatError."""
     params = header.params
     if params.get("kind") != kind:
         raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not {name}")
     _format.require(params, where, **types)
     _format.require(params, where, error_rate=float)
     require_stored_hash(params, where)
+    require_stored_seed(params, where)
     return params
 
 

@@ -8,13 +8,7 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.filters import _sizing
-from urlseen.filters._hashes import (
-    DEFAULT_HASH,
-    HASHES,
-    check_hash,
-    check_seed,
-    require_stored_seed,
-)
+from urlseen.filters._hashes import DEFAULT_HASH, HASHES, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters.base import FilterStats
 from urlseen.stores import _format
@@ -120,7 +114,7 @@ class BloomFilter(StoreBacked, _core.BitFilter):
         ]
         if diff:
             raise IncompatibleFiltersError("cannot combine filters: " + "; ".join(diff))
-        out = type(self).from_store(MemoryStore(_nbytes(mine), dict(mine)))
+        out = type(self)._in_memory(mine)
         out._merge_bits(self)
         out._merge_bits(other)
         out.count = round(_sizing.estimate_count(self.nbits, self.k, out.popcount()))
@@ -191,7 +185,6 @@ def _check_header(header: _format.Header, where: str) -> None:
     blocked = params["layout"] == "blocked"
     if nbits <= 0 or not 1 <= k <= _core.MAX_K or (blocked and nbits % _core.BLOCK_BITS):
         raise FormatError(f"{where}: invalid filter shape (nbits={nbits}, k={k})")
-    require_stored_seed(params, where)
     if header.data_length != _nbytes(params):
         raise FormatError(f"{where}: data length {header.data_length} does not match {nbits} bits")
     if header.count > nbits:  # every new key sets at least one bit

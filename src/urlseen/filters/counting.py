@@ -14,7 +14,7 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
-from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed, require_stored_seed
+from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters.base import FilterStats
 from urlseen.stores import _format
@@ -80,12 +80,10 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
         seed: int = 0,
         hash: str = DEFAULT_HASH,
         overwrite: bool = False,
-        extra: dict[str, str] | None = None,
     ) -> CountingBloomFilter:
-        """Create an empty filter in a new state file (memory-mapped). `extra` params are kept
-        in the header verbatim (ExactFilter records which library the counters belong to)."""
+        """Create an empty filter in a new state file (memory-mapped); FileExistsError if path
+        exists, unless overwrite is True."""
         params = make_params(capacity, error_rate, counter_bits, k, counters_per_key, seed, hash)
-        params.update(extra or {})
         return cls._create_file(path, params, overwrite)
 
     @staticmethod
@@ -173,6 +171,5 @@ def check_header(header: _format.Header, where: str) -> None:
     m, k, bits = params["ncounters"], params["k"], params["counter_bits"]
     if not 1 <= m <= _sizing.MAX_BITS or not 1 <= k <= _core.MAX_K or bits not in COUNTER_BITS:
         raise FormatError(f"{where}: invalid counter shape ({m} x {bits} bits, k={k})")
-    require_stored_seed(params, where)
     if header.data_length != data_bytes(params):
         raise FormatError(f"{where}: data length {header.data_length} does not match {m} counters")

@@ -35,6 +35,7 @@ from typing import Any, cast
 
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
+from urlseen.filters._hashes import check_fingerprint
 from urlseen.filters._persistent import Closing
 from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.counting import CountingBloomFilter, make_params
@@ -107,7 +108,7 @@ class ExactFilter(Closing):
     ) -> None:
         counters = CountingBloomFilter(
             capacity, error_rate, counter_bits=counter_bits, k=k,
-            counters_per_key=counters_per_key, hash=_check_hash(hash),
+            counters_per_key=counters_per_key, hash=check_fingerprint(hash),
         )  # fmt: skip
         library = library if library is not None else MemoryLibrary()
         self._setup(counters, library, cache_entries, write_back, batched_lookups, clock)
@@ -145,7 +146,7 @@ class ExactFilter(Closing):
                 raise FileExistsError(f"{folder / name} exists: open it, or choose a new folder")
         library = SQLiteLibrary(
             folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
-            fingerprint=_check_hash(hash),
+            fingerprint=check_fingerprint(hash),
         )  # fmt: skip
         sizing = {
             "capacity": capacity, "error_rate": error_rate, "counter_bits": counter_bits,
@@ -258,11 +259,10 @@ class ExactFilter(Closing):
                     why = "the library changed since the counters were saved"
                 if why and readonly:  # rebuild into memory, leave the file alone
                     counters.close()
-                    counters = CountingBloomFilter.from_store(_memory_copy_store(params))
+                    counters = CountingBloomFilter._in_memory(params)
                 return counters, why
         if readonly:
-            params = _sized_params(sizing, library)
-            return CountingBloomFilter.from_store(_memory_copy_store(params)), why
+            return CountingBloomFilter._in_memory(_sized_params(sizing, library)), why
         return _new_counters(path, library, sizing, overwrite=True), why
 
     def _setup(
@@ -417,7 +417,7 @@ class ExactFilter(Closing):
 
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         """Whether each key was seen; never writes. Counter-negative keys cost no library I/O."""
-        keys = list(keys)
+        keys = key_batch(keys)
         with self._lock:
             self._usable()
             maybe = self._counters.contains_many(keys)
@@ -698,12 +698,6 @@ def _seconds(timestamp: float) -> int:
     return min(max(int(timestamp), 0), 2**32 - 1)
 
 
-def _check_hash(hash: str) -> str:
-    if hash not in ("md5", "xxh3_128"):
-        raise ConfigError(f"hash must be 'md5' or 'xxh3_128', not {hash!r}")
-    return hash
-
-
 def _open_quietly(path: Path, *, readonly: bool) -> CountingBloomFilter:
     """Open a counter file; an unclean one is not warned about (the caller rebuilds it)."""
     try:
@@ -725,21 +719,6 @@ def _new_counters(
     path: Path, library: FingerprintLibrary, sizing: dict[str, Any], *, overwrite: bool = False
 ) -> CountingBloomFilter:
     """A counter file for this library (empty: the caller adds or rebuilds)."""
-    return CountingBloomFilter.create(
-        path,
-        sizing["capacity"],
-        sizing["error_rate"],
-        counter_bits=sizing.get("counter_bits", 4),
-        k=sizing.get("k"),
-        counters_per_key=sizing.get("counters_per_key"),
-        hash=library.get_meta("fingerprint") or "md5",
-        overwrite=overwrite,
-        extra={"counters_id": uuid.uuid4().hex, "library_id": library.get_meta("library_id") or ""},
-    )
-
-
-def _memory_copy_store(params: dict[str, Any]) -> Any:
-    from urlseen.filters.counting import data_bytes
-    from urlseen.stores.memory import MemoryStore
-
-    return MemoryStore(data_bytes(params), dict(params))
+    params = _sized_params(sizing, library)
+    params.update(counters_id=uuid.uuid4().hex, library_id=library.get_meta("library_id") or "")
+    return CountingBloomFilter._create_file(path, params, overwrite)

@@ -21,16 +21,15 @@ from pathlib import Path
 from typing import cast
 
 from urlseen import _core
-from urlseen.errors import ClosedError, ConfigError
+from urlseen.errors import ClosedError
+from urlseen.filters._hashes import FINGERPRINTS, check_fingerprint
 from urlseen.filters._persistent import Closing
 from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.exact import LIBRARY_FILE
 from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
-
-_HASH_IDS = {"md5": _core.HASH_MD5, "xxh3_128": _core.HASH_XXH3_128}
-LIBRARY_FILE = "library.sqlite"
 
 
 class FingerprintLibraryFilter(Closing):
@@ -56,8 +55,7 @@ class FingerprintLibraryFilter(Closing):
         batched_lookups: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if hash not in _HASH_IDS:
-            raise ConfigError(f"hash must be 'md5' or 'xxh3_128', not {hash!r}")
+        check_fingerprint(hash)
         self._shared = library if isinstance(library, RedisLibrary) else None
         if self._shared is not None:
             hash = self._shared.fingerprint
@@ -65,7 +63,7 @@ class FingerprintLibraryFilter(Closing):
         self._library = (
             cast(FingerprintLibrary, library) if library is not None else MemoryLibrary()
         )
-        self._hash = _HASH_IDS[hash]
+        self._hash = FINGERPRINTS[hash]
         self._batched = batched_lookups
         self._clock = clock
         self._lock = threading.RLock()
@@ -87,7 +85,7 @@ class FingerprintLibraryFilter(Closing):
         folder.mkdir(parents=True, exist_ok=True)
         library = SQLiteLibrary(
             folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
-            fingerprint=hash,
+            fingerprint=check_fingerprint(hash),
         )  # fmt: skip
         return cls(library=library, hash=hash, batched_lookups=batched_lookups)
 

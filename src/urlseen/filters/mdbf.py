@@ -18,7 +18,7 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _mdbf_sizing as sizing
-from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed, require_stored_seed
+from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters._sizing import MAX_BITS, MAX_K, check_target
 from urlseen.filters.base import FilterStats
@@ -149,7 +149,7 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
         # groups) or reach 1 (a tiny filter over capacity).
         rate = min(max(rate, sys.float_info.min), math.nextafter(1.0, 0.0))
         params = _params(size, capacity, rate, query, seed, hash)
-        return cls.from_store(MemoryStore(data_bytes(params), params))
+        return cls._in_memory(params)
 
     @staticmethod
     def _check_header(header: _format.Header, where: str) -> None:
@@ -290,7 +290,6 @@ def check_header(header: _format.Header, where: str) -> None:
         or math.isnan(rate)
     ):
         raise FormatError(f"{where}: invalid filter shape or parameters {params}")
-    require_stored_seed(params, where)
     if header.data_length != data_bytes(params):
         raise FormatError(f"{where}: data length {header.data_length} does not match its shape")
     if header.count > g * (n1 + n2):  # every new key sets at least one bit

@@ -177,15 +177,9 @@ class RotatingBloomFilter(Closing):
                 leftover.unlink()
         return self
 
-    def _gen_params(self) -> tuple[int, float]:
-        c = self._config
-        return math.ceil(c["capacity"] / c["generations"]), generation_error_rate(
-            c["error_rate"], c["generations"]
-        )
-
     def _new_generation(self, seq: int) -> Generation:
         c = self._config
-        n_g, p_g = self._gen_params()
+        n_g, p_g = _generation_target(c)
         kind: type[Generation] = CountingBloomFilter if c["counting"] else BloomFilter
         options: dict[str, Any] = {"seed": c["seed"], "hash": c["hash"]}
         if not c["counting"]:
@@ -283,7 +277,7 @@ class RotatingBloomFilter(Closing):
         self._check_open()
         batch = key_batch(keys)
         self._rotate_due()
-        n_g = self._gen_params()[0]
+        n_g = _generation_target(self._config)[0]
         if len(batch) > n_g - len(self._gens[-1]):
             self._gens[-1].contains_many(batch)  # a bad key raises before any chunk is applied
         flags: list[bool] = []
@@ -341,6 +335,7 @@ class RotatingBloomFilter(Closing):
         """Bits are the bound G * m_g (every generation allocated), whatever is live now."""
         self._check_open()
         c = self._config
+        n_g, p_g = _generation_target(c)
         first = self._gens[-1].stats()
         miss = 1.0
         for gen in self._gens:
@@ -357,8 +352,8 @@ class RotatingBloomFilter(Closing):
                 "live_generations": len(self._gens),
                 "window": c["window"],
                 "counting": c["counting"],
-                "generation_capacity": self._gen_params()[0],
-                "generation_error_rate": self._gen_params()[1],
+                "generation_capacity": n_g,
+                "generation_error_rate": p_g,
                 "generation_counts": [len(g) for g in self._gens],
                 "path": None if self._folder is None else str(self._folder),
             },
@@ -419,9 +414,11 @@ def _config(
     if not 1 <= generations <= MAX_GENERATIONS:
         raise ConfigError(f"generations must be in [1, {MAX_GENERATIONS}], not {generations}")
     if window is not None:
-        if isinstance(window, bool) or not isinstance(window, (int, float)):
-            raise ConfigError(f"window must be seconds > 0 or None, not {window!r}")
-        if not (window > 0 and math.isfinite(window)):
+        if (
+            isinstance(window, bool)
+            or not isinstance(window, (int, float))
+            or not (window > 0 and math.isfinite(window))
+        ):
             raise ConfigError(f"window must be seconds > 0 or None, not {window!r}")
         window = float(window)
     if not isinstance(counting, bool):
@@ -429,9 +426,7 @@ def _config(
     if layout not in _sizing.LAYOUTS:
         raise ConfigError(f"layout must be 'blocked' or 'standard', not {layout!r}")
     check_hash(hash)
-    p_g = generation_error_rate(rate, generations)
-    _sizing.check_target(math.ceil(capacity / generations), p_g)
-    return {
+    config = {
         "capacity": capacity,
         "error_rate": rate,
         "generations": generations,
@@ -441,6 +436,14 @@ def _config(
         "seed": check_seed(seed),
         "hash": hash,
     }
+    _sizing.check_target(*_generation_target(config))
+    return config
+
+
+def _generation_target(config: dict[str, Any]) -> tuple[int, float]:
+    """Each generation's capacity and error rate: ceil(capacity / G) keys at p_g."""
+    g = config["generations"]
+    return math.ceil(config["capacity"] / g), generation_error_rate(config["error_rate"], g)
 
 
 def describe_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -496,7 +499,6 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], list[tuple[int, float]],
 
 
 def _check_generation(gen: Generation, config: dict[str, Any], path: Path) -> None:
-    n_g = math.ceil(config["capacity"] / config["generations"])
-    p_g = generation_error_rate(config["error_rate"], config["generations"])
+    n_g, p_g = _generation_target(config)
     if gen.capacity != n_g or not math.isclose(gen.error_rate, p_g, rel_tol=1e-12):
         raise FormatError(f"{path}: generation does not belong to this rotating filter")
