@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from peers import cpu_model  # the sibling benchmark's
 from urlseen import _core
 from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES, ExactFilter
 from urlseen.filters.library import FingerprintLibraryFilter
@@ -677,14 +678,6 @@ def child_memory(kind: str, data: Path, limit: int | None, capacity: int) -> dic
 
 
 # --------------------------------------------------------------------------- report
-
-
-def cpu_model() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def mount_of(path: Path) -> str:

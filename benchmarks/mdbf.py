@@ -85,8 +85,7 @@ warnings.simplefilter("ignore")  # QueryAnyWarning: QUERY_ANY is measured on pur
 
 def load_distinct(path: Path) -> tuple[list[bytes], int]:
     """Distinct non-empty lines in file order, and the number of non-empty lines."""
-    with gzip.open(path, "rb") as f:
-        lines = [line for line in f.read().split(b"\n") if line]
+    lines = load_lines(path)
     return list(dict.fromkeys(lines)), len(lines)
 
 

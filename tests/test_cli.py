@@ -9,42 +9,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import Result
 
 import urlseen
-from cli_helpers import dedup, invoke
+from cli_helpers import assert_clean_error, dedup, info_rows, invoke, lines, summary
 
 FIVE_MB = 5 * 1024 * 1024
-
-
-def summary(result: Result) -> dict[str, Any]:
-    """The --json summary: the last line of stderr, which must be JSON."""
-    lines = result.stderr.strip().splitlines()
-    assert lines, "no summary on stderr"
-    data = json.loads(lines[-1])
-    assert isinstance(data, dict)
-    return data
-
-
-def assert_clean_error(result: Result, exit_code: int, *needles: str) -> str:
-    """A CLI failure: the given status, a short message naming the problem, no traceback."""
-    assert result.exit_code == exit_code, (result.exit_code, result.stderr, result.exception)
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    err = result.stderr
-    assert "Traceback" not in err
-    assert result.stdout == ""
-    error_lines = [line for line in err.splitlines() if line.startswith("Error:")]
-    assert len(error_lines) == 1, err
-    for needle in needles:
-        assert needle in error_lines[0], (needle, error_lines[0])
-    return error_lines[0]
-
-
-def lines(*urls: str | bytes) -> bytes:
-    return b"".join((u.encode() if isinstance(u, str) else u) + b"\n" for u in urls)
 
 
 @pytest.fixture
@@ -329,9 +300,7 @@ def test_bad_option_values_are_usage_errors(args: list[str], needle: str) -> Non
 
 
 def test_info_text(state_file: Path) -> None:
-    result = invoke("info", state_file)
-    assert result.exit_code == 0, result.stderr
-    rows = dict(line.split(None, 1) for line in result.stdout.splitlines())
+    rows = info_rows(state_file)
     assert rows["kind"] == "bloom"
     assert rows["count"] == "3"
     assert rows["capacity"] == "1000"

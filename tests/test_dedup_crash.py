@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from cli_helpers import output_reaches
 from conftest import require_dev_urls_path
 from urlseen import BloomFilter, UncleanShutdownWarning
 from urlseen.canonical import canonicalize
@@ -137,19 +138,9 @@ def _ended_early(proc: subprocess.Popen[bytes], threshold: int) -> None:
 
 def _kill_when_file_reaches(proc: subprocess.Popen[bytes], out: Path, threshold: int) -> None:
     """SIGKILL proc as soon as the file `out` holds `threshold` bytes."""
-    deadline = time.monotonic() + 60
-    while proc.poll() is None:
-        try:
-            size = out.stat().st_size
-        except FileNotFoundError:
-            size = 0
-        if size >= threshold:
-            proc.send_signal(signal.SIGKILL)
-            return
-        if time.monotonic() > deadline:
-            pytest.fail("the run did not reach the kill point within 60 s")
-        time.sleep(0.0005)
-    _ended_early(proc, threshold)
+    if not output_reaches(proc, out, threshold):
+        _ended_early(proc, threshold)
+    proc.send_signal(signal.SIGKILL)
 
 
 def _blocked_writing_a_pipe(pid: int) -> bool:

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
 
-from cli_helpers import dedup, invoke
+from cli_helpers import assert_clean_error, dedup, info_rows, invoke, lines, summary
 from urlseen.canonical import canonicalize
 from urlseen.errors import InvalidKeyError
 
@@ -27,36 +26,12 @@ SAMPLE = REPO / "examples" / "sample-urls.txt.gz"
 SMALL = ("--capacity", "20000")  # a small counter file: fast to create and to rebuild
 
 
-def summary(result: Result) -> dict[str, Any]:
-    """The --json summary: the last line of stderr."""
-    data = json.loads(result.stderr.strip().splitlines()[-1])
-    assert isinstance(data, dict)
-    return data
-
-
-def assert_clean_error(result: Result, exit_code: int, *needles: str) -> str:
-    """A CLI failure: the given status, one short message naming the problem, no traceback."""
-    assert result.exit_code == exit_code, (result.exit_code, result.stderr, result.exception)
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.stderr
-    assert result.stdout == ""
-    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.stderr
-    for needle in needles:
-        assert needle in errors[0], (needle, errors[0])
-    return errors[0]
-
-
 def info(path: Path) -> dict[str, Any]:
     result = invoke("info", "--json", path)
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert isinstance(data, dict)
     return data
-
-
-def lines(*urls: str | bytes) -> bytes:
-    return b"".join((u.encode() if isinstance(u, str) else u) + b"\n" for u in urls)
 
 
 def _canonical_key(line: bytes) -> str | bytes | None:
@@ -386,9 +361,7 @@ def test_info_text_json_and_verify(sample: tuple[Path, bytes], tmp_path: Path) -
     path, _ = sample
     state = tmp_path / "state"
     dedup("--filter", "exact", "--state", state, *SMALL, path)
-    text = invoke("info", state)
-    assert text.exit_code == 0, text.stderr
-    rows = dict(line.split(None, 1) for line in text.stdout.splitlines())
+    rows = info_rows(state)
     assert rows["kind"] == "exact"
     assert rows["records"] == "3000"
     assert rows["counters_in_sync"] == "True"
@@ -416,13 +389,4 @@ def test_stray_counter_file_without_a_library_is_a_clean_error(tmp_path: Path) -
     (state / "counters.urlseen").write_bytes((good / "counters.urlseen").read_bytes())
     result = invoke("dedup", "--filter", "exact", "--state", state, input=lines("http://a/"))
     assert_clean_error(result, 1, str(state / "counters.urlseen"))
-
-
-def test_os_errors_without_a_filename_have_no_empty_prefix(tmp_path: Path) -> None:
-    good = tmp_path / "good"
-    dedup("--filter", "exact", "--state", good, *SMALL, input=lines("http://a/"))
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "counters.urlseen").write_bytes((good / "counters.urlseen").read_bytes())
-    result = invoke("dedup", "--filter", "exact", "--state", state, input=lines("http://a/"))
-    assert "Error: : " not in result.stderr, result.stderr
+    assert "Error: : " not in result.stderr, result.stderr  # no empty filename prefix

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from cli_helpers import invoke
+from cli_helpers import invoke, output_reaches
 from conftest import dev_urls_path
 from urlseen import CountersRebuiltWarning, ExactFilter, FingerprintLibraryFilter
 
@@ -401,19 +401,10 @@ def _kill_when_output_reaches(cmd: list[str], out: Path, threshold: int, delay: 
     next few batches). False if it finished first."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
     try:
-        deadline = time.monotonic() + 60
-        while proc.poll() is None:
-            try:
-                size = out.stat().st_size
-            except FileNotFoundError:
-                size = 0
-            if size >= threshold:
-                time.sleep(delay)
-                proc.send_signal(signal.SIGKILL)
-                return proc.wait(timeout=60) == -signal.SIGKILL  # else it ended in the delay
-            if time.monotonic() > deadline:
-                pytest.fail("the run did not reach the kill point within 60 s")
-            time.sleep(0.0005)
+        if output_reaches(proc, out, threshold):
+            time.sleep(delay)
+            proc.send_signal(signal.SIGKILL)
+            return proc.wait(timeout=60) == -signal.SIGKILL  # else it ended in the delay
         assert proc.stderr is not None
         err = proc.stderr.read().decode()
         assert proc.returncode == 0, err

@@ -23,18 +23,14 @@ def explicit(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
 
 
-def echo_warnings(caught: list[warnings.WarningMessage]) -> None:
-    for warning in caught:
-        click.echo(f"warning: {warning.message}", err=True)
-
-
 def echoing_warnings(make: Callable[[], T], category: type[Warning] = Warning) -> T:
     """Run make() and print the warnings of `category` it raised (QueryAnyWarning, an unclean
     shutdown, rebuilt counters) on stderr, each time, as `warning: ...`."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", category)
         made = make()
-    echo_warnings(caught)
+    for warning in caught:
+        click.echo(f"warning: {warning.message}", err=True)
     return made
 
 

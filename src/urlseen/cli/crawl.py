@@ -170,12 +170,12 @@ def crawl_command(
     with cli_errors():
         try:
             from urlseen.integrations._crawl import crawl
-            from urlseen.integrations._open import default_kind
+            from urlseen.integrations._open import DEFAULT_KIND
         except ImportError as exc:
             raise MissingDependencyError(
                 f"urlseen crawl needs Scrapy ({exc}): pip install 'urlseen[scrapy]'"
             ) from exc
-        kind = filter_name or default_kind(redis_url)
+        kind = filter_name or DEFAULT_KIND
         dupefilter: dict[str, Any] = {"filter": kind}
         if kind != "scrapy":
             dupefilter |= {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import json
 import math
@@ -10,7 +11,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -21,17 +22,18 @@ from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, human
 from urlseen.cli._open_dsbf import open_dsbf
 from urlseen.cli._open_mdbf import open_mdbf, open_rotating
-from urlseen.cli._open_shared_exact import open_shared_exact
+from urlseen.cli._open_shared_exact import forget_shared, open_shared_exact
 from urlseen.cli._open_similar import open_similar
 from urlseen.cli._state import checked, echoing_warnings, explicit
 from urlseen.dedup import DEFAULT_BATCH_SIZE, DedupSummary, dedup
-from urlseen.filters.base import SeenFilter
+from urlseen.filters.base import Key, SeenFilter
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES, LIBRARY_FILE, ExactFilter
 from urlseen.filters.library import FingerprintLibraryFilter
 from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.linekeys import LineKeyer
 from urlseen.stores.mmapfile import UncleanShutdownWarning
+from urlseen.stores.redis_library import RedisLibrary
 
 DEFAULT_CAPACITY = 10_000_000
 DEFAULT_ERROR_RATE = 1e-6
@@ -41,7 +43,7 @@ EXACT_BATCH_SIZE = 65536  # a library commit per batch: larger batches amortize 
 
 
 @contextlib.contextmanager
-def seen_closed_on_error(seen: ExactFilter) -> Iterator[None]:
+def seen_closed_on_error(seen: SeenFilter | RedisLibrary) -> Iterator[None]:
     try:
         yield
     except BaseException:
@@ -191,19 +193,20 @@ def _parse_age(text: str) -> float:
 
 
 def _forget(
-    seen: ExactFilter, remove: str | None, older_than: float | None, keyer: LineKeyer
+    forget_many: Callable[[list[Key]], list[bool]],
+    forget_older_than: Callable[[float], int],
+    remove: str | None,
+    older_than: float | None,
+    keyer: LineKeyer,
 ) -> None:
-    """Apply --remove and --forget-older-than before the run: those URLs become new again."""
+    """Apply --remove and --forget-older-than before the run (to a local or a shared exact
+    filter): those URLs become new again."""
     forgotten = 0
     if remove is not None:
-        with contextlib.ExitStack() as stack:
-            stream = _open_input(remove)
-            if remove != "-":
-                stack.enter_context(stream)
-            keys = [k for line in stream if (k := keyer.key(line.rstrip(b"\n"))) is not None]
-        forgotten += sum(seen.forget_many(keys))
+        keys = [k for line in _lines((remove,)) if (k := keyer.key(line.rstrip(b"\n"))) is not None]
+        forgotten += sum(forget_many(keys))
     if older_than is not None:
-        forgotten += seen.forget_older_than(older_than)
+        forgotten += forget_older_than(older_than)
     if remove is not None or older_than is not None:
         click.echo(f"urlseen dedup: forgot {forgotten:,} URLs (they are new again)", err=True)
 
@@ -465,8 +468,13 @@ def dedup_command(
         if filter_name == "dsbf":
             seen = open_dsbf(ctx, redis_url, name, state, capacity, error_rate, leaf_bits, layout)
         elif redis_url is not None and filter_name in ("exact", "library") and state is None:
-            keyer_ = LineKeyer(profile=profile)
-            seen = open_shared_exact(ctx, redis_url, name, capacity, remove, cutoff, keyer_)
+            library = open_shared_exact(ctx, redis_url, name, capacity)
+            with seen_closed_on_error(library):  # before the filter counts the library's records
+                forget = functools.partial(forget_shared, library)
+                _forget(
+                    forget, library.forget_older_than, remove, cutoff, LineKeyer(profile=profile)
+                )
+            seen = FingerprintLibraryFilter(library=library)
         elif redis_url is not None:
             if filter_name != "bloom" or state is not None:
                 raise click.UsageError(
@@ -492,7 +500,13 @@ def dedup_command(
             seen = _open_exact(ctx, outer, filter_name, state, capacity, rate, cache_entries)
             if isinstance(seen, ExactFilter):
                 with seen_closed_on_error(seen):
-                    _forget(seen, remove, cutoff, LineKeyer(profile=profile))
+                    _forget(
+                        seen.forget_many,
+                        seen.forget_older_than,
+                        remove,
+                        cutoff,
+                        LineKeyer(profile=profile),  # --remove's lines are not the run's
+                    )
         with seen, contextlib.ExitStack() as stack:
             out = (
                 sys.stdout.buffer

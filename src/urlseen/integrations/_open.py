@@ -22,6 +22,7 @@ from urlseen.filters.exact import LIBRARY_FILE, ExactFilter
 from urlseen.stores.sqlite_library import SQLiteLibrary
 
 LOCAL_KINDS = ("exact", "bloom")
+DEFAULT_KIND = "exact"  # never drops a page, on one machine and shared through Redis alike
 DEFAULT_ERROR_RATES = {"exact": 1e-3, "bloom": 1e-6}
 BLOOM_STATE_FILE = "seen.bloom"  # a Bloom filter's file inside a state folder (JOBDIR)
 
@@ -65,11 +66,6 @@ REDIS_KINDS: dict[str, RedisOpener] = {
     "dsbf": _redis_dsbf,
 }
 """Filters shared through Redis, by kind: opener(redis_url, name, capacity, error_rate)."""
-
-
-def default_kind(redis_url: str | None) -> str:
-    """exact (never drops a page), on one machine and shared through Redis alike."""
-    return "exact"
 
 
 def open_filter(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from urlseen.errors import MissingDependencyError
 from urlseen.filters.base import SeenFilter
-from urlseen.integrations._open import default_kind, describe, grouped, open_filter
+from urlseen.integrations._open import DEFAULT_KIND, describe, grouped, open_filter
 
 try:
     from scrapy.dupefilters import BaseDupeFilter
@@ -56,8 +56,8 @@ class UrlseenDupeFilter(BaseDupeFilter):
     settings (from_crawler).
 
     Args:
-        filter: "exact" (IMP-CBFilter: never drops a request; the default on one machine) or
-            "bloom" (smallest and fastest; drops about error_rate of new requests).
+        filter: "exact" (IMP-CBFilter: never drops a request; the default) or "bloom"
+            (smallest and fastest; drops about error_rate of new requests).
         capacity: distinct requests the filter is sized for.
         error_rate: bloom: share of new requests dropped at capacity; exact: share of new
             requests that cost a library look-up. None: the kind's default.
@@ -87,14 +87,13 @@ class UrlseenDupeFilter(BaseDupeFilter):
         stats: StatsCollector | None = None,
         audit: bool = False,
     ) -> None:
-        kind = filter or default_kind(redis_url)
+        kind = filter or DEFAULT_KIND
         self.kind = kind
         self.fingerprinter: RequestFingerprinterProtocol = fingerprinter or RequestFingerprinter()
         self.debug = debug
         self.logdupes = True
         self.stats = stats
         self.new = 0
-        self.filtered = 0
         self.false_positives = 0
         self.where = describe(kind, state, redis_url, redis_name)
         seen = open_filter(
@@ -165,7 +164,6 @@ class UrlseenDupeFilter(BaseDupeFilter):
 
     def log(self, request: Request, spider: Spider) -> None:
         """Scrapy's duplicate log: the first filtered request, or all with debug."""
-        self.filtered += 1
         if self.debug:
             logger.debug(
                 "Filtered duplicate request: %(request)s (referer: %(referer)s)",
