@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -90,6 +92,7 @@ class ExactFilter(Closing):
     """
 
     commits_after_callback = True  # add_many(before_commit=...) (urlseen.dedup relies on it)
+    _temporary: Path | None = None  # a folder of its own, removed on close (temporary())
 
     def __init__(
         self,
@@ -161,6 +164,21 @@ class ExactFilter(Closing):
             raise
         self = cls.__new__(cls)
         self._setup(counters, library, cache_entries, **options)
+        return self
+
+    @classmethod
+    def temporary(cls, capacity: int, error_rate: float = 0.001, **options: Any) -> ExactFilter:
+        """A filter that persists nothing but keeps its library on disk, in a temporary folder
+        removed on close: memory stays bounded however many URLs come. The counters live in
+        memory (nothing to seal); options are the constructor's."""
+        folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
+        try:
+            library = SQLiteLibrary(folder / LIBRARY_FILE, create=True)
+            self = cls(capacity, error_rate, library=library, **options)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._temporary = folder
         return self
 
     @classmethod
@@ -609,6 +627,8 @@ class ExactFilter(Closing):
             finally:
                 counters.close()
                 library.close()
+                if self._temporary is not None:
+                    shutil.rmtree(self._temporary, ignore_errors=True)
 
     def __len__(self) -> int:
         return self._records
