@@ -4,15 +4,14 @@ when refused, defaults never clash, and warnings raised while opening reach stde
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
-import click
 import pytest
-from click.core import ParameterSource
 
 from cli_helpers import dedup, invoke
-from urlseen.cli._state import check_given, checked, echoing_warnings, explicit
+from urlseen.cli._common import flag
+from urlseen.kinds import ParameterConflict
+from urlseen.kinds._openers import Request, checked
 
 URLS = b"".join(b"https://example.com/%d\n" % i for i in range(50))
 
@@ -44,28 +43,6 @@ def test_an_explicit_option_that_contradicts_the_state_is_a_usage_error(
     assert again.stdout == "https://example.com/new\n"
 
 
-def _context(*given: str) -> click.Context:
-    ctx = click.Context(click.Command("t"))
-    for name in ("capacity", "error_rate"):
-        source = ParameterSource.COMMANDLINE if name in given else ParameterSource.DEFAULT
-        ctx.set_parameter_source(name, source)
-    return ctx
-
-
-def test_only_explicit_options_are_checked() -> None:
-    stored = {"capacity": 10, "error_rate": 0.5}
-    given = {"capacity": 20, "error_rate": 0.1}
-    assert explicit(_context("capacity"), "capacity")
-    assert not explicit(_context("capacity"), "error_rate")
-    check_given(_context(), given, stored, "state")  # defaults never clash
-    with pytest.raises(click.UsageError) as info:
-        check_given(_context("error_rate"), given, stored, "shared library", keeper="library")
-    assert info.value.message == (
-        "--error-rate 0.1 differs from the shared library's 0.5; "
-        "a library keeps the parameters it was created with"
-    )
-
-
 class _State:
     closed = False
 
@@ -73,26 +50,39 @@ class _State:
         self.closed = True
 
 
-def test_refused_state_is_closed_and_accepted_state_returned() -> None:
-    stored = {"capacity": 10}
+def _request(**given: object) -> Request:
+    top = {name: given.pop(name, None) for name in ("capacity", "error_rate")}
+    return Request("bloom", **top, state=None, redis=None, name="", given=given, spell=flag)
+
+
+def test_only_given_values_are_checked_and_a_refused_state_is_closed() -> None:
+    stored = {"capacity": 10, "error_rate": 0.5, "layout": "blocked"}
     kept = _State()
-    assert checked(_context("capacity"), kept, {"capacity": 10}, stored, "state") is kept
+    assert checked(_request(), kept, stored, "state") is kept  # nothing given: no clash
+    assert checked(_request(capacity=10, layout="blocked"), kept, stored, "state") is kept
     assert not kept.closed
     refused = _State()
-    with pytest.raises(click.UsageError):
-        checked(_context("capacity"), refused, {"capacity": 11}, stored, "state")
+    with pytest.raises(ParameterConflict) as info:
+        checked(_request(error_rate=0.1), refused, stored, "shared library", keeper="library")
+    assert str(info.value) == (
+        "--error-rate 0.1 differs from the shared library's 0.5; "
+        "a library keeps the parameters it was created with"
+    )
     assert refused.closed
+    with pytest.raises(ParameterConflict, match="--layout standard differs"):
+        checked(_request(layout="standard"), _State(), stored, "state")
 
 
-def test_warnings_of_the_category_reach_stderr(capsys: pytest.CaptureFixture[str]) -> None:
-    def make() -> int:
-        warnings.warn("first", UserWarning, stacklevel=1)
-        warnings.warn("second", DeprecationWarning, stacklevel=1)
-        return 7
-
-    assert echoing_warnings(make) == 7
-    assert capsys.readouterr().err == "warning: first\nwarning: second\n"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the category is shown even where others are not
-        assert echoing_warnings(make, UserWarning) == 7
-    assert capsys.readouterr().err == "warning: first\n"
+def test_warnings_raised_while_opening_reach_stderr(tmp_path: Path) -> None:
+    """A state whose writer did not close it is reported on stderr when it is opened."""
+    state = tmp_path / "seen.bloom"
+    dedup("--state", state, input=URLS)
+    with open(state, "r+b") as f:  # flags at offset 40: 1 = open for writing, not closed
+        f.seek(40)
+        flags = int.from_bytes(f.read(4), "little")
+        f.seek(40)
+        f.write((flags | 1).to_bytes(4, "little"))
+    result = dedup("--state", state, input=URLS)
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and str(state) in warning[0], result.stderr
+    assert result.stdout == ""  # its URLs are still seen

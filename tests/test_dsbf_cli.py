@@ -89,4 +89,7 @@ def test_dsbf_in_memory_and_usage_errors(tmp_path, redis_url, redis_name):
     again = invoke(*first, src)  # reopens with its own parameters
     assert again.exit_code == 0 and again.stdout == ""
     clash = invoke(*first, "--leaf-bits", "8192", src)
-    assert clash.exit_code != 0 and "m=4096" in clash.stderr
+    assert (
+        clash.exit_code == 2
+        and "--leaf-bits 8192 differs from the shared filter's 4096" in clash.stderr
+    )

@@ -22,8 +22,9 @@ from scrapy.utils.test import get_crawler
 
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters.bloom import BloomFilter
-from urlseen.integrations._open import GroupedAdds, open_filter
+from urlseen.integrations._grouped import GroupedAdds
 from urlseen.integrations.scrapy import UrlseenDupeFilter
+from urlseen.kinds import open_filter
 
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
 
@@ -131,7 +132,8 @@ def test_default_is_exact_and_not_persisted() -> None:
     scheduler, _ = _scheduler()
     assert scheduler.df.kind == "exact"
     assert isinstance(scheduler.df.seen, GroupedAdds)
-    folder = scheduler.df.seen.seen.folder  # a temporary library, removed on close
+    folder = scheduler.df.seen.seen._temporary  # a temporary library, removed on close
+    assert folder is not None
     assert folder.is_dir()
     scheduler.close("finished")
     assert not folder.exists()
@@ -236,7 +238,7 @@ def test_grouped_adds_answer_exactly_like_a_set(quick_test: bool) -> None:
     rng = random.Random(7)
     keys = [rng.randrange(400).to_bytes(4, "big") for _ in range(5000)]
     seen = open_filter("exact", capacity=50)  # small: its counters say "maybe" often
-    maybe = seen.seen.counters.__contains__ if quick_test else None
+    maybe = seen.counters.__contains__ if quick_test else None
     grouped = GroupedAdds(seen, size=37, recent=16, maybe=maybe)
     model: set[bytes] = set()
     for key in keys:

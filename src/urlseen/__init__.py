@@ -28,7 +28,6 @@ from urlseen.errors import (
 from urlseen.filters import (
     BloomFilter,
     CountersRebuiltWarning,
-    CountingBloomFilter,
     ExactFilter,
     FilterStats,
     FingerprintLibraryFilter,
@@ -38,39 +37,36 @@ from urlseen.filters import (
     SeenFilter,
     SplittableBloomFilter,
 )
+from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.similarity import SimilarityFilter
-from urlseen.stores.library import FingerprintLibrary
-from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.mmapfile import UncleanShutdownWarning
-from urlseen.stores.sqlite_library import SQLiteLibrary
-from urlseen.stores.url_db import SQLiteUrlDB
+from urlseen.stores.redis_library import RedisLibrary
 
 try:
     __version__ = version("urlseen")
 except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0+unknown"
 
+# What the README documents; the plumbing (stores, counting filters, libraries) is imported
+# from its own module.
 __all__ = [
     "BloomFilter",
     "ClosedError",
     "ConfigError",
     "CountersRebuiltWarning",
-    "CountingBloomFilter",
     "ExactFilter",
     "FilterStats",
-    "FingerprintLibrary",
     "FingerprintLibraryFilter",
     "FormatError",
     "IncompatibleFiltersError",
     "InvalidKeyError",
-    "MemoryLibrary",
     "MissingDependencyError",
     "MultiDimensionalBloomFilter",
     "QueryAnyWarning",
     "ReadOnlyError",
+    "RedisBloomFilter",
+    "RedisLibrary",
     "RotatingBloomFilter",
-    "SQLiteLibrary",
-    "SQLiteUrlDB",
     "SeenFilter",
     "SimilarityFilter",
     "SplittableBloomFilter",

@@ -1,21 +1,34 @@
-"""What the commands share: turning urlseen errors into clean CLI errors, number formatting."""
+"""What the commands share: one filter opener for every command, library errors turned into
+clean CLI errors, number formatting."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import click
 
+from urlseen import kinds
 from urlseen.errors import UrlseenError
+from urlseen.filters.base import SeenFilter
+
+
+def flag(name: str) -> str:
+    """A parameter's name as the command line writes it: error_rate -> --error-rate."""
+    return "--" + name.replace("_", "-")
 
 
 @contextlib.contextmanager
 def cli_errors() -> Iterator[None]:
-    """Library errors cross into the CLI once, as a one-line message and exit status 1."""
+    """Library errors cross into the CLI once, as a one-line message: a parameter that does
+    not fit is a usage error (status 2), anything else status 1."""
     try:
         yield
+    except kinds.OptionError as exc:
+        raise click.UsageError(str(exc)) from exc
     except UrlseenError as exc:
         raise click.ClickException(str(exc)) from exc
     except BrokenPipeError:  # `urlseen dedup | head`: the reader is gone, stop quietly
@@ -25,6 +38,18 @@ def cli_errors() -> Iterator[None]:
             raise SystemExit(0) from None
         where = f"{exc.filename}: " if exc.filename else ""
         raise click.ClickException(f"{where}{exc.strerror or exc}") from exc
+
+
+def open_filter(kind: str, **values: Any) -> SeenFilter:
+    """kinds.open_filter with options spelled as flags, and the warnings opening raised (an
+    unclean shutdown, rebuilt counters, query='any') printed on stderr as `warning: ...`."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        seen = kinds.open_filter(kind, spell=flag, **values)
+    for warning in caught:
+        if issubclass(warning.category, UserWarning):
+            click.echo(f"warning: {warning.message}", err=True)
+    return seen
 
 
 def human(n: float) -> str:

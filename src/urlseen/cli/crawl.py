@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 import click
 
+from urlseen import kinds
 from urlseen.cli._common import cli_errors, human
 from urlseen.errors import MissingDependencyError
 
@@ -50,11 +51,12 @@ def _report(report: Any, as_json: bool) -> None:
 @click.option(
     "--filter",
     "filter_name",
-    type=click.Choice(["exact", "bloom", "dsbf", "scrapy"]),
+    type=click.Choice([*(k.name for k in kinds.KINDS.values() if not k.url_keys), "scrapy"]),
     default=None,
-    help="exact (never drops a page), bloom (smallest; drops about --error-rate of new "
-    "pages), dsbf (with --redis: a splittable Bloom filter that keeps its error rate as the "
-    "crawl grows), or scrapy (Scrapy's own RFPDupeFilter, to compare) [default: exact].",
+    help="A urlseen filter kind (see urlseen dedup --help; exact never drops a page, bloom is "
+    "smallest and drops about --error-rate of new pages, dsbf with --redis keeps its error "
+    "rate as the crawl grows), or scrapy: Scrapy's own RFPDupeFilter, to compare "
+    f"[default: {kinds.DEFAULT_KIND}].",
 )
 @click.option(
     "--state",
@@ -72,16 +74,14 @@ def _report(report: Any, as_json: bool) -> None:
 @click.option(
     "--capacity",
     type=click.IntRange(min=1),
-    default=10_000_000,
-    show_default=True,
-    help="Distinct URLs the filter is sized for.",
+    help=f"Distinct URLs the filter is sized for [default: {kinds.DEFAULT_CAPACITY}].",
 )
 @click.option(
     "--error-rate",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=None,
-    help="bloom: share of new URLs dropped at capacity [default: 1e-6]; exact: share that "
-    "costs a library look-up [default: 1e-3].",
+    help="bloom-like filters: share of new URLs dropped at capacity; exact: share that costs "
+    "a library look-up [default: the kind's, see urlseen dedup --help].",
 )
 @click.option(
     "--jobdir",
@@ -138,7 +138,7 @@ def crawl_command(
     state: str | None,
     redis_url: str | None,
     name: str,
-    capacity: int,
+    capacity: int | None,
     error_rate: float | None,
     jobdir: str | None,
     prefix: str | None,
@@ -170,12 +170,11 @@ def crawl_command(
     with cli_errors():
         try:
             from urlseen.integrations._crawl import crawl
-            from urlseen.integrations._open import DEFAULT_KIND
         except ImportError as exc:
             raise MissingDependencyError(
                 f"urlseen crawl needs Scrapy ({exc}): pip install 'urlseen[scrapy]'"
             ) from exc
-        kind = filter_name or DEFAULT_KIND
+        kind = filter_name or kinds.DEFAULT_KIND
         dupefilter: dict[str, Any] = {"filter": kind}
         if kind != "scrapy":
             dupefilter |= {

@@ -40,7 +40,7 @@ from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyErro
 from urlseen.filters._hashes import check_fingerprint
 from urlseen.filters._persistent import Closing
 from urlseen.filters.base import FilterStats, Key, key_batch
-from urlseen.filters.counting import CountingBloomFilter, make_params
+from urlseen.filters.counting import CountingBloomFilter, data_bytes, make_params
 from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.mmapfile import UncleanShutdownWarning
@@ -263,18 +263,12 @@ class ExactFilter(Closing):
                     "counter_bits": params["counter_bits"], "k": params["k"],
                     "counters_per_key": params["ncounters"] / params["capacity"],
                 }  # fmt: skip
-            if params.get("library_id") != library.get_meta("library_id"):
-                why = "the counter file belongs to another library"
-            elif params.get("hash") != library.get_meta("fingerprint"):
-                why = "the counter file uses another fingerprint"
-            elif damaged:
-                why = "the counter data failed its checksum"
-            else:
+            why = _foreign_counters(library, params) or (
+                "the counter data failed its checksum" if damaged else ""
+            )
+            if not why:
                 counters = _open_quietly(path, readonly=readonly)
-                if unclean:
-                    why = "the last writer did not close it"
-                elif library.get_meta("counters") != params.get("counters_id"):
-                    why = "the library changed since the counters were saved"
+                why = _stale_counters(library, params, unclean)
                 if why and readonly:  # rebuild into memory, leave the file alone
                     counters.close()
                     counters = CountingBloomFilter._in_memory(params)
@@ -742,3 +736,64 @@ def _new_counters(
     params = _sized_params(sizing, library)
     params.update(counters_id=uuid.uuid4().hex, library_id=library.get_meta("library_id") or "")
     return CountingBloomFilter._create_file(path, params, overwrite)
+
+
+def _foreign_counters(library: FingerprintLibrary, params: dict[str, Any]) -> str:
+    """Why a counter file cannot describe this library at all, or "" if it may."""
+    if params.get("library_id") != library.get_meta("library_id"):
+        return "the counter file belongs to another library"
+    if params.get("hash") != library.get_meta("fingerprint"):
+        return "the counter file uses another fingerprint"
+    return ""
+
+
+def _stale_counters(library: FingerprintLibrary, params: dict[str, Any], unclean: bool) -> str:
+    """Why this library's counter file may disagree with it, or "" if it is in sync: it is
+    trusted only if its writer closed it and the library recorded that close."""
+    if unclean:
+        return "the last writer did not close it"
+    if library.get_meta("counters") != params.get("counters_id"):
+        return "the library changed since the counters were saved"
+    return ""
+
+
+def describe_state(path: str | os.PathLike[str], verify: bool = False) -> dict[str, Any]:
+    """What an exact (or library-only) filter's folder holds, read-only: nothing is rebuilt or
+    changed, so a crawler may be using it. verify=True also checks the library's integrity
+    and the counters' checksum (FormatError if either fails)."""
+    folder = Path(path)
+    library = SQLiteLibrary(folder / LIBRARY_FILE, readonly=True)
+    try:
+        counters_path = folder / COUNTERS_FILE
+        desc: dict[str, Any] = {
+            "path": os.fspath(path),
+            "kind": "exact" if counters_path.exists() else "library",
+            "records": library.count(),
+            "fingerprint": library.get_meta("fingerprint"),
+            "library_bytes": sum(os.path.getsize(f) for f in library.files()),
+        }
+        if verify:
+            library.verify()
+            desc["library_verified"] = True
+        if not counters_path.exists():
+            return desc
+        with _open_quietly(counters_path, readonly=True) as counters:
+            params = counters.params
+            unclean = bool(getattr(counters._store, "unclean", False))
+            why = _foreign_counters(library, params) or _stale_counters(library, params, unclean)
+            desc.update(
+                {
+                    "counters_closed_cleanly": not unclean,
+                    "counters_in_sync": not why,
+                    **{
+                        name: params.get(name)
+                        for name in ("capacity", "error_rate", "ncounters", "counter_bits", "k")
+                    },
+                    "counter_bytes": data_bytes(params),
+                }
+            )
+            if verify and not unclean:
+                desc["counters_verified"] = counters.verify()
+        return desc
+    finally:
+        library.close()

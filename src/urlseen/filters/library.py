@@ -13,6 +13,8 @@ new exactly once.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -21,10 +23,10 @@ from pathlib import Path
 from typing import cast
 
 from urlseen import _core
-from urlseen.errors import ClosedError
+from urlseen.errors import ClosedError, ConfigError
 from urlseen.filters._hashes import FINGERPRINTS, check_fingerprint
 from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.exact import LIBRARY_FILE
 from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary
@@ -46,6 +48,7 @@ class FingerprintLibraryFilter(Closing):
     """
 
     commits_after_callback = True
+    _temporary: Path | None = None  # a folder of its own, removed on close (temporary())
 
     def __init__(
         self,
@@ -112,6 +115,37 @@ class FingerprintLibraryFilter(Closing):
         except BaseException:
             library.close()
             raise
+
+    @classmethod
+    def temporary(cls, *, hash: str = "md5") -> FingerprintLibraryFilter:
+        """A filter that persists nothing but keeps its library on disk, in a temporary folder
+        removed on close: memory stays bounded however many URLs come."""
+        folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
+        try:
+            self = cls.create(folder, hash=hash)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._temporary = folder
+        return self
+
+    def forget_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Shared library only: make these URLs new again (True for each one it held)."""
+        return self._shared_library("forget").forget(_core.digests(key_batch(keys), self._hash))
+
+    def forget_older_than(self, timestamp: float) -> int:
+        """Shared library only: forget URLs first seen before timestamp; how many."""
+        return self._shared_library("forget").forget_older_than(timestamp)
+
+    def _shared_library(self, what: str) -> RedisLibrary:
+        with self._lock:
+            self._usable()
+        if self._shared is None:
+            raise ConfigError(
+                f"{what} needs a shared library or the ExactFilter: a local library-only "
+                "filter keeps no counters to update"
+            )
+        return self._shared
 
     def add(self, key: Key) -> bool:
         """Check-and-add one URL (one library transaction: use add_many for throughput)."""
@@ -199,4 +233,8 @@ class FingerprintLibraryFilter(Closing):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._library.close()
+            try:
+                self._library.close()
+            finally:
+                if self._temporary is not None:
+                    shutil.rmtree(self._temporary, ignore_errors=True)

@@ -3,10 +3,12 @@
 Settings (all optional)::
 
     DUPEFILTER_CLASS = "urlseen.integrations.scrapy.UrlseenDupeFilter"
-    URLSEEN_FILTER = "exact"          # or "bloom"; with URLSEEN_REDIS_URL also "dsbf"
-    URLSEEN_CAPACITY = 10_000_000     # distinct requests the filter is sized for
-    URLSEEN_ERROR_RATE = None         # default 1e-3 for exact (never a wrong answer), 1e-6 bloom
-    URLSEEN_STATE = None              # default: <JOBDIR>/urlseen, else nothing persists
+    URLSEEN_FILTER = "exact"          # or any kind of urlseen.kinds.KINDS that takes opaque keys
+    URLSEEN_CAPACITY = None           # distinct requests (default: the kind's, 10M)
+    URLSEEN_ERROR_RATE = None         # default: the kind's (exact 1e-3, never a wrong answer;
+                                      # bloom 1e-6)
+    URLSEEN_STATE = None              # default: <JOBDIR>/urlseen (a folder for exact, the file
+                                      # seen.bloom in it for bloom), else nothing persists
     URLSEEN_REDIS_URL = None          # share one filter between crawler processes
     URLSEEN_REDIS_NAME = None         # the shared filter's name (default: "scrapy:<spider>")
     URLSEEN_DEBUG = False             # log every filtered request (default: DUPEFILTER_DEBUG)
@@ -23,9 +25,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from urlseen import kinds
 from urlseen.errors import MissingDependencyError
 from urlseen.filters.base import SeenFilter
-from urlseen.integrations._open import DEFAULT_KIND, describe, grouped, open_filter
+from urlseen.integrations._grouped import grouped
 
 try:
     from scrapy.dupefilters import BaseDupeFilter
@@ -42,7 +45,6 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from scrapy.utils.request import RequestFingerprinterProtocol
 
-DEFAULT_CAPACITY = 10_000_000
 STATE_FOLDER = "urlseen"  # the filter's state inside JOBDIR
 GROUP_SIZE = 8192  # exact filter, one writer: a library commit per this many new requests (or 1 s)
 
@@ -56,13 +58,15 @@ class UrlseenDupeFilter(BaseDupeFilter):
     settings (from_crawler).
 
     Args:
-        filter: "exact" (IMP-CBFilter: never drops a request; the default) or "bloom"
-            (smallest and fastest; drops about error_rate of new requests).
-        capacity: distinct requests the filter is sized for.
+        filter: a kind of urlseen.kinds.KINDS: "exact" (IMP-CBFilter: never drops a request;
+            the default), "bloom" (smallest and fastest; drops about error_rate of new
+            requests), "dsbf" (with redis_url: keeps error_rate as the crawl grows), ...
+        capacity: distinct requests the filter is sized for. None: the stored one, or the
+            kind's default.
         error_rate: bloom: share of new requests dropped at capacity; exact: share of new
-            requests that cost a library look-up. None: the kind's default.
-        state: where the filter persists (exact: a folder; bloom: a file or a folder).
-            None: nothing persists.
+            requests that cost a library look-up. None: the stored one, or the kind's default.
+        state: where the filter persists (a folder; for kinds kept in one file, that file or
+            a folder to keep it in). None: nothing persists.
         redis_url: share one filter between processes through Redis (each request is new
             for exactly one of them). Excludes state.
         redis_name: the shared filter's name.
@@ -76,7 +80,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
     def __init__(
         self,
         filter: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
+        capacity: int | None = None,
         error_rate: float | None = None,
         state: str | Path | None = None,
         redis_url: str | None = None,
@@ -87,7 +91,15 @@ class UrlseenDupeFilter(BaseDupeFilter):
         stats: StatsCollector | None = None,
         audit: bool = False,
     ) -> None:
-        kind = filter or DEFAULT_KIND
+        kind = filter or kinds.DEFAULT_KIND
+        row = kinds.kind(kind, _setting)
+        if row.url_keys:
+            raise kinds.OptionError(
+                f"URLSEEN_FILTER {kind!r} reads URLs' structure; Scrapy's keys are request "
+                "fingerprints"
+            )
+        if state is not None and row.state == "file" and Path(state).is_dir():
+            state = kinds.state_in(state, kind)
         self.kind = kind
         self.fingerprinter: RequestFingerprinterProtocol = fingerprinter or RequestFingerprinter()
         self.debug = debug
@@ -95,14 +107,19 @@ class UrlseenDupeFilter(BaseDupeFilter):
         self.stats = stats
         self.new = 0
         self.false_positives = 0
-        self.where = describe(kind, state, redis_url, redis_name)
-        seen = open_filter(
+        self.where = (
+            f"{kind} filter {redis_name!r} shared through Redis"
+            if redis_url is not None
+            else f"{kind} filter " + (f"at {state}" if state is not None else "(not persisted)")
+        )
+        seen = kinds.open_filter(
             kind,
             capacity=capacity,
             error_rate=error_rate,
             state=state,
-            redis_url=redis_url,
+            redis=redis_url,
             name=redis_name,
+            spell=_setting,
         )
         # One local writer of an exact filter: group the commits. Shared or Bloom: each add
         # is its own atomic check-and-add.
@@ -126,15 +143,16 @@ class UrlseenDupeFilter(BaseDupeFilter):
         state = settings.get("URLSEEN_STATE")
         jobdir = job_dir(settings)
         if state is None and jobdir:
-            state = Path(jobdir, STATE_FOLDER)
+            state = Path(jobdir, STATE_FOLDER)  # a file kind keeps its file in it
             state.mkdir(parents=True, exist_ok=True)
         spider = getattr(crawler, "spider", None)
         name = settings.get("URLSEEN_REDIS_NAME") or f"scrapy:{getattr(spider, 'name', 'spider')}"
         rate = settings.get("URLSEEN_ERROR_RATE")
+        capacity = settings.get("URLSEEN_CAPACITY")
         debug = settings.get("URLSEEN_DEBUG")
         return cls(
             settings.get("URLSEEN_FILTER"),
-            settings.getint("URLSEEN_CAPACITY", DEFAULT_CAPACITY),
+            None if capacity is None else settings.getint("URLSEEN_CAPACITY"),
             None if rate is None else settings.getfloat("URLSEEN_ERROR_RATE"),
             state,
             settings.get("URLSEEN_REDIS_URL"),
@@ -203,6 +221,14 @@ class UrlseenDupeFilter(BaseDupeFilter):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.where}>"
+
+
+_SETTINGS = {"filter": "URLSEEN_FILTER", "redis": "URLSEEN_REDIS_URL", "name": "URLSEEN_REDIS_NAME"}
+
+
+def _setting(name: str) -> str:
+    """A filter parameter's name as a Scrapy setting, for messages."""
+    return _SETTINGS.get(name, f"URLSEEN_{name.upper()}")
 
 
 __all__ = ["UrlseenDupeFilter"]

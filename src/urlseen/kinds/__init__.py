@@ -1,0 +1,267 @@
+"""The filter kinds: one row per kind, and the two functions every front end calls.
+
+`urlseen dedup`, `urlseen crawl`, `urlseen info` and the Scrapy dupefilter name a filter by kind
+and pass plain values. `open_filter` turns them into an open filter, created with them if its
+state is new; `describe` says what a state holds. A value left None takes the stored one when
+the filter exists, else the kind's default from this table; a value given that contradicts a
+stored one is refused (ParameterConflict), because a filter keeps the parameters it was created
+with. Adding a kind is one row here plus its class (and its opener in `_openers`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from urlseen.errors import ConfigError
+from urlseen.filters.base import SeenFilter
+from urlseen.kinds import _describers as describers
+from urlseen.kinds import _openers as openers
+from urlseen.kinds._openers import OptionError, ParameterConflict, Request, Spell, plain
+
+DEFAULT_CAPACITY = 10_000_000
+SMALL_BATCH = 8192  # lines per batch for in-memory kinds: the most a killed run prints again
+LIBRARY_BATCH = 65536  # kinds with a library commit per batch: larger batches amortize it
+
+
+@dataclass(frozen=True)
+class Option:
+    """A parameter that only some kinds take (a CLI option, a setting)."""
+
+    name: str
+    help: str
+    type: type = str
+    choices: tuple[str, ...] = ()
+    low: float | None = None
+    high: float | None = None
+    default: Any = None  # None: the filter chooses (the help says how)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of filter: what it is, where its state lives, its defaults, how it opens.
+
+    state: "file" (one state file), "folder" (a folder of files) or "" (none: in memory, or in
+    Redis when shared). marker: the file that says a folder holds this kind's state.
+    url_keys: the kind reads URLs' structure, so opaque keys (request fingerprints) will not
+    do. shared/describe_shared: None when the kind cannot live in Redis.
+    """
+
+    name: str
+    summary: str
+    state: str
+    error_rate: float | None
+    batch_size: int
+    options: tuple[str, ...]
+    open_local: Callable[[Request], SeenFilter]
+    open_shared: Callable[[Request], SeenFilter] | None = None
+    describe_shared: Callable[[str, str], dict[str, Any] | None] | None = None
+    marker: str = ""
+    url_keys: bool = False
+
+    def defaults(self) -> dict[str, Any]:
+        """The values a new filter of this kind is created with when none is given."""
+        own = {name: OPTIONS[name].default for name in self.options}
+        return {"capacity": DEFAULT_CAPACITY, "error_rate": self.error_rate, **own}
+
+
+def _options() -> dict[str, Option]:
+    from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES
+
+    return {
+        option.name: option
+        for option in (
+            Option("layout", "Bloom bit layout: blocked is faster, standard smaller.",
+                   choices=("blocked", "standard"), default="blocked"),
+            Option("cache_entries", "Hot fingerprints kept in memory (32 bytes each); 0 = none.",
+                   int, low=0, high=2**32, default=DEFAULT_CACHE_ENTRIES),
+            Option("leaf_bits", "Bits per leaf Bloom filter, a multiple of 512 [default: 2**23, "
+                   "1 MiB]; a leaf that fills splits in two.", int, low=512, high=2**32),
+            Option("groups", "S, groups of two bit vectors [default: the least memory for the "
+                   "target].", int, low=1, high=64),
+            Option("query", "A URL is seen if all groups (or, as the seed paper wrote it, any "
+                   "group) have its bits; any has more false positives as --groups grows.",
+                   choices=("all", "any"), default="all"),
+            Option("generations", "G generations; a URL is forgotten (new again) after G "
+                   "rotations.", int, low=1, high=64, default=4),
+            Option("window", "Seconds per generation (URLs expire after at most G windows) "
+                   "[default: rotate only when a generation holds capacity / G URLs].",
+                   float, low=0),
+            Option("similarity_mode", "composite drops a URL only if site, depth, first "
+                   "directory and last segment all match one kept URL; exact4 and patent "
+                   "(CN106407485's rule) if each matches some kept URL, which drops many new "
+                   "URLs (benchmarks/SIMILARITY.md).",
+                   choices=("composite", "exact4", "patent"), default="composite"),
+            Option("similarity_index", "exact4/patent: feature bits mod M, mod the largest "
+                   "prime <= M, or one region per feature.",
+                   choices=("shared", "prime", "regions"), default="shared"),
+            Option("url_db", "Record every decision (URL, features, new or similar) in this "
+                   "SQLite file.", Path),
+        )
+    }  # fmt: skip
+
+
+OPTIONS: dict[str, Option] = _options()
+
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind("bloom", "probabilistic: drops about --error-rate of new URLs; smallest",
+             "file", 1e-6, SMALL_BATCH, ("layout",), openers.open_bloom,
+             openers.shared_bloom, describers.describe_shared_bloom),
+        Kind("exact", "IMP-CBFilter: counting filter + fingerprint library on disk; never "
+             "drops a new URL", "folder", 1e-3, LIBRARY_BATCH, ("cache_entries",),
+             openers.open_exact, openers.shared_library, describers.describe_shared_library,
+             marker="library.sqlite"),
+        Kind("library", "the fingerprint library alone (the IMP-CBFilter paper's baseline)",
+             "folder", None, LIBRARY_BATCH, (), openers.open_library,
+             openers.shared_library, describers.describe_shared_library,
+             marker="library.sqlite"),
+        Kind("dsbf", "splittable Bloom filter: keeps its error rate as the crawl outgrows "
+             "capacity; shared through Redis", "", 1e-3, LIBRARY_BATCH,
+             ("leaf_bits", "layout"), openers.open_dsbf, openers.shared_dsbf,
+             describers.describe_shared_dsbf),
+        Kind("mdbf", "multi-dimensional Bloom filter (seed B)", "file", 1e-6, LIBRARY_BATCH,
+             ("groups", "query"), openers.open_mdbf),
+        Kind("rotating", "generations that expire (seed C, as we reconstruct it)", "folder",
+             1e-6, LIBRARY_BATCH, ("generations", "window", "layout"), openers.open_rotating,
+             marker="rotating.json"),
+        Kind("similar", "lossy: also drops URLs that look like kept ones", "file", 0.01,
+             LIBRARY_BATCH, ("similarity_mode", "similarity_index", "url_db"),
+             openers.open_similar, url_keys=True),
+    )
+}  # fmt: skip
+"""Every kind, by name: the one place that says which kinds exist."""
+
+DEFAULT_KIND = "exact"  # for integrations: never drops a page, local or shared alike
+
+
+def kind(name: object, spell: Spell = plain) -> Kind:
+    """The row of kind `name`; OptionError naming the kinds that exist if there is none."""
+    if not isinstance(name, str) or name not in KINDS:
+        shared = [k.name for k in KINDS.values() if k.open_shared is not None]
+        raise OptionError(
+            f"unknown filter {name!r} ({spell('filter')}): choose one of {', '.join(KINDS)}; "
+            f"shared through Redis: {', '.join(shared)}"
+        )
+    return KINDS[name]
+
+
+def open_filter(
+    kind_name: str,
+    *,
+    capacity: int | None = None,
+    error_rate: float | None = None,
+    state: str | os.PathLike[str] | None = None,
+    redis: str | None = None,
+    name: str | None = None,
+    spell: Spell = plain,
+    **options: Any,
+) -> SeenFilter:
+    """Open the filter of this kind, creating it if its state is new: shared through Redis
+    under `name` when `redis` is given, else kept at `state`, else for this process only.
+
+    Values left None take the stored ones (an existing filter) or the kind's defaults. Options
+    are the kind's own (OPTIONS); one that is given to a kind that does not take it is an
+    OptionError, and so is a given value that contradicts a stored one (ParameterConflict).
+    `spell` writes parameter names in messages the way the caller's user wrote them.
+    """
+    row = kind(kind_name, spell)
+    if capacity is not None and (
+        not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1
+    ):
+        raise ConfigError(
+            f"the capacity ({spell('capacity')}) must be a positive int, not {capacity!r}"
+        )
+    given = {key: value for key, value in options.items() if value is not None}
+    for key in given:
+        if key not in row.options:
+            takers = [k.name for k in KINDS.values() if key in k.options] or ["no kind"]
+            raise OptionError(
+                f"{spell(key)} applies to {spell('filter')} {' or '.join(takers)}, not {row.name}"
+            )
+    if redis is not None and state is not None:
+        raise OptionError(
+            f"{spell('redis')} and {spell('state')} exclude each other: a filter is either "
+            "shared through Redis or kept in a state, not both"
+        )
+    if redis is not None and row.open_shared is None:
+        shared = [k.name for k in KINDS.values() if k.open_shared is not None]
+        raise OptionError(
+            f"{spell('redis')} works with {spell('filter')} {', '.join(shared)}, not {row.name}"
+        )
+    if redis is not None and name is None:
+        raise OptionError(f"{spell('redis')} needs a {spell('name')} for the shared filter")
+    request = Request(
+        kind=row.name,
+        capacity=capacity,
+        error_rate=error_rate,
+        state=None if state is None else Path(state),
+        redis=redis,
+        name=name or "",
+        given=given,
+        defaults=row.defaults(),
+        spell=spell,
+    )
+    if redis is not None:
+        assert row.open_shared is not None
+        return row.open_shared(request)
+    return row.open_local(request)
+
+
+def state_in(folder: str | os.PathLike[str], kind_name: str) -> Path:
+    """Where a kind keeps its state inside a folder of the caller's (Scrapy's JOBDIR/urlseen):
+    the folder itself for folder kinds, a file named after the kind in it for file kinds."""
+    return Path(folder) if kind(kind_name).state != "file" else Path(folder, f"seen.{kind_name}")
+
+
+def describe(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    redis: str | None = None,
+    name: str | None = None,
+    verify: bool = False,
+) -> dict[str, Any]:
+    """What a state holds, read-only (a crawler may be using it): a state file, a rotating or
+    exact filter's folder, a folder holding one state file named by state_in, or with `redis`
+    the filter called `name` there. verify=True also checks every checksum the state has
+    (FormatError if one fails). OptionError if there is no urlseen state there."""
+    if redis is not None:
+        for row in KINDS.values():
+            found = row.describe_shared(redis, name or "") if row.describe_shared else None
+            if found is not None:
+                return found
+        raise OptionError(f"no urlseen filter named {name!r} in {redis}")
+    if path is None:
+        raise OptionError("give a state's path, or a Redis URL and a name")
+    where = Path(path)
+    if not where.is_dir():
+        return describers.describe_file(where, verify)
+    for row in KINDS.values():
+        if row.state == "file" and (where / f"seen.{row.name}").is_file():
+            return describers.describe_file(where / f"seen.{row.name}", verify)
+    if (where / KINDS["rotating"].marker).exists():
+        return describers.describe_rotating(where, verify)
+    if (where / KINDS["exact"].marker).exists():
+        return describers.describe_exact(where, verify)
+    markers = sorted({row.marker for row in KINDS.values() if row.marker})
+    raise OptionError(f"{where} is a folder without {' or '.join(markers)}: not a urlseen state")
+
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "DEFAULT_KIND",
+    "KINDS",
+    "OPTIONS",
+    "Kind",
+    "Option",
+    "OptionError",
+    "ParameterConflict",
+    "describe",
+    "kind",
+    "open_filter",
+    "state_in",
+]

@@ -1,0 +1,131 @@
+"""What `urlseen info` says about a state, read-only (a crawler may be using it): one describer
+per form of state (a state file, a rotating folder, an exact folder, a filter in Redis)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from urlseen.stores._format import FLAG_DATA_CRC, FLAG_OPEN, FORMAT_VERSION
+from urlseen.stores.mmapfile import MappedFile, read_header
+
+
+def describe_file(path: Path, verify: bool) -> dict[str, Any]:
+    """A state file (bloom, mdbf, similarity, counting): its header, and with verify its data
+    checked against the checksum of its last clean close (None: nothing to check yet)."""
+    from urlseen.filters import _sizing
+
+    header = read_header(path)
+    params = header.params
+    desc: dict[str, Any] = {
+        "path": os.fspath(path),
+        "format_version": FORMAT_VERSION,
+        "file_bytes": os.path.getsize(path),
+        "closed_cleanly": not header.flags & FLAG_OPEN,
+        "count": header.count,
+        **params,
+    }
+    if params.get("kind") == "bloom":
+        desc["bits_per_key"] = params["nbits"] / params["capacity"]
+        desc["estimated_error_rate"] = _sizing.error_rate_at(
+            params["layout"], params["nbits"], params["k"], header.count
+        )
+    if verify:
+        desc["verified"] = _verify_file(path)
+    return desc
+
+
+def _verify_file(path: Path) -> bool | None:
+    """True if the data matches its checksum, None if there is none yet (a writer has it open,
+    or did not close it); FormatError if not."""
+    if not read_header(path).flags & FLAG_DATA_CRC:
+        return None
+    store = MappedFile.open(path, readonly=True)
+    try:
+        return store.verify() or None
+    finally:
+        store.close()
+
+
+def describe_rotating(path: Path, verify: bool) -> dict[str, Any]:
+    """The manifest's configuration and each live generation; with verify, each generation's
+    data checked too."""
+    from urlseen.filters import rotating
+
+    desc = rotating.describe_folder(path)
+    if verify:
+        for generation in desc["live_generations"]:
+            generation["verified"] = _verify_file(path / generation["file"])
+    return desc
+
+
+def describe_exact(path: Path, verify: bool) -> dict[str, Any]:
+    from urlseen.filters.exact import describe_state
+
+    return describe_state(path, verify)
+
+
+# -- shared through Redis -------------------------------------------------------------------
+
+
+def _head(url: str, name: str, stats: Any) -> dict[str, Any]:
+    return {
+        "redis": url,
+        "name": name,
+        "kind": stats.kind,
+        "count": stats.count,
+        "capacity": stats.capacity,
+        "error_rate": stats.error_rate,
+    }
+
+
+def describe_shared_bloom(url: str, name: str) -> dict[str, Any] | None:
+    """Parameters, count and fill (BITCOUNT reads the bits on the server); None if Redis holds
+    no such filter."""
+    from urlseen.filters.redis_bloom import RedisBloomFilter
+
+    if not RedisBloomFilter.exists(url, name):
+        return None
+    with RedisBloomFilter(url, name) as seen:
+        stats = seen.stats()
+        return {
+            **_head(url, name, stats),
+            "estimated_error_rate": stats.estimated_error_rate,
+            "nbits": seen.nbits,
+            "k": seen.k,
+            "layout": stats.details["layout"],
+            "hash": stats.details["hash"],
+            "fill": seen.popcount() / seen.nbits,
+            "redis_bytes": seen.memory_usage(),
+        }
+
+
+def describe_shared_dsbf(url: str, name: str) -> dict[str, Any] | None:
+    """Parameters, totals, and every live leaf (id, depth, URLs, fill of u, state) as "tree";
+    None if Redis holds no such filter."""
+    from urlseen.filters.dsbf import SplittableBloomFilter
+
+    if not SplittableBloomFilter.exists(url, name):
+        return None
+    with SplittableBloomFilter(redis=url, name=name) as seen:
+        stats = seen.stats()
+        leaves = seen.leaves()
+        d = stats.details
+        return {
+            **_head(url, name, stats),
+            "worst_leaf_error_rate": stats.estimated_error_rate,
+            **{key: d[key] for key in ("leaf_bits", "k", "u", "fanout", "layout", "first_leaves")},
+            **{key: d[key] for key in ("leaves", "depth", "tree_version")},
+            "mean_fill": sum(leaf["fill"] for leaf in leaves) / max(1, len(leaves)),
+            "redis_bytes": seen.memory_usage(),
+            "tree": leaves,
+        }
+
+
+def describe_shared_library(url: str, name: str) -> dict[str, Any] | None:
+    from urlseen.stores.redis_library import RedisLibrary, describe_redis_library
+
+    if not RedisLibrary.exists(url, name):
+        return None
+    return dict(describe_redis_library(url, name))

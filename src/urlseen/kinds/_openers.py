@@ -1,0 +1,289 @@
+"""How each kind is opened or created from a Request: one opener per kind and place (local
+state, or shared through Redis), and the one rule for values given against stored ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from urlseen.errors import ConfigError
+from urlseen.filters.base import SeenFilter
+
+Spell = Callable[[str], str]
+"""How a front end writes a parameter's name in messages: "--leaf-bits", "URLSEEN_CAPACITY"."""
+
+
+def plain(name: str) -> str:
+    return name
+
+
+class OptionError(ConfigError):
+    """A parameter that does not fit the kind or the place (a front end's usage error)."""
+
+
+class ParameterConflict(OptionError):
+    """A value given that contradicts the one an existing filter was created with."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a front end asked for. None means "not given": the stored value if the filter
+    exists, else `defaults` (the kind's)."""
+
+    kind: str
+    capacity: int | None
+    error_rate: float | None
+    state: Path | None
+    redis: str | None
+    name: str
+    given: Mapping[str, Any]  # the kind's options that were given (not None)
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # capacity, error_rate, options
+    spell: Spell = plain
+
+    def value(self, name: str) -> Any:
+        """The value to create with: given, else the kind's default."""
+        given = getattr(self, name) if name in ("capacity", "error_rate") else self.given.get(name)
+        return self.defaults.get(name) if given is None else given
+
+    def explicit(self) -> dict[str, Any]:
+        """Every value that was given, by name."""
+        top = {"capacity": self.capacity, "error_rate": self.error_rate}
+        return {k: v for k, v in {**top, **self.given}.items() if v is not None}
+
+
+def checked(
+    request: Request, opened: Any, stored: Mapping[str, Any], what: str, keeper: str = ""
+) -> Any:
+    """`opened` if every value given agrees with the stored one; else it is closed and
+    ParameterConflict raised ("a state file keeps the parameters it was created with")."""
+    for name, value in request.explicit().items():
+        if name in stored and value != stored[name]:
+            opened.close()
+            raise ParameterConflict(
+                f"{request.spell(name)} {value} differs from the {what}'s {stored[name]}; "
+                f"a {keeper or what} keeps the parameters it was created with"
+            )
+    return opened
+
+
+# -- local state ----------------------------------------------------------------------------
+
+
+def _file_state(request: Request) -> Path | None:
+    path = request.state
+    if path is not None and path.is_dir():
+        raise OptionError(
+            f"{request.spell('state')} {path} is a folder: a {request.kind} filter's state is "
+            "a file"
+        )
+    return path
+
+
+def _folder_state(request: Request, marker: str) -> tuple[Path | None, bool]:
+    """The folder, and whether it holds the kind's state already (its marker file)."""
+    folder = request.state
+    if folder is None:
+        return None, False
+    if folder.exists() and not folder.is_dir():
+        raise OptionError(
+            f"{request.spell('state')} {folder} is a file: {request.spell('filter')} "
+            f"{request.kind} keeps a folder"
+        )
+    return folder, (folder / marker).exists()
+
+
+def open_bloom(request: Request) -> SeenFilter:
+    from urlseen.filters.bloom import BloomFilter
+
+    path = _file_state(request)
+    sizing = (request.value("capacity"), request.value("error_rate"))
+    layout = request.value("layout")
+    if path is None:
+        return BloomFilter(*sizing, layout=layout)
+    if not path.exists():
+        return BloomFilter.create(path, *sizing, layout=layout)
+    seen = BloomFilter.open(path)
+    stored = {
+        "capacity": seen.capacity,
+        "error_rate": seen.error_rate,
+        "layout": seen.stats().details["layout"],
+    }
+    return checked(request, seen, stored, "state file")  # type: ignore[no-any-return]
+
+
+def open_mdbf(request: Request) -> SeenFilter:
+    from urlseen.filters.mdbf import MultiDimensionalBloomFilter as Mdbf
+
+    path = _file_state(request)
+    sizing = (request.value("capacity"), request.value("error_rate"))
+    shape = {"groups": request.value("groups"), "query": request.value("query")}
+    if path is None:
+        return Mdbf(*sizing, **shape)
+    if not path.exists():
+        return Mdbf.create(path, *sizing, **shape)
+    seen = Mdbf.open(path)
+    stored = {
+        "capacity": seen.capacity,
+        "error_rate": seen.error_rate,
+        "groups": seen.size.groups,
+        "query": seen.query,
+    }
+    return checked(request, seen, stored, "state file")  # type: ignore[no-any-return]
+
+
+def open_similar(request: Request) -> SeenFilter:
+    """Keys reach it canonicalized by the front end already (or raw by choice), so it does
+    not canonicalize again."""
+    from urlseen.similarity.filter import SimilarityFilter
+
+    path = _file_state(request)
+    mode, index = request.value("similarity_mode"), request.value("similarity_index")
+    if mode == "composite" and index != "shared":
+        index_option = request.spell("similarity_index")
+        raise OptionError(f"{index_option} applies to the patent and exact4 modes")
+    sizing = (request.value("capacity"), request.value("error_rate"))
+    url_db = request.value("url_db")
+    shape = {"mode": mode, "index": index, "canonicalize": "none", "url_db": url_db}
+    if path is None:
+        return SimilarityFilter(*sizing, **shape)
+    if not path.exists():
+        return SimilarityFilter.create(path, *sizing, **shape)
+    seen = SimilarityFilter.open(path, url_db=url_db)
+    stats = seen.stats()
+    stored = {
+        "capacity": stats.capacity,
+        "error_rate": stats.error_rate,
+        "similarity_mode": stats.details["mode"],
+        "similarity_index": stats.details["index"],
+    }
+    return checked(request, seen, stored, "state file")  # type: ignore[no-any-return]
+
+
+def open_rotating(request: Request) -> SeenFilter:
+    from urlseen.filters.rotating import MANIFEST, RotatingBloomFilter
+
+    folder, exists = _folder_state(request, MANIFEST)
+    sizing = (request.value("capacity"), request.value("error_rate"))
+    shape = {name: request.value(name) for name in ("generations", "window", "layout")}
+    if folder is None:
+        return RotatingBloomFilter(*sizing, **shape)
+    if not exists:
+        return RotatingBloomFilter.create(folder, *sizing, **shape)
+    seen = RotatingBloomFilter.open(folder)
+    details = seen.stats().details
+    stored = {
+        "capacity": seen.capacity,
+        "error_rate": seen.error_rate,
+        **{name: details[name] for name in ("generations", "window")},
+    }
+    return checked(request, seen, stored, "state")  # type: ignore[no-any-return]
+
+
+def open_exact(request: Request) -> SeenFilter:
+    """Without a state the library still lives on disk (a temporary folder), so memory stays
+    bounded however many URLs come."""
+    from urlseen.filters.exact import LIBRARY_FILE, ExactFilter
+
+    folder, exists = _folder_state(request, LIBRARY_FILE)
+    sizing = (request.value("capacity"), request.value("error_rate"))
+    cache = {"cache_entries": request.value("cache_entries")}
+    if folder is None:
+        return ExactFilter.temporary(*sizing, **cache)
+    if not exists:
+        return ExactFilter.create(folder, *sizing, **cache)
+    seen = ExactFilter.open(folder, **cache)
+    stored = {"capacity": seen.counters.capacity, "error_rate": seen.counters.error_rate}
+    return checked(request, seen, stored, "state")  # type: ignore[no-any-return]
+
+
+def open_library(request: Request) -> SeenFilter:
+    from urlseen.filters.exact import LIBRARY_FILE
+    from urlseen.filters.library import FingerprintLibraryFilter
+
+    folder, exists = _folder_state(request, LIBRARY_FILE)
+    if folder is None:
+        return FingerprintLibraryFilter.temporary()
+    if exists:
+        return FingerprintLibraryFilter.open(folder)
+    return FingerprintLibraryFilter.create(folder)
+
+
+def open_dsbf(request: Request) -> SeenFilter:
+    """In this process's memory; shared_dsbf keeps it in Redis."""
+    from urlseen.filters.dsbf import SplittableBloomFilter
+
+    if request.state is not None:
+        raise OptionError(
+            f"{request.kind} keeps its state in Redis ({request.spell('redis')}), not "
+            f"{request.spell('state')}"
+        )
+    return SplittableBloomFilter(
+        request.value("capacity"),
+        request.value("error_rate"),
+        leaf_bits=request.value("leaf_bits"),
+        layout=request.value("layout"),
+    )
+
+
+# -- shared through Redis -------------------------------------------------------------------
+
+
+def shared_bloom(request: Request) -> SeenFilter:
+    from urlseen.filters.redis_bloom import RedisBloomFilter
+
+    url, name = request.redis, request.name
+    assert url is not None
+    if not RedisBloomFilter.exists(url, name):
+        sizing = (request.value("capacity"), request.value("error_rate"))
+        return RedisBloomFilter(url, name, *sizing, layout=request.value("layout"))
+    seen = RedisBloomFilter(url, name)
+    stats = seen.stats()
+    stored = {
+        "capacity": stats.capacity,
+        "error_rate": stats.error_rate,
+        "layout": stats.details["layout"],
+    }
+    return checked(request, seen, stored, "shared filter")  # type: ignore[no-any-return]
+
+
+def shared_library(request: Request) -> SeenFilter:
+    """Exact and shared: with several writers local counters prove nothing, so the library
+    in Redis decides every URL atomically (exact and library are one thing here)."""
+    from urlseen.filters.library import FingerprintLibraryFilter
+    from urlseen.stores.redis_library import RedisLibrary
+
+    url, name = request.redis, request.name
+    assert url is not None
+    if not RedisLibrary.exists(url, name):
+        library = RedisLibrary(url, name, request.value("capacity"))
+    else:
+        library = RedisLibrary(url, name)
+        stored = {"capacity": library.params["capacity"]}
+        checked(request, library, stored, "shared library", keeper="library")
+    return FingerprintLibraryFilter(library=library)
+
+
+def shared_dsbf(request: Request) -> SeenFilter:
+    from urlseen.filters.dsbf import SplittableBloomFilter
+
+    url, name = request.redis, request.name
+    assert url is not None
+    if not SplittableBloomFilter.exists(url, name):
+        return SplittableBloomFilter(
+            request.value("capacity"),
+            request.value("error_rate"),
+            redis=url,
+            name=name,
+            leaf_bits=request.value("leaf_bits"),
+            layout=request.value("layout"),
+        )
+    seen = SplittableBloomFilter(redis=url, name=name)
+    stats = seen.stats()
+    stored = {
+        "capacity": stats.capacity,
+        "error_rate": stats.error_rate,
+        **{key: stats.details[key] for key in ("layout", "leaf_bits")},
+    }
+    return checked(request, seen, stored, "shared filter")  # type: ignore[no-any-return]

@@ -1,0 +1,62 @@
+"""The dedup job's streams: lines in from files, .gz files or stdin; the output file, resumed
+without the partial last line a killed run may have left."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import sys
+from collections.abc import Iterator
+from typing import BinaryIO
+
+
+def open_input(name: str) -> BinaryIO:
+    """A file, a .gz file (decompressed), or "-" for stdin."""
+    if name == "-":
+        return sys.stdin.buffer
+    if name.endswith(".gz"):
+        return gzip.open(name, "rb")  # type: ignore[return-value]
+    return open(name, "rb")
+
+
+def input_lines(names: tuple[str, ...]) -> Iterator[bytes]:
+    """The lines of every input in turn (stdin when there is none), newlines kept."""
+    for name in names or ("-",):
+        with contextlib.ExitStack() as stack:
+            stream = open_input(name)
+            if name != "-":
+                stack.enter_context(stream)
+            yield from stream
+
+
+def total_bytes(names: tuple[str, ...]) -> int | None:
+    """Input size for a progress bar, when every input is a plain file."""
+    if not names or any(n == "-" or n.endswith(".gz") for n in names):
+        return None
+    return sum(os.path.getsize(n) for n in names)
+
+
+def open_output(path: str, append: bool) -> tuple[BinaryIO, int]:
+    """The output file, and how many bytes of a partial last line were cut from it.
+
+    When appending, a line cut by a killed run is removed: its key never reached the state
+    (keys go in after their lines are flushed), so the resumed run prints it again, whole.
+    """
+    if not append or not os.path.exists(path):
+        return open(path, "ab" if append else "wb"), 0
+    out = open(path, "r+b")  # noqa: SIM115 (returned to the caller, who closes it)
+    size = out.seek(0, os.SEEK_END)
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        out.seek(start)
+        newline = out.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    if end < size:
+        out.truncate(end)
+    out.seek(end)
+    return out, size - end
