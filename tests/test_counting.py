@@ -27,13 +27,13 @@ from urlseen import (
     BloomFilter,
     ClosedError,
     ConfigError,
-    CountingBloomFilter,
     FormatError,
     ReadOnlyError,
     StateInUseError,
     _core,
 )
 from urlseen.filters import _sizing
+from urlseen.filters.counting import CountingBloomFilter
 
 PROPERTY = settings(max_examples=60, deadline=None)
 MASK64 = (1 << 64) - 1

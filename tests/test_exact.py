@@ -37,14 +37,14 @@ from urlseen import (
     ExactFilter,
     FingerprintLibraryFilter,
     FormatError,
-    MemoryLibrary,
     ReadOnlyError,
-    SQLiteLibrary,
     StateInUseError,
 )
 from urlseen.filters import _sizing
 from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES
 from urlseen.stores.library import Changes
+from urlseen.stores.memory_library import MemoryLibrary
+from urlseen.stores.sqlite_library import SQLiteLibrary
 
 PROPERTY = settings(max_examples=40, deadline=None)
 DEFAULT_CACHE = DEFAULT_CACHE_ENTRIES

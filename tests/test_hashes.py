@@ -11,15 +11,9 @@ from typing import Any
 import pytest
 
 from test_format import edit_params
-from urlseen import (
-    BloomFilter,
-    ConfigError,
-    CountingBloomFilter,
-    ExactFilter,
-    FingerprintLibraryFilter,
-    FormatError,
-)
+from urlseen import BloomFilter, ConfigError, ExactFilter, FingerprintLibraryFilter, FormatError
 from urlseen.filters._hashes import DEFAULT_HASH, HASHES
+from urlseen.filters.counting import CountingBloomFilter
 from urlseen.filters.mdbf import MultiDimensionalBloomFilter
 from urlseen.filters.rotating import RotatingBloomFilter
 

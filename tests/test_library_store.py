@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from urlseen import FormatError, MemoryLibrary, ReadOnlyError, SQLiteLibrary, StateInUseError
+from urlseen import FormatError, ReadOnlyError, StateInUseError
 from urlseen.stores.library import Changes, LibraryIO, Record
-from urlseen.stores.sqlite_library import APPLICATION_ID, SCHEMA_VERSION
+from urlseen.stores.memory_library import MemoryLibrary
+from urlseen.stores.sqlite_library import APPLICATION_ID, SCHEMA_VERSION, SQLiteLibrary
 
 KINDS = ["memory", "sqlite"]
 
