@@ -1,4 +1,4 @@
-/* _core.c: the CPython binding of the C core, and nothing else.
+/* bindings/bit_filter.c: the CPython binding of the C core, and nothing else.
  *
  * Argument parsing, exceptions, docstrings and buffer access live here; the algorithms live in
  * csrc/ (pure C). The hot path is the BitFilter type: a Python subclass (urlseen.BloomFilter)
@@ -9,7 +9,7 @@
  * `busy` flag (read and written only under the GIL) tells a single-key call that it must take
  * that lock too. So a key reported new is reported new exactly once, whatever the threads do.
  */
-#include "_binding.h"
+#include "common.h"
 
 #include <pythread.h>
 
@@ -69,7 +69,7 @@ static PyObject *mod_md5(PyObject *mod, PyObject *args, PyObject *kwargs)
 /* ---- the BitFilter type ------------------------------------------------------------------ */
 
 typedef struct {
-    us_bound base; /* the buffer, its read-only flag and the count (_binding.h) */
+    us_bound base; /* the buffer, its read-only flag and the count (common.h) */
     int busy;      /* a batch is probing without the GIL; read/written under the GIL only */
     us_bloom bloom;
     int hash_id; /* csrc/digest.h */

@@ -1,4 +1,4 @@
-/* _counting.c: the CPython binding of the counting filter and the hot-fingerprint cache.
+/* bindings/counting_filter.c: the CPython binding of the counting filter and the hot-fingerprint cache.
  *
  * CountingFilter is the C base of urlseen.CountingBloomFilter (key-level check-and-add, remove,
  * batches) and the counter array of urlseen.ExactFilter, which drives it by 16-byte digests.
@@ -11,7 +11,7 @@
  * multi-step operations); a batch hashes every key before it changes anything, so a bad key
  * raises and leaves the filter as it was.
  */
-#include "_binding.h"
+#include "common.h"
 
 #include "csrc/counting.h"
 #include "csrc/fpcache.h"
@@ -255,7 +255,7 @@ static PyTypeObject FingerprintCacheType = {
 /* ---- CountingFilter ----------------------------------------------------------------------- */
 
 typedef struct {
-    us_bound base; /* the buffer, its read-only flag and the count (_binding.h); the count is of
+    us_bound base; /* the buffer, its read-only flag and the count (common.h); the count is of
                     * keys reported new and not removed */
     us_counters c;
     int hash_id;

@@ -1,4 +1,4 @@
-/* _remote.c: what a filter whose bits live elsewhere (a Redis string) needs from the C core.
+/* bindings/redis_masks.c: what a filter whose bits live elsewhere (a Redis string) needs from the C core.
  *
  * byte_masks() turns a batch of keys into the bytes each key must find set: per key, a count
  * and (byte offset, bit mask) pairs. A Lua script on the server tests and sets them for a whole
@@ -6,7 +6,7 @@
  * positions as a local filter, so a Redis bitmap and a local filter of the same parameters hold
  * identical bytes (bit j is bit j % 8 of byte j / 8).
  */
-#include "_binding.h"
+#include "common.h"
 
 #include "csrc/bloom.h"
 

@@ -1,13 +1,14 @@
-/* _binding.h: what the binding files (_core.c, _counting.c, _mdbf.c, _remote.c) share: the
- * error types from urlseen.errors, key access (str as UTF-8, bytes, buffers), argument parsing,
- * batch reading, and the head of every filter type over a caller-owned buffer (us_bound).
+/* bindings/common.h: what the binding files (bit_filter.c, counting_filter.c, mdbf_filter.c,
+ * redis_masks.c) share: the error types from urlseen.errors, key access (str as UTF-8, bytes,
+ * buffers), argument parsing, batch reading, and the head of every filter type over a
+ * caller-owned buffer (us_bound).
  *
  * The key accessors are static inline: they sit on the per-call hot path of `add`, and a call
  * into another translation unit would cost a visible part of it. The cold helpers live in
- * _binding.c.
+ * common.c.
  */
-#ifndef URLSEEN_BINDING_H
-#define URLSEEN_BINDING_H
+#ifndef URLSEEN_BINDINGS_COMMON_H
+#define URLSEEN_BINDINGS_COMMON_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -253,11 +254,11 @@ int us_bound_set_count_attr(PyObject *self, PyObject *value, void *closure);
 #define US_BATCH_METHOD(name, type, run, mode)                                               \
     static PyObject *name(type *self, PyObject *keys) { return run(self, keys, mode); }
 
-/* Defined in _counting.c: adds CountingFilter and FingerprintCache to the _core module. */
+/* Defined in counting_filter.c: adds CountingFilter and FingerprintCache to the _core module. */
 int us_counting_add_types(PyObject *module);
-/* Defined in _remote.c: adds byte_masks (for bits kept in Redis) to the _core module. */
+/* Defined in redis_masks.c: adds byte_masks (for bits kept in Redis) to the _core module. */
 int us_remote_add_functions(PyObject *module);
-/* Defined in _mdbf.c: adds MDBFilter (the multi-dimensional Bloom filter) to the module. */
+/* Defined in mdbf_filter.c: adds MDBFilter (the multi-dimensional Bloom filter) to the module. */
 int us_mdbf_add_types(PyObject *module);
 
 #endif
