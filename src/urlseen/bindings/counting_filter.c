@@ -733,7 +733,7 @@ static PyMethodDef counting_functions[] = {
     {NULL},
 };
 
-int us_counting_add_types(PyObject *module)
+int us_counting_filter_add(PyObject *module)
 {
     if (PyModule_AddFunctions(module, counting_functions) < 0) return -1;
     if (PyType_Ready(&CountingFilterType) < 0 || PyType_Ready(&FingerprintCacheType) < 0)

@@ -256,7 +256,7 @@ static PyTypeObject MDBFilterType = {
     .tp_new = PyType_GenericNew,
 };
 
-int us_mdbf_add_types(PyObject *module)
+int us_mdbf_filter_add(PyObject *module)
 {
     if (PyType_Ready(&MDBFilterType) < 0) return -1;
     if (PyModule_AddObjectRef(module, "MDBFilter", (PyObject *)&MDBFilterType) < 0 ||

@@ -90,13 +90,13 @@ static PyObject *mod_byte_masks(PyObject *mod, PyObject *args, PyObject *kwargs)
     return result;
 }
 
-static PyMethodDef remote_functions[] = {
+static PyMethodDef redis_masks_functions[] = {
     {"byte_masks", (PyCFunction)(void (*)(void))mod_byte_masks, METH_VARARGS | METH_KEYWORDS,
      byte_masks_doc},
     {NULL},
 };
 
-int us_remote_add_functions(PyObject *module)
+int us_redis_masks_add(PyObject *module)
 {
-    return PyModule_AddFunctions(module, remote_functions);
+    return PyModule_AddFunctions(module, redis_masks_functions);
 }
