@@ -11,8 +11,8 @@
 #include "bloom.h"
 #include "counting.h"
 #include "fpcache.h"
-#include "hash.h"
 #include "md5.h"
+#include "murmur3.h"
 
 
 static void put_digest(uint8_t *out, us_hash128 h)

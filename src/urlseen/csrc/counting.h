@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "bloom.h"
-#include "hash.h"
+#include "hash128.h"
 
 typedef struct {
     uint8_t *cells; /* ceil(m * width / 8) bytes the caller owns */

@@ -10,8 +10,9 @@
 #define URLSEEN_DIGEST_H
 
 #include "bytes.h"
-#include "hash.h"
+#include "hash128.h"
 #include "md5.h"
+#include "murmur3.h"
 #include "xxh3.h"
 
 enum us_hash_id { US_HASH_XXH3_128 = 0, US_HASH_MURMUR3_X64_128 = 1, US_HASH_MD5 = 2 };
