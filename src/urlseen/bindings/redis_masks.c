@@ -1,4 +1,5 @@
-/* bindings/redis_masks.c: what a filter whose bits live elsewhere (a Redis string) needs from the C core.
+/* bindings/redis_masks.c: the bytes that a Bloom filter whose bits live in a Redis string asks
+ * Redis to test and set.
  *
  * byte_masks() turns a batch of keys into the bytes each key must find set: per key, a count
  * and (byte offset, bit mask) pairs. A Lua script on the server tests and sets them for a whole
