@@ -23,7 +23,7 @@ N = 200_000
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared/data/urls-dev.txt.gz"
 FUNCTIONS = {  # library -> (callgrind_annotate line patterns, label)
     "urlseen": [
-        (r"_core\.c:BitFilter_add\b", "add, inclusive"),
+        (r"bit_filter\.c:BitFilter_add\b", "add, inclusive"),
         (r"bloom\.h:BitFilter_add\b", "probes (bloom.h)"),
         (r"xxh3\.c:us_xxh3_128\b", "XXH3-128"),
     ],

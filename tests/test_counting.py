@@ -650,6 +650,42 @@ def test_a_pending_count_that_would_overflow_is_spilled_at_commit():
     assert c.take(fp(1)) == (0, 0, 4)
 
 
+def test_exact_step_names_its_results():
+    """_exact_step returns a struct sequence: the exact filter reads each part by its name."""
+    counters = _core.CountingFilter(bytearray(1 << 15), 0, 1 << 16, 4, 4)
+    cache = _core.FingerprintCache(WAYS)  # one bucket
+    fps = {key: counters._digest(key) for key in [f"k{i}" for i in range(16)] + ["x"]}
+    first = counters._exact_step(["k0", "k1", "k0"], cache, 7)
+    assert type(first) is _core.ExactStepResult and len(first) == 5
+    assert _core.ExactStepResult.__match_args__ == (
+        "answers",
+        "new_fingerprints",
+        "undecided",
+        "evicted",
+        "counter_overflows",
+    )
+    assert first.answers == [True, True, False], "the repeat is answered by the cache"
+    assert first.new_fingerprints == [fps["k0"], fps["k1"]]
+    assert first.undecided == [] and first.evicted == [] and first.counter_overflows == []
+    assert tuple(first) == (first.answers, first.new_fingerprints, [], [], [])
+
+    without_cache = counters._exact_step(["k1", "k2"], None)
+    assert without_cache.answers == [None, True]
+    assert without_cache.undecided == [(0, fps["k1"])], "(key index, fingerprint)"
+
+    # The cache holds k0 (one increment in its batch) and k1; eight more new keys fill the
+    # bucket until k0, the least recently used entry with an increment, is evicted.
+    more = counters._exact_step([f"k{i}" for i in range(3, 11)], cache, 8)
+    assert more.answers == [True] * 8
+    assert more.evicted == [(fps["k0"], 0, 1, 7)], "(fingerprint, pending, batch, seen)"
+
+    # A counter one below its maximum (15) overflows when a new key increments it.
+    i, j = counters._indices(fps["x"])[:2]
+    assert i != j
+    counters._set(i, 14)
+    assert counters._exact_step(["x"], None).counter_overflows == [(i, 15)]
+
+
 class CacheModel:
     """fpcache.h in Python: nbuckets buckets of WAYS entries [fp, pending, batch, seen], most
     recently used first."""

@@ -1,8 +1,9 @@
 """Typed surface of urlseen's C extension: the whole C API on one screen."""
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final, final
 
+from _typeshed import structseq
 from typing_extensions import Buffer
 
 Key = str | bytes | Buffer
@@ -127,14 +128,45 @@ class CountingFilter:
     def _histogram(self) -> list[int]: ...
     def _exact_step(
         self, keys: Iterable[Key], cache: FingerprintCache | None, now: int = 0
-    ) -> tuple[
+    ) -> ExactStepResult:
+        """One batch of the exact filter's check-and-add: counters first, then the cache."""
+    def _release(self) -> None: ...
+
+@final
+class ExactStepResult(
+    structseq[Any],
+    tuple[
         list[bool | None],
         list[bytes],
         list[tuple[int, bytes]],
         list[tuple[bytes, int, int, int]],
         list[tuple[int, int]],
-    ]: ...
-    def _release(self) -> None: ...
+    ],
+):
+    """What CountingFilter._exact_step decided for one batch, and what is left for the library."""
+
+    __match_args__: Final = (
+        "answers",
+        "new_fingerprints",
+        "undecided",
+        "evicted",
+        "counter_overflows",
+    )
+    @property
+    def answers(self) -> list[bool | None]:
+        """Per key: True new, False a duplicate the cache answered, None undecided."""
+    @property
+    def new_fingerprints(self) -> list[bytes]:
+        """The 16-byte fingerprints of the new keys, in order: the library's inserts."""
+    @property
+    def undecided(self) -> list[tuple[int, bytes]]:
+        """(key index, fingerprint) of each key neither the counters nor the cache decided."""
+    @property
+    def evicted(self) -> list[tuple[bytes, int, int, int]]:
+        """(fingerprint, pending, batch, seen) of cache entries evicted: write them back."""
+    @property
+    def counter_overflows(self) -> list[tuple[int, int]]:
+        """(counter index, delta) of increments the saturated counters could not record."""
 
 class FingerprintCache:
     """Bounded set-associative LRU cache of 16-byte fingerprints with increments to write back:

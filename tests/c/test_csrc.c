@@ -11,8 +11,8 @@
 #include "bloom.h"
 #include "counting.h"
 #include "fpcache.h"
-#include "hash.h"
 #include "md5.h"
+#include "murmur3.h"
 
 
 static void put_digest(uint8_t *out, us_hash128 h)
@@ -216,7 +216,7 @@ static void test_counter_packing(void)
 }
 
 /* h = {0, 0}: x = 0, 1, 3, 6, ... are all far below 2^64 / m, so every index is 0: one key
- * whose k indices all repeat (spec S0.4: once per occurrence). */
+ * whose k indices all repeat (counted once per occurrence, by add, remove and test alike). */
 static void test_counter_multiset_and_events(void)
 {
     us_hash128 h = {0, 0};

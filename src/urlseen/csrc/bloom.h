@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "bytes.h"
-#include "hash.h"
+#include "hash128.h"
 
 enum us_layout { US_LAYOUT_STANDARD = 0, US_LAYOUT_BLOCKED = 1 };
 

@@ -1,11 +1,16 @@
-/* counting.h: a counting Bloom filter's packed, saturating counters (spec A4, C2.1).
+/* counting.h: a counting Bloom filter's packed, saturating counters: those of
+ * CountingBloomFilter, whose remove needs counts where a Bloom filter has bits, and those in
+ * front of the exact filter's library.
  *
  * m counters of `width` bits (2, 4 or 8: a counter never straddles a byte), counter i at bit
  * i * width of the array, least significant first, so the bytes mean the same on every machine.
- * Values 0 .. max-1 count; max = 2^width - 1 is sticky (the true count is max or more). The k
- * indices of a key are the standard layout's (bloom.h: enhanced double hashing over m) and are
- * a multiset: a repeated index is incremented, decremented and checked once per occurrence
- * (spec S0.4).
+ * Values 0 .. max-1 count; max = 2^width - 1 is sticky (the true count is max or more), so a
+ * decrement leaves it as it is: that can keep a false positive, never make a false negative.
+ * The k indices of a key are the standard layout's (bloom.h: enhanced double hashing over m)
+ * and are a multiset: a repeated index is incremented, decremented and checked once per
+ * occurrence. The same rule in all three keeps an unsaturated counter equal to the number of
+ * times its index occurs among the keys counted in, which remove and the exact filter's
+ * recount of its counters rely on.
  *
  * Overflow events tell an exact owner (the IMP-CBFilter, which keeps the true counts of
  * saturated counters in its library) what the counters could not record: an increment that
@@ -20,7 +25,7 @@
 #include <stdint.h>
 
 #include "bloom.h"
-#include "hash.h"
+#include "hash128.h"
 
 typedef struct {
     uint8_t *cells; /* ceil(m * width / 8) bytes the caller owns */

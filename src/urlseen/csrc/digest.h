@@ -2,16 +2,19 @@
  *
  * Ids are part of the file format and never change meaning: 0 = XXH3-128 (the default: ~9 ns
  * per 60-byte URL here), 1 = MurmurHash3 x64-128 (~22 ns; kept so that filters made with it,
- * or compared against systems that use it, keep working), 2 = MD5 (the fingerprint seeds A and D
- * specify; h1 = its bytes 0-7 and h2 = bytes 8-15, little-endian; a seed is prefixed, md5.h).
+ * or compared against systems that use it, keep working), 2 = MD5 (the fingerprint the
+ * IMP-CBFilter paper stores and the URL-similarity patent CN106407485 hashes with, kept so that
+ * their results can be reproduced; h1 = its bytes 0-7 and h2 = bytes 8-15, little-endian; a seed
+ * is prefixed, md5.h).
  * Pure C.
  */
 #ifndef URLSEEN_DIGEST_H
 #define URLSEEN_DIGEST_H
 
 #include "bytes.h"
-#include "hash.h"
+#include "hash128.h"
 #include "md5.h"
+#include "murmur3.h"
 #include "xxh3.h"
 
 enum us_hash_id { US_HASH_XXH3_128 = 0, US_HASH_MURMUR3_X64_128 = 1, US_HASH_MD5 = 2 };

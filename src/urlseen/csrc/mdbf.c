@@ -33,7 +33,7 @@ static inline int vector_test_and_set(const vec_probe *p)
     return p->k != 0 && us_bloom_test_and_set(&b, p->h);
 }
 
-/* G_s(x) of spec B4: every bit of both vectors set. V2 first: small, likely cached. */
+/* A group's test: every probed bit of both its vectors set. V2 first: small, likely cached. */
 static int group_test(const us_mdbf *f, uint32_t s, const void *key, size_t len)
 {
     vec_probe v2 = vector_of(f, s, 1, key, len);

@@ -1,19 +1,23 @@
-/* mdbf.h: the multi-dimensional Bloom filter of seed B (spec B2-B5) on a buffer the caller owns.
+/* mdbf.h: the multi-dimensional Bloom filter (MDBF) on a buffer the caller owns, from the paper
+ * "The use of the multi-dimensional Bloom filter algorithm in web-page de-duplication", whose
+ * missing formal description is reconstructed from its claims and experiments.
  *
  * S groups; group s holds two bit vectors, V1 of n1 bits probed k1 times and V2 of n2 bits
- * (n2 = n1 / r, the seed's "N/k") probed k2 times. Every (group, vector) pair has its own hash
+ * (n2 = n1 / r, the paper's "N/k") probed k2 times. Every (group, vector) pair has its own hash
  * family: the key's 128-bit digest under seed + 2*s + v (mod 2^32), v = 0 for V1 and 1 for V2,
  * and its probes are the standard layout's double hashing over that vector (bloom.h), so the
- * 2S families are as independent as differently seeded digests are (spec S0.3).
+ * 2S families are as independent as differently seeded digests are: the false-positive rate of
+ * all S groups together is the product of theirs only if they are.
  *
  * Memory layout: group s starts at byte s * (bytes(n1) + bytes(n2)); V1 first, then V2, each
  * byte aligned, bit j of a vector is bit j % 8 of its byte j / 8 (as everywhere in urlseen).
  *
- * Query rules (spec B5): US_MDBF_ALL (the default) reports a key present only if every group
- * has all its bits set, which is the reading under which the false-positive rate falls as S
- * grows; US_MDBF_ANY (the seed's text as written) reports it present if some group has, and
- * its false-positive rate rises with S. Insert sets the bits of every group, so neither rule
- * has false negatives. test_and_set changes nothing for a key it reports present.
+ * Query rules: US_MDBF_ALL (the default) reports a key present only if every group has all its
+ * bits set, which is the reading under which the false-positive rate falls as S grows, as the
+ * paper claims and measures; US_MDBF_ANY (the paper's text as written) reports it present if
+ * some group has, and its false-positive rate rises with S. Insert sets the bits of every
+ * group, so neither rule has false negatives. test_and_set changes nothing for a key it reports
+ * present.
  *
  * Pure C: no Python.h, no allocation.
  */

@@ -1,4 +1,5 @@
-/* xxh3.c: XXH3-128 with a 64-bit seed, from the xxHash specification (doc/xxhash_spec.md).
+/* xxh3.c: XXH3-128 with a 64-bit seed, from the xxHash specification (doc/xxhash_spec.md in
+ * Cyan4973/xxHash, not in this repository; "the spec" below).
  *
  * One function per length class of the spec: 0, 1-3, 4-8, 9-16, 17-128, 129-240 and > 240
  * bytes. Names follow the spec's pseudo-code where it has one (mix_step = mixStep, ...).

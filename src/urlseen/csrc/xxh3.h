@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hash.h"
+#include "hash128.h"
 
 /* XXH3-128 of len bytes at key with a 64-bit seed and the spec's default secret (for inputs
  * over 240 bytes the secret derived from the seed, as the spec prescribes), exactly as

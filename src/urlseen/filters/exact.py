@@ -335,7 +335,9 @@ class ExactFilter(Closing):
             stamp = _seconds(now)
             cache = self._cache
             try:
-                flags, fresh, ask, spills, events = self._counters._exact_step(keys, cache, stamp)
+                step = self._counters._exact_step(keys, cache, stamp)
+                flags, fresh, ask = step.answers, step.new_fingerprints, step.undecided
+                spills, events = step.evicted, step.counter_overflows
             except _KEY_ERRORS:
                 raise
             except BaseException:

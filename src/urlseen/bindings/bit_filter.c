@@ -1,75 +1,24 @@
-/* _core.c: the CPython binding of the C core, and nothing else.
+/* bindings/bit_filter.c: the BitFilter type, the C base of urlseen.BloomFilter.
  *
- * Argument parsing, exceptions, docstrings and buffer access live here; the algorithms live in
- * csrc/ (pure C). The hot path is the BitFilter type: a Python subclass (urlseen.BloomFilter)
- * inherits its add / __contains__ so that a per-call check-and-add is one C call.
+ * The hot path of the library: a Python subclass (urlseen.BloomFilter) inherits add /
+ * __contains__ so that a per-call check-and-add is one C call. The probes live in csrc/bloom.h.
  *
  * Threads: single-key calls hold the GIL throughout. Batch calls hash with the GIL (they read
  * Python objects) and release it while they probe the bits, holding the filter's own lock; the
  * `busy` flag (read and written only under the GIL) tells a single-key call that it must take
  * that lock too. So a key reported new is reported new exactly once, whatever the threads do.
  */
-#include "_binding.h"
+#include "common.h"
 
 #include <pythread.h>
 
 #include "csrc/bloom.h"
-#include "csrc/digest.h"
-#include "csrc/hash.h"
-#include "csrc/xxh3.h"
 
-
-/* ---- module functions -------------------------------------------------------------------- */
-
-/* The module-level digest functions: key and seed in, h1 then h2 (little-endian) out. */
-static PyObject *digest_function(PyObject *args, PyObject *kwargs, const char *format,
-                                 int hash_id, int seed_bits)
-{
-    static char *kwlist[] = {"key", "seed", NULL};
-    PyObject *key, *seed_obj = NULL;
-    uint64_t seed = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, kwlist, &key, &seed_obj)) return NULL;
-    if (seed_obj && parse_seed_bits(seed_obj, seed_bits, &seed) < 0) return NULL;
-    us_hash128 h;
-    if (key_hash(key, hash_id, seed, &h, -1) < 0) return NULL;
-    return digest_bytes(h.h1, h.h2);
-}
-
-PyDoc_STRVAR(murmur3_doc,
-             "murmur3_x64_128(key, seed=0) -> bytes\n\n"
-             "The 16-byte MurmurHash3 x64-128 digest of key (str as UTF-8, or bytes), exactly as\n"
-             "the reference implementation writes it.");
-
-static PyObject *mod_murmur3(PyObject *mod, PyObject *args, PyObject *kwargs)
-{
-    return digest_function(args, kwargs, "O|O:murmur3_x64_128", US_HASH_MURMUR3_X64_128, 32);
-}
-
-PyDoc_STRVAR(xxh3_doc,
-             "xxh3_128(key, seed=0) -> bytes\n\n"
-             "The 16-byte XXH3-128 digest of key (str as UTF-8, or bytes) with a 64-bit seed:\n"
-             "the result's low 64 bits little-endian, then its high 64 bits little-endian, i.e.\n"
-             "xxhash.xxh3_128_intdigest(key, seed).to_bytes(16, 'little').");
-
-static PyObject *mod_xxh3(PyObject *mod, PyObject *args, PyObject *kwargs)
-{
-    return digest_function(args, kwargs, "O|O:xxh3_128", US_HASH_XXH3_128, 64);
-}
-
-PyDoc_STRVAR(md5_doc,
-             "md5(key, seed=0) -> bytes\n\n"
-             "The 16-byte MD5 digest of key (str as UTF-8, or bytes), as hashlib.md5 gives it; with\n"
-             "a seed (< 2**32), the MD5 of the seed's 4 little-endian bytes followed by the key.");
-
-static PyObject *mod_md5(PyObject *mod, PyObject *args, PyObject *kwargs)
-{
-    return digest_function(args, kwargs, "O|O:md5", US_HASH_MD5, 32);
-}
 
 /* ---- the BitFilter type ------------------------------------------------------------------ */
 
 typedef struct {
-    us_bound base; /* the buffer, its read-only flag and the count (_binding.h) */
+    us_bound base; /* the buffer, its read-only flag and the count (common.h) */
     int busy;      /* a batch is probing without the GIL; read/written under the GIL only */
     us_bloom bloom;
     int hash_id; /* csrc/digest.h */
@@ -444,82 +393,8 @@ static PyTypeObject BitFilterType = {
     .tp_new = BitFilter_new,
 };
 
-/* ---- module ------------------------------------------------------------------------------ */
-
-PyDoc_STRVAR(positions_fn_doc,
-             "positions(key, nbits, k, layout, seed=0, hash=0) -> list[int]\n\n"
-             "The k bit positions of key in a filter of nbits bits, without a filter.");
-
-static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
+int us_bit_filter_add(PyObject *module)
 {
-    static char *kwlist[] = {"key", "nbits", "k", "layout", "seed", "hash", NULL};
-    PyObject *key;
-    us_bloom b;
-    uint32_t seed;
-    int hash_id;
-    if (parse_probe_args(args, kwargs, "OO&O&i|Oi:positions", kwlist, 0, &key, &b, &seed,
-                         &hash_id) < 0)
-        return NULL;
-    us_hash128 h;
-    if (key_hash(key, hash_id, seed, &h, -1) < 0) return NULL;
-    uint64_t pos[US_MAX_K];
-    us_bloom_positions(&b, h, pos);
-    return u64_list(pos, b.k);
-}
-
-PyDoc_STRVAR(set_prefetch_doc,
-             "set_prefetch_distance(keys) -> int\n\n"
-             "Set how many keys ahead batch calls prefetch (0 turns prefetching off) and return\n"
-             "the previous value. Process-wide; for benchmarks (benchmarks/layouts.py).");
-
-static PyObject *mod_set_prefetch(PyObject *mod, PyObject *arg)
-{
-    unsigned long v = PyLong_AsUnsignedLong(arg);
-    if (v == (unsigned long)-1 && PyErr_Occurred()) return NULL;
-    if (v > 1024) {
-        PyErr_SetString(PyExc_ValueError, "prefetch distance must be in [0, 1024]");
-        return NULL;
-    }
-    unsigned old = us_prefetch_ahead;
-    us_prefetch_ahead = (unsigned)v;
-    return PyLong_FromUnsignedLong(old);
-}
-
-static PyMethodDef module_methods[] = {
-    {"set_prefetch_distance", (PyCFunction)mod_set_prefetch, METH_O, set_prefetch_doc},
-    {"murmur3_x64_128", (PyCFunction)(void (*)(void))mod_murmur3, METH_VARARGS | METH_KEYWORDS,
-     murmur3_doc},
-    {"xxh3_128", (PyCFunction)(void (*)(void))mod_xxh3, METH_VARARGS | METH_KEYWORDS, xxh3_doc},
-    {"md5", (PyCFunction)(void (*)(void))mod_md5, METH_VARARGS | METH_KEYWORDS, md5_doc},
-    {"positions", (PyCFunction)(void (*)(void))mod_positions, METH_VARARGS | METH_KEYWORDS,
-     positions_fn_doc},
-    {NULL},
-};
-
-static struct PyModuleDef core_module = {
-    PyModuleDef_HEAD_INIT, "urlseen._core",
-    "The C core of urlseen: the fixed 128-bit hash and Bloom-filter probes on caller-owned "
-    "buffers.",
-    -1, module_methods,
-};
-
-PyMODINIT_FUNC PyInit__core(void)
-{
-    if (us_load_errors() < 0) return NULL;
-    if (PyType_Ready(&BitFilterType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&core_module);
-    if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "BitFilter", (PyObject *)&BitFilterType) < 0 ||
-        PyModule_AddIntConstant(m, "LAYOUT_STANDARD", US_LAYOUT_STANDARD) < 0 ||
-        PyModule_AddIntConstant(m, "LAYOUT_BLOCKED", US_LAYOUT_BLOCKED) < 0 ||
-        PyModule_AddIntConstant(m, "BLOCK_BITS", US_BLOCK_BITS) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_K", US_MAX_K) < 0 ||
-        PyModule_AddIntConstant(m, "HASH_XXH3_128", US_HASH_XXH3_128) < 0 ||
-        PyModule_AddIntConstant(m, "HASH_MURMUR3_X64_128", US_HASH_MURMUR3_X64_128) < 0 ||
-        PyModule_AddIntConstant(m, "HASH_MD5", US_HASH_MD5) < 0 || us_counting_add_types(m) < 0 ||
-        us_remote_add_functions(m) < 0 || us_mdbf_add_types(m) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    if (PyType_Ready(&BitFilterType) < 0) return -1;
+    return PyModule_AddObjectRef(module, "BitFilter", (PyObject *)&BitFilterType);
 }

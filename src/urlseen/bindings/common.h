@@ -1,13 +1,14 @@
-/* _binding.h: what the binding files (_core.c, _counting.c, _mdbf.c, _remote.c) share: the
- * error types from urlseen.errors, key access (str as UTF-8, bytes, buffers), argument parsing,
- * batch reading, and the head of every filter type over a caller-owned buffer (us_bound).
+/* bindings/common.h: what the binding files (core_module.c, bit_filter.c, counting_filter.c,
+ * mdbf_filter.c, redis_masks.c) share: the error types from urlseen.errors, key access (str as
+ * UTF-8, bytes, buffers), argument parsing, batch reading, and the head of every filter type
+ * over a caller-owned buffer (us_bound).
  *
  * The key accessors are static inline: they sit on the per-call hot path of `add`, and a call
  * into another translation unit would cost a visible part of it. The cold helpers live in
- * _binding.c.
+ * common.c.
  */
-#ifndef URLSEEN_BINDING_H
-#define URLSEEN_BINDING_H
+#ifndef URLSEEN_BINDINGS_COMMON_H
+#define URLSEEN_BINDINGS_COMMON_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -253,11 +254,14 @@ int us_bound_set_count_attr(PyObject *self, PyObject *value, void *closure);
 #define US_BATCH_METHOD(name, type, run, mode)                                               \
     static PyObject *name(type *self, PyObject *keys) { return run(self, keys, mode); }
 
-/* Defined in _counting.c: adds CountingFilter and FingerprintCache to the _core module. */
-int us_counting_add_types(PyObject *module);
-/* Defined in _remote.c: adds byte_masks (for bits kept in Redis) to the _core module. */
-int us_remote_add_functions(PyObject *module);
-/* Defined in _mdbf.c: adds MDBFilter (the multi-dimensional Bloom filter) to the module. */
-int us_mdbf_add_types(PyObject *module);
+/* What each binding file adds to the _core module (core_module.c calls them at init): */
+/* bit_filter.c: BitFilter (the Bloom filter's probes). */
+int us_bit_filter_add(PyObject *module);
+/* counting_filter.c: CountingFilter, FingerprintCache and digests(). */
+int us_counting_filter_add(PyObject *module);
+/* mdbf_filter.c: MDBFilter (the multi-dimensional Bloom filter) and its constants. */
+int us_mdbf_filter_add(PyObject *module);
+/* redis_masks.c: byte_masks() (the bytes a Bloom filter kept in Redis must find set). */
+int us_redis_masks_add(PyObject *module);
 
 #endif

@@ -1,4 +1,5 @@
-/* _counting.c: the CPython binding of the counting filter and the hot-fingerprint cache.
+/* bindings/counting_filter.c: the CPython binding of the counting filter and the
+ * hot-fingerprint cache.
  *
  * CountingFilter is the C base of urlseen.CountingBloomFilter (key-level check-and-add, remove,
  * batches) and the counter array of urlseen.ExactFilter, which drives it by 16-byte digests.
@@ -11,7 +12,7 @@
  * multi-step operations); a batch hashes every key before it changes anything, so a bad key
  * raises and leaves the filter as it was.
  */
-#include "_binding.h"
+#include "common.h"
 
 #include "csrc/counting.h"
 #include "csrc/fpcache.h"
@@ -255,7 +256,7 @@ static PyTypeObject FingerprintCacheType = {
 /* ---- CountingFilter ----------------------------------------------------------------------- */
 
 typedef struct {
-    us_bound base; /* the buffer, its read-only flag and the count (_binding.h); the count is of
+    us_bound base; /* the buffer, its read-only flag and the count (common.h); the count is of
                     * keys reported new and not removed */
     us_counters c;
     int hash_id;
@@ -556,15 +557,47 @@ static PyObject *CountingFilter_histogram(CountingFilter *self, PyObject *unused
 
 /* -- the exact filter's batch step -- */
 
+/* The result of _exact_step: a struct sequence (a named tuple, as os.stat_result), so the
+ * caller reads its parts by name. The type is made at module init (us_counting_filter_add). */
+static PyTypeObject *ExactStepResultType;
+
+static PyStructSequence_Field exact_step_fields[] = {
+    {"answers", "Per key, in order: True if new, False if a duplicate the cache answered, None "
+                "if undecided (the library decides; see undecided)."},
+    {"new_fingerprints", "The 16-byte fingerprints of the keys found new, in order: the "
+                         "library's inserts."},
+    {"undecided", "(key index, fingerprint) of each key the counters and the cache could not "
+                  "decide: all its counters are above 0 and it is not cached."},
+    {"evicted", "(fingerprint, pending, batch, seen) of each cache entry evicted to make room, "
+                "whose increments must be written back to the library."},
+    {"counter_overflows", "(counter index, delta) of each increment the saturated counters "
+                          "could not record (csrc/counting.h), for the library's true counts."},
+    {NULL, NULL},
+};
+
+PyDoc_STRVAR(exact_step_result_doc,
+             "ExactStepResult(answers, new_fingerprints, undecided, evicted, counter_overflows)\n\n"
+             "What CountingFilter._exact_step decided for one batch of keys, and what the exact\n"
+             "filter still has to do with its library.");
+
+static PyStructSequence_Desc exact_step_desc = {
+    "urlseen._core.ExactStepResult",
+    exact_step_result_doc,
+    exact_step_fields,
+    5,
+};
+
 PyDoc_STRVAR(cf_exact_step_doc,
-             "_exact_step(keys, cache, now=0) -> (flags, new, ask, spills, events)\n\n"
+             "_exact_step(keys, cache, now=0) -> ExactStepResult\n\n"
              "One batch of the exact filter's check-and-add. Every key is hashed first (a bad key\n"
              "raises, nothing changed). Then in order, per key: some counter 0 -> new: counters\n"
-             "incremented, digest cached, flags[i] = True, digest appended to `new`; else cached\n"
-             "-> duplicate, one increment in the cache's batch, flags[i] = False; else None and\n"
-             "(i, digest) appended to `ask` (the library decides). `spills`: cache entries\n"
-             "(digest, pending, batch, seen) evicted with increments to write back; `events`:\n"
-             "overflow events of the increments. cache may be None; now: Unix seconds.");
+             "incremented, fingerprint cached, answers[i] = True, fingerprint appended to\n"
+             "new_fingerprints; else cached -> duplicate, one increment in the cache's batch,\n"
+             "answers[i] = False; else answers[i] = None and (i, fingerprint) appended to\n"
+             "undecided (the library decides). evicted: cache entries (fingerprint, pending,\n"
+             "batch, seen) evicted with increments to write back; counter_overflows: overflow\n"
+             "events (counter index, delta) of the increments. cache may be None; now: Unix\n"
+             "seconds.");
 
 static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
 {
@@ -586,9 +619,10 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
     us_hash128 *h = hash_batch(self, seq, &n);
     Py_DECREF(seq);
     if (h == NULL) return NULL;
-    PyObject *flags = PyList_New(n), *fresh = PyList_New(0), *ask = PyList_New(0);
-    PyObject *spills = PyList_New(0), *events = PyList_New(0);
-    if (!flags || !fresh || !ask || !spills || !events) goto fail;
+    PyObject *answers = PyList_New(n), *new_fps = PyList_New(0), *undecided = PyList_New(0);
+    PyObject *evicted = PyList_New(0), *overflows = PyList_New(0);
+    PyObject *result = NULL;
+    if (!answers || !new_fps || !undecided || !evicted || !overflows) goto fail;
     us_overflow ev[US_MAX_K];
     unsigned long long count = self->base.count;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -597,37 +631,45 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
         us_store64_le(fp, h[i].h1);
         us_store64_le(fp + 8, h[i].h2);
         us_fp_entry spill;
-        PyObject *flag;
+        PyObject *answer;
         size_t nev = 0;
         if (us_counting_add_new(&self->c, h[i], ev, &nev)) {
             count++;
-            if (nev && append_events(events, ev, nev) < 0) goto fail;
-            if (append_new(fresh, digest_bytes(h[i].h1, h[i].h2)) < 0) goto fail;
+            if (nev && append_events(overflows, ev, nev) < 0) goto fail;
+            if (append_new(new_fps, digest_bytes(h[i].h1, h[i].h2)) < 0) goto fail;
             if (cache && (us_fpcache_insert(cache, fp, 0, 0, now, &spill) & US_FP_SPILLED) &&
-                append_entry(spills, &spill) < 0)
+                append_entry(evicted, &spill) < 0)
                 goto fail;
-            flag = Py_True;
+            answer = Py_True;
         } else if (cache && us_fpcache_hit(cache, fp, now)) {
-            flag = Py_False;
+            answer = Py_False;
         } else {
-            if (append_new(ask, Py_BuildValue("(nN)", i, digest_bytes(h[i].h1, h[i].h2))) < 0)
+            if (append_new(undecided, Py_BuildValue("(nN)", i, digest_bytes(h[i].h1, h[i].h2))) <
+                0)
                 goto fail;
-            flag = Py_None;
+            answer = Py_None;
         }
-        PyList_SET_ITEM(flags, i, Py_NewRef(flag));
+        PyList_SET_ITEM(answers, i, Py_NewRef(answer));
     }
     us_bound_set_count(&self->base, count);
+    result = PyStructSequence_New(ExactStepResultType);
+    if (result == NULL) goto fail;
     PyMem_RawFree(h);
-    return Py_BuildValue("(NNNNN)", flags, fresh, ask, spills, events);
+    PyStructSequence_SET_ITEM(result, 0, answers); /* each reference is taken over */
+    PyStructSequence_SET_ITEM(result, 1, new_fps);
+    PyStructSequence_SET_ITEM(result, 2, undecided);
+    PyStructSequence_SET_ITEM(result, 3, evicted);
+    PyStructSequence_SET_ITEM(result, 4, overflows);
+    return result;
 fail:
     /* Only an allocation failure gets here, after counters may have changed: the caller
      * treats any exception from this step as "rebuild the counters from the library". */
     PyMem_RawFree(h);
-    Py_XDECREF(flags);
-    Py_XDECREF(fresh);
-    Py_XDECREF(ask);
-    Py_XDECREF(spills);
-    Py_XDECREF(events);
+    Py_XDECREF(answers);
+    Py_XDECREF(new_fps);
+    Py_XDECREF(undecided);
+    Py_XDECREF(evicted);
+    Py_XDECREF(overflows);
     return NULL;
 }
 
@@ -733,9 +775,14 @@ static PyMethodDef counting_functions[] = {
     {NULL},
 };
 
-int us_counting_add_types(PyObject *module)
+int us_counting_filter_add(PyObject *module)
 {
     if (PyModule_AddFunctions(module, counting_functions) < 0) return -1;
+    if (ExactStepResultType == NULL &&
+        (ExactStepResultType = PyStructSequence_NewType(&exact_step_desc)) == NULL)
+        return -1;
+    if (PyModule_AddObjectRef(module, "ExactStepResult", (PyObject *)ExactStepResultType) < 0)
+        return -1;
     if (PyType_Ready(&CountingFilterType) < 0 || PyType_Ready(&FingerprintCacheType) < 0)
         return -1;
     if (PyModule_AddObjectRef(module, "CountingFilter", (PyObject *)&CountingFilterType) < 0 ||

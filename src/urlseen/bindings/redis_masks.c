@@ -1,4 +1,5 @@
-/* _remote.c: what a filter whose bits live elsewhere (a Redis string) needs from the C core.
+/* bindings/redis_masks.c: the bytes that a Bloom filter whose bits live in a Redis string asks
+ * Redis to test and set.
  *
  * byte_masks() turns a batch of keys into the bytes each key must find set: per key, a count
  * and (byte offset, bit mask) pairs. A Lua script on the server tests and sets them for a whole
@@ -6,7 +7,7 @@
  * positions as a local filter, so a Redis bitmap and a local filter of the same parameters hold
  * identical bytes (bit j is bit j % 8 of byte j / 8).
  */
-#include "_binding.h"
+#include "common.h"
 
 #include "csrc/bloom.h"
 
@@ -90,13 +91,13 @@ static PyObject *mod_byte_masks(PyObject *mod, PyObject *args, PyObject *kwargs)
     return result;
 }
 
-static PyMethodDef remote_functions[] = {
+static PyMethodDef redis_masks_functions[] = {
     {"byte_masks", (PyCFunction)(void (*)(void))mod_byte_masks, METH_VARARGS | METH_KEYWORDS,
      byte_masks_doc},
     {NULL},
 };
 
-int us_remote_add_functions(PyObject *module)
+int us_redis_masks_add(PyObject *module)
 {
-    return PyModule_AddFunctions(module, remote_functions);
+    return PyModule_AddFunctions(module, redis_masks_functions);
 }

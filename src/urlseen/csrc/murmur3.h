@@ -1,4 +1,4 @@
-/* hash.h: MurmurHash3 x64-128, one of the two fixed, seeded 128-bit hashes a filter may use
+/* murmur3.h: MurmurHash3 x64-128, one of the two fixed, seeded 128-bit hashes a filter may use
  * (digest.h chooses; XXH3-128 in xxh3.h is the default).
  *
  * MurmurHash3 x64-128 (Austin Appleby, public domain), written here from its published
@@ -8,18 +8,13 @@
  *
  * Pure C: no Python.h, no allocation.
  */
-#ifndef URLSEEN_HASH_H
-#define URLSEEN_HASH_H
+#ifndef URLSEEN_MURMUR3_H
+#define URLSEEN_MURMUR3_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* The two 64-bit halves of a 128-bit digest. MurmurHash3: h1 is bytes 0-7 of the reference
- * output and h2 bytes 8-15, each read little-endian. XXH3-128: h1 = low64, h2 = high64. */
-typedef struct {
-    uint64_t h1;
-    uint64_t h2;
-} us_hash128;
+#include "hash128.h"
 
 /* MurmurHash3_x64_128 of len bytes at key with a 32-bit seed, exactly as the reference computes
  * it on a little-endian machine (this implementation reads the input little-endian on any

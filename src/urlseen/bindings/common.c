@@ -1,5 +1,5 @@
-/* _binding.c: the cold helpers the binding files share (see _binding.h). */
-#include "_binding.h"
+/* bindings/common.c: the cold helpers the binding files share (see common.h). */
+#include "common.h"
 
 PyObject *us_InvalidKeyError;
 PyObject *us_ClosedError;

@@ -1,12 +1,12 @@
-/* hash.c: MurmurHash3 x64-128, from the published algorithm description. */
-#include "hash.h"
+/* murmur3.c: MurmurHash3 x64-128, from the published algorithm description. */
+#include "murmur3.h"
 
 #include "bytes.h"
 
 #include <string.h>
 
-#define US_C1 0x87c37b91114253d5ULL
-#define US_C2 0x4cf5ad432745937fULL
+#define US_MURMUR3_C1 0x87c37b91114253d5ULL
+#define US_MURMUR3_C2 0x4cf5ad432745937fULL
 
 us_hash128 us_murmur3_x64_128(const void *key, size_t len, uint32_t seed)
 {
@@ -18,10 +18,10 @@ us_hash128 us_murmur3_x64_128(const void *key, size_t len, uint32_t seed)
         uint64_t k1 = us_load64_le(data + 16 * i);
         uint64_t k2 = us_load64_le(data + 16 * i + 8);
 
-        k1 *= US_C1; k1 = us_rotl64(k1, 31); k1 *= US_C2; h1 ^= k1;
+        k1 *= US_MURMUR3_C1; k1 = us_rotl64(k1, 31); k1 *= US_MURMUR3_C2; h1 ^= k1;
         h1 = us_rotl64(h1, 27); h1 += h2; h1 = h1 * 5 + 0x52dce729;
 
-        k2 *= US_C2; k2 = us_rotl64(k2, 33); k2 *= US_C1; h2 ^= k2;
+        k2 *= US_MURMUR3_C2; k2 = us_rotl64(k2, 33); k2 *= US_MURMUR3_C1; h2 ^= k2;
         h2 = us_rotl64(h2, 31); h2 += h1; h2 = h2 * 5 + 0x38495ab5;
     }
 
@@ -32,9 +32,9 @@ us_hash128 us_murmur3_x64_128(const void *key, size_t len, uint32_t seed)
         memcpy(pad, data + nblocks * 16, rest);
         uint64_t k1 = us_load64_le(pad), k2 = us_load64_le(pad + 8);
         if (rest > 8) {
-            k2 *= US_C2; k2 = us_rotl64(k2, 33); k2 *= US_C1; h2 ^= k2;
+            k2 *= US_MURMUR3_C2; k2 = us_rotl64(k2, 33); k2 *= US_MURMUR3_C1; h2 ^= k2;
         }
-        k1 *= US_C1; k1 = us_rotl64(k1, 31); k1 *= US_C2; h1 ^= k1;
+        k1 *= US_MURMUR3_C1; k1 = us_rotl64(k1, 31); k1 *= US_MURMUR3_C2; h1 ^= k1;
     }
 
     h1 ^= (uint64_t)len;

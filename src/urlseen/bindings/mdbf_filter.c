@@ -1,4 +1,4 @@
-/* _mdbf.c: the CPython binding of the multi-dimensional Bloom filter (csrc/mdbf.h).
+/* bindings/mdbf_filter.c: the CPython binding of the multi-dimensional Bloom filter (csrc/mdbf.h).
  *
  * MDBFilter is the C base of urlseen.MultiDimensionalBloomFilter, as BitFilter is of
  * BloomFilter: add / in / len / the batch forms are C methods, so the 2S digests and probes of
@@ -7,12 +7,12 @@
  * Threads: every method holds the GIL throughout (no lock of its own). A batch checks every key
  * before it changes anything, so a bad key raises and leaves the filter as it was.
  */
-#include "_binding.h"
+#include "common.h"
 
 #include "csrc/mdbf.h"
 
 typedef struct {
-    us_bound base; /* the buffer, its read-only flag and the count (_binding.h) */
+    us_bound base; /* the buffer, its read-only flag and the count (common.h) */
     int rule;
     us_mdbf f;
 } MDBFilter;
@@ -256,7 +256,7 @@ static PyTypeObject MDBFilterType = {
     .tp_new = PyType_GenericNew,
 };
 
-int us_mdbf_add_types(PyObject *module)
+int us_mdbf_filter_add(PyObject *module)
 {
     if (PyType_Ready(&MDBFilterType) < 0) return -1;
     if (PyModule_AddObjectRef(module, "MDBFilter", (PyObject *)&MDBFilterType) < 0 ||
