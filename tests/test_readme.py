@@ -310,45 +310,59 @@ def test_python_blocks_run_as_pasted_twice(tmp_path: Path) -> None:
         pytest.skip(f"{len(ran)} blocks ran and passed; not run, needing Redis: {skipped}: {why}")
 
 
-_KINDS = {"RedisBloomFilter": "bloom", "SplittableBloomFilter": "dsbf",
-          "FingerprintLibraryFilter": "exact", "RedisLibrary": "exact"}  # fmt: skip
+_KINDS = {"RedisBloomFilter": "bloom", "SplittableBloomFilter": "dsbf", "BloomFilter": "bloom",
+          "FingerprintLibraryFilter": "exact", "RedisLibrary": "exact", "ExactFilter": "exact",
+          "RotatingBloomFilter": "rotating", "MultiDimensionalBloomFilter": "mdbf",
+          "CountingBloomFilter": "counting"}  # fmt: skip
 
 
-def _shared_filters(markdown: str) -> list[tuple[str, str, str]]:
-    """(name, kind, README line) of every shared filter an example creates or uses."""
+def _filters_named(markdown: str) -> list[tuple[str, str, str]]:
+    """(place, kind, README line) of every filter an example makes or uses by name: a shared
+    filter's Redis name ("redis:<name>") or a state's path ("state:<path>")."""
     found = []
     for info, line, body in fenced_blocks(markdown):
         if info.split()[:1] == ["python"]:
             for node in ast.walk(ast.parse(body)):
-                if isinstance(node, ast.Call):
-                    func = node.func
-                    kind = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                    for kw in node.keywords:
-                        if kw.arg == "name" and isinstance(kw.value, ast.Constant):
-                            where = f"line {line - 1 + node.lineno}"
-                            found.append((kw.value.value, _KINDS.get(kind, kind), where))
+                if not isinstance(node, ast.Call):
+                    continue
+                func, where = node.func, f"line {line - 1 + node.lineno}"
+                if isinstance(func, ast.Attribute) and func.attr in ("create", "open"):
+                    owner = func.value
+                    kind = owner.attr if isinstance(owner, ast.Attribute) else ""
+                    first = node.args[0] if node.args else None
+                    if kind in _KINDS and isinstance(first, ast.Constant):
+                        found.append((f"state:{first.value}".rstrip("/"), _KINDS[kind], where))
+                    continue
+                kind = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                for kw in node.keywords:
+                    if kw.arg == "name" and isinstance(kw.value, ast.Constant):
+                        found.append((f"redis:{kw.value.value}", _KINDS.get(kind, kind), where))
             continue
         for offset, text in enumerate(body.splitlines()):
             try:
                 argv = shlex.split(text, comments=True)
             except ValueError:
                 continue
-            if argv[:2] != ["urlseen", "dedup"] or "--name" not in argv:
+            if argv[:2] != ["urlseen", "dedup"]:
                 continue
             options = dict(zip(argv, [*argv[1:], ""], strict=True))
             options.update(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
             kind = options.get("--filter", "bloom")
-            found.append((options["--name"], kind, f"line {line + offset}"))
+            for option, place in (("--name", "redis"), ("--state", "state")):
+                if option in options:
+                    name = f"{place}:{options[option]}".rstrip("/")
+                    found.append((name, kind, f"line {line + offset}"))
     return found
 
 
-def test_distinct_shared_filters_have_distinct_names() -> None:
-    """A reader who runs several examples against one server must not mix two kinds of filter
-    under one name."""
-    found = _shared_filters(README.read_text())
-    assert found, "README.md shows no shared filter"
+def test_distinct_filters_have_distinct_names() -> None:
+    """A reader who runs the examples one after another, against one server and in one folder,
+    must not meet two kinds of filter under one name: the second would be refused, or would
+    land beside the first (an exact filter's folder also holding a rotating filter)."""
+    found = _filters_named(README.read_text())
+    assert {p.split(":")[0] for p, _, _ in found} == {"redis", "state"}, found
     kinds: dict[str, set[str]] = {}
-    for name, kind, _ in found:
-        kinds.setdefault(name, set()).add(kind)
-    shared = {name: k for name, k in kinds.items() if len(k) > 1}
+    for place, kind, _ in found:
+        kinds.setdefault(place, set()).add(kind)
+    shared = {place: k for place, k in kinds.items() if len(k) > 1}
     assert not shared, f"one name for several filters: {shared}; uses: {found}"
