@@ -1,4 +1,4 @@
-"""SplittableBloomFilter (DSBF, spec E): the FP bound as it grows, splits, the fleet, failures.
+"""SplittableBloomFilter (DSBF): the FP bound as it grows, splits, the fleet, failures.
 
 Every algorithmic test runs on both stores (in memory, and a real Redis server); the fleet,
 cluster and outage tests need Redis.
@@ -52,7 +52,7 @@ def add_in_batches(seen, keys, batch=500):
 # ---- sizing and parameters --------------------------------------------------------------------
 
 
-def test_standard_sizing_is_spec_e2_and_blocked_keeps_the_bound():
+def test_standard_sizing_is_the_worked_example_and_blocked_keeps_the_bound():
     assert _sizing.size_splittable(10**9, 1 << 23, 1e-3) == _sizing.SplittableSize(
         10, 583_448, 1_714
     )
@@ -119,8 +119,9 @@ def test_no_url_reported_new_is_ever_lost_through_many_splits(make):
 
 
 def test_a_split_divides_a_leaf_evenly_with_independent_loc_hashes(make):
-    # An even c is the pitfall of E4: h mod c at the root and h mod 2 below sends all of a
-    # leaf's URLs to one child. Every split child must get close to half of its parent.
+    # An even c is the pitfall of one hash for every level: h mod c at the root and h mod 2
+    # below sends all of a leaf's URLs to one child. Every split child must get close to half
+    # of its parent.
     seen = make(capacity=6000, error_rate=0.01, leaf_bits=1 << 14, fanout=2)
     assert seen.tree.params["c"] % 2 == 0
     add_in_batches(seen, urls(20_000, seed=2))
@@ -158,7 +159,8 @@ def test_contains_does_not_add_and_duplicates_in_one_batch_count_once(make):
 
 
 def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev_urls, make):
-    """E9: insert 10 n distinct URLs, measuring the FP rate on never-inserted URLs at every
+    """A query touches one leaf, and a full leaf splits, so the FP bound holds at any size.
+    Insert 10 n distinct URLs, measuring the FP rate on never-inserted URLs at every
     checkpoint n, 2n, ... 10n. Data: the distinct dev URLs, made unique beyond their count by
     a query parameter `urlseen-copy=<r>`; the probes carry `urlseen-probe=<r>` instead, so no
     probe was ever inserted. Contrast: one fixed Bloom filter with the DSBF's initial memory

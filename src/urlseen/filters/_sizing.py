@@ -1,9 +1,10 @@
 """Bloom-filter sizing: bits and hash count from (capacity, error_rate), for both layouts.
 
 Pure Python, no urlseen imports: it is also the oracle the tests check measured rates against.
-Formulas: spec S0.2 (standard layout, exact form, not the closed form that assumes a real k);
-for the blocked layout, Putze, Sanders and Singler, "Cache-, hash- and space-efficient Bloom
-filters" (2007): keys per block are Poisson(n / blocks), and a query fails only in its own block.
+Formulas: for the standard layout Bloom's, in their exact form for an integer k (the closed
+form assumes a real k and overstates the capacity); for the blocked layout, Putze, Sanders and
+Singler, "Cache-, hash- and space-efficient Bloom filters" (2007): keys per block are
+Poisson(n / blocks), and a query fails only in its own block.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def standard_error_rate(n: float, m: int, k: int) -> float:
 
 
 def standard_capacity(m: int, k: int, error_rate: float) -> int:
-    """The largest n whose false-positive rate stays at or below error_rate (spec S0.2)."""
+    """The largest n whose false-positive rate stays at or below error_rate p:
+    floor(-(m/k) ln(1 - p^(1/k))), exact for an integer k (the closed form m (ln 2)^2 / ln(1/p)
+    assumes a real k and overshoots)."""
     return math.floor(-(m / k) * math.log1p(-(error_rate ** (1.0 / k))))
 
 
@@ -190,7 +193,7 @@ def size_counting(
     capacity: int, error_rate: float, k: int | None = None, counters_per_key: float | None = None
 ) -> CountingSize:
     """Counters and k for a counting filter: the standard formulas with counters for bits, or
-    explicit k and/or m / n (seed A's experiment: k = 8, m / n = 20)."""
+    explicit k and/or m / n (the IMP-CBFilter paper's experiment: k = 8, m / n = 20)."""
     capacity, error_rate = check_target(capacity, error_rate)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K):
         raise ConfigError(f"k must be an int in [1, {MAX_K}], not {k!r}")
@@ -214,7 +217,7 @@ def size_counting(
 
 @dataclass(frozen=True)
 class SplittableSize:
-    """A dynamic splittable Bloom filter's shape (spec E2): k probes per leaf, at most u URLs per
+    """A dynamic splittable Bloom filter's shape: k probes per leaf, at most u URLs per
     leaf of m bits (its FP rate stays <= f), and c first-layer leaves for n expected URLs."""
 
     k: int
@@ -224,7 +227,7 @@ class SplittableSize:
 
 def size_splittable(n: int, m: int, f: float, layout: str = "standard") -> SplittableSize:
     """k in {floor(log2 1/f), ceil(log2 1/f)}, whichever lets a leaf hold more URLs; u by the
-    exact form of S0.2 (never the closed form, which overshoots); c = ceil(n / u).
+    exact form of standard_capacity (never the closed form, which overshoots); c = ceil(n / u).
 
     For the blocked layout u is the largest count whose blocked false-positive rate stays
     <= f (a blocked leaf holds fewer URLs than a standard one at the same rate), and k is

@@ -1,4 +1,4 @@
-"""The one protocol every urlseen filter implements (spec G3), and the stats it reports."""
+"""The one protocol every urlseen filter implements, and the stats it reports."""
 
 from __future__ import annotations
 

@@ -1,18 +1,20 @@
-"""SplittableBloomFilter: the dynamic splittable Bloom filter (spec E, patent CN104809182).
+"""SplittableBloomFilter: the dynamic splittable Bloom filter (patent CN104809182).
 
-A tree of leaf Bloom filters of m bits each. A URL's 64-bit fingerprint is routed from the
-root by per-node LocHash functions to exactly one leaf, where its k bits are tested and set.
-A leaf that reaches u URLs (the most it holds at false-positive rate <= f) splits: its
-fingerprints, kept packed beside its bits, are re-inserted into b fresh children and the leaf
-becomes an internal node. A query touches one leaf holding at most about u URLs, so the
-false-positive rate stays <= f however many URLs come (E9), unlike one fixed filter.
+A tree of leaf Bloom filters of `leaf_bits` bits each. A URL's 64-bit fingerprint is routed
+from the root by per-node LocHash functions to exactly one leaf, where its k bits are tested
+and set. A leaf that reaches `leaf_capacity` URLs (the most it holds at false-positive rate
+<= error_rate) splits: its fingerprints, kept packed beside its bits, are re-inserted into
+`fanout` fresh children and the leaf becomes an internal node. A query touches one leaf, and
+no leaf holds much more than leaf_capacity URLs, so the false-positive rate stays <= error_rate
+however many URLs come, unlike one fixed filter.
 
 Shared by many processes through Redis (stores/redis_leaves.py) or kept in this process
-(stores/splittable.py). Splits follow E8: a split lock with a deadline in the tree hash;
-writers keep writing to the splitting leaf (its fingerprints are copied as they come), the
-leaf is sealed, the rest copied, then the tree swaps the leaf for the children atomically,
-only for the lock's holder (a splitter whose lock expired cannot install stale children).
-Writers that hit a sealed leaf reload the tree; if its splitter died, they finish the split.
+(stores/splittable.py). A split takes a lock with a deadline in the tree hash; writers keep
+writing to the splitting leaf (its fingerprints are copied as they come, so no URL added during
+a split is lost), the leaf is sealed, the rest copied, then the tree swaps the leaf for the
+children atomically, only for the lock's holder (a splitter whose lock expired cannot install
+stale children). Writers that hit a sealed leaf reload the tree; if its splitter died, they
+finish the split.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from urlseen.stores.splittable import (
 )
 
 FORMAT = "urlseen-dsbf/1"
-DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: spec E2's first example
+DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_MS = 30_000  # a split lock's lease, renewed after every copied chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
@@ -64,7 +66,7 @@ class SplittableBloomFilter(Handle):
         leaf_bits: m, bits per leaf (a multiple of 512, at most 2**32).
         fanout: b, children per split.
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
-            "standard" (the spec's k free bits; u by spec E2 exactly).
+            "standard" (k bits anywhere in the leaf; u by the exact Bloom formula).
         seed: the MapHash / fingerprint seed.
 
     An existing shared filter keeps its own parameters; passing different ones is an error.
@@ -226,7 +228,7 @@ class SplittableBloomFilter(Handle):
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         return [not absent for absent in self._run(keys, 0)]
 
-    # -- splitting (E8) --------------------------------------------------------------------
+    # -- splitting --------------------------------------------------------------------------
 
     def _split(self, leaf: str) -> bool:
         """Split a full leaf, unless another client holds its lock; True if this one did."""
@@ -359,8 +361,9 @@ def _params(
     return {
         "format": FORMAT, "n": n, "f": float(f), "m": m, "b": b, "layout": layout,  # type: ignore[arg-type]
         "seed": seed, "k": size.k, "u": size.leaf_capacity, "c": size.first_leaves,
-        # A leaf reaching u splits; while the split runs, writers go on writing to it (E8.6)
-        # up to this cap, then wait for the split. With at most u/16 keys per leaf per
+        # A leaf reaching u splits; while the split runs, writers go on writing to it
+        # (the copy takes their fingerprints too, so no URL added during a split is lost) up
+        # to this cap, then wait for the split. With at most u/16 keys per leaf per
         # round, a leaf never holds more than u + u/8 URLs.
         "cap": cap,
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,

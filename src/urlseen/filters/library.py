@@ -1,4 +1,5 @@
-"""FingerprintLibraryFilter: the paper's baseline, the MD5 fingerprint library alone (seed A).
+"""FingerprintLibraryFilter: the IMP-CBFilter paper's baseline, the MD5 fingerprint library
+alone.
 
 Every URL is looked up in the library; a new one is inserted, a duplicate has its reference
 count incremented. Exact, and as slow as the library: this is what IMP-CBFilter (ExactFilter)

@@ -1,4 +1,4 @@
-"""A SplittableBloomFilter's tree and leaves in Redis (spec E10), single server or Cluster.
+"""A SplittableBloomFilter's tree and leaves in Redis, single server or Cluster.
 
 Keys of filter `name`:
 - `urlseen:{name}:tree`: the tree hash (params, version, nodes, split locks; dsbf_tree.lua);

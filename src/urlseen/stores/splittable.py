@@ -1,7 +1,8 @@
 """Where a SplittableBloomFilter keeps its tree and leaves: the protocol, and the in-memory form.
 
-A store does the few operations that must be atomic (spec E7, E8): check-and-add a batch of
-fingerprints in one leaf, seal a leaf, and change the tree under a fenced split lock. The
+A store does the few operations that must be atomic, so that of clients racing on one URL only
+one is told it is new and no split loses a URL: check-and-add a batch of fingerprints in one
+leaf, seal a leaf, and change the tree under a fenced split lock. The
 filter (filters/dsbf.py) does everything else: routing, sizing, when and how to split. The
 Redis form is stores/redis_leaves.py; this in-memory form has the same semantics, one lock
 standing in for Redis's one-script-at-a-time, so tests of the algorithm need no server.
@@ -23,7 +24,7 @@ _M64 = (1 << 64) - 1
 
 
 def loc_hash(fingerprint: int, seed: int) -> int:
-    """LocHash_v (E4): a 64-bit mix of the fingerprint and the node's own random seed.
+    """A node's LocHash: a 64-bit mix of the fingerprint and the node's own random seed.
 
     murmur3's fmix64 finalizer of (fp XOR seed): a bijection that avalanches every bit, so
     the routes of nodes with different seeds are independent of each other and of MapHash
@@ -45,7 +46,7 @@ class Split:
     children: tuple[str, ...]
 
     def child(self, fingerprint: int) -> str:
-        """The child this node routes a fingerprint to (LocHash, spec E4)."""
+        """The child this node routes a fingerprint to (by its LocHash)."""
         return self.children[loc_hash(fingerprint, self.seed) % len(self.children)]
 
     def describe(self) -> str:

@@ -1,4 +1,4 @@
-"""URL_DB: the similarity filter's record of its decisions, in a SQLite file (spec D4, G5).
+"""URL_DB: the similarity filter's record of its decisions, in a SQLite file.
 
 The patent stores every NEW URL in URL_DB. Here URL_DB is an audit log: one row per decision
 (the URL, its feature values, new or similar, which features were already present, when), so
