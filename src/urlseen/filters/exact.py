@@ -38,8 +38,7 @@ from typing import Any, cast
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
 from urlseen.filters._hashes import check_fingerprint
-from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.filters.base import Closing, FilterStats, Key, key_batch
 from urlseen.filters.counting import CountingBloomFilter, make_params
 from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary

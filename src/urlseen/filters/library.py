@@ -24,8 +24,7 @@ from typing import cast
 from urlseen import _core
 from urlseen.errors import ClosedError
 from urlseen.filters._hashes import FINGERPRINTS, check_fingerprint
-from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.base import Closing, FilterStats, Key
 from urlseen.filters.exact import LIBRARY_FILE
 from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary

@@ -42,8 +42,7 @@ from typing import Any, TypeAlias
 from urlseen.errors import ClosedError, ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
-from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.filters.base import Closing, FilterStats, Key, key_batch
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
 from urlseen.stores.mmapfile import read_header

@@ -34,14 +34,13 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError, FormatError, ReadOnlyError
 from urlseen.filters import _sizing
-from urlseen.filters._persistent import Closing, save_copy
-from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.base import Closing, FilterStats, Key
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
 from urlseen.stores.memory import MemoryStore
-from urlseen.stores.mmapfile import MappedFile
+from urlseen.stores.mmapfile import MappedFile, save_copy
 from urlseen.stores.url_db import Decision, SQLiteUrlDB, UrlDB
 
 MODES = ("patent", "exact4", "composite")
