@@ -35,6 +35,7 @@ from urlseen.stores.redis_store import Handle, RemoteError
 from urlseen.stores.splittable import (
     FP_BYTES,
     MOVED,
+    LeafOp,
     LeafStore,
     MemoryLeafStore,
     Split,
@@ -163,7 +164,7 @@ class SplittableBloomFilter(Handle):
 
     # -- the seen-test ---------------------------------------------------------------------
 
-    def _run(self, keys: Iterable[Key], mode: int) -> list[bool]:
+    def _run(self, keys: Iterable[Key], op: LeafOp) -> list[bool]:
         self._usable()
         keys = key_batch(keys)
         if not keys:
@@ -179,9 +180,9 @@ class SplittableBloomFilter(Handle):
             later: list[int] = []
             for i in pending:
                 group = groups[self._route(values[i])]
-                (group if mode != 1 or len(group) < room else later).append(i)
+                (group if op != LeafOp.ADD or len(group) < room else later).append(i)
             replies = self._store.check_and_add(
-                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()}, mode
+                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()}, op
             )
             moved: list[int] = []
             full: list[str] = []
@@ -192,7 +193,7 @@ class SplittableBloomFilter(Handle):
                     continue
                 for i, new in zip(idx, reply.new, strict=True):
                     answers[i] = new
-                if mode == 1 and reply.count >= self.u:
+                if op == LeafOp.ADD and reply.count >= self.u:
                     full.append(leaf)
             for leaf in full:
                 self._split(leaf)
@@ -216,17 +217,17 @@ class SplittableBloomFilter(Handle):
 
     def add(self, key: Key) -> bool:
         """Check-and-add one URL (use add_many for throughput)."""
-        return self._run([key], 1)[0]
+        return self._run([key], LeafOp.ADD)[0]
 
     def add_many(self, keys: Iterable[Key]) -> list[bool]:
         """Check-and-add a batch; True where new. Atomic per URL across all clients."""
-        return self._run(keys, 1)
+        return self._run(keys, LeafOp.ADD)
 
     def __contains__(self, key: object) -> bool:
-        return not self._run([key], 0)[0]  # type: ignore[list-item]
+        return not self._run([key], LeafOp.CONTAINS)[0]  # type: ignore[list-item]
 
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
-        return [not absent for absent in self._run(keys, 0)]
+        return [not absent for absent in self._run(keys, LeafOp.CONTAINS)]
 
     # -- splitting --------------------------------------------------------------------------
 
@@ -273,7 +274,7 @@ class SplittableBloomFilter(Handle):
             values = struct.unpack(f"<{len(data) // FP_BYTES}Q", data)
             for j, value in enumerate(values):
                 groups[split.child(value)].append(data[j * FP_BYTES : (j + 1) * FP_BYTES])
-            store.check_and_add(groups, 2)
+            store.check_and_add(groups, LeafOp.COPY)
             start += len(data)
             if not store.refresh(leaf, token, LOCK_MS, split.children):
                 return None

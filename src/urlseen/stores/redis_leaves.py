@@ -22,7 +22,7 @@ from urlseen import _core
 from urlseen.errors import FormatError
 from urlseen.stores import redis_store
 from urlseen.stores.redis_store import RECEIPT_SECONDS, retrying
-from urlseen.stores.splittable import MOVED, LeafAnswer, LeafInfo, Split, Tree
+from urlseen.stores.splittable import MOVED, LeafAnswer, LeafInfo, LeafOp, Split, Tree
 
 _LAYOUTS = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 CLUSTER_THREADS = 8  # per-leaf script calls in flight at once on a Redis Cluster
@@ -89,7 +89,7 @@ class RedisLeafStore:
         last = int(self._tree("ids", count))
         return [str(i) for i in range(last - count + 1, last + 1)]
 
-    def _leaf_call(self, leaf: str, fps: list[bytes], mode: int) -> tuple[list[str], list[Any]]:
+    def _leaf_call(self, leaf: str, fps: list[bytes], op: LeafOp) -> tuple[list[str], list[Any]]:
         p = self._params
         assert p is not None, "load or create the tree first"
         masks = _core.byte_masks(
@@ -97,15 +97,15 @@ class RedisLeafStore:
         )
         meta, bits, fps_key = self._keys(leaf)
         receipt = redis_store.receipt_key(f"{self.name}:leaf:{leaf}")
-        ttl = self.receipt_seconds if mode else 0
-        args = [masks, mode, ttl, p["layout"], b"".join(fps), p["cap"]]
+        ttl = 0 if op == LeafOp.CONTAINS else self.receipt_seconds
+        args = [masks, int(op), ttl, p["layout"], b"".join(fps), p["cap"]]
         return [bits, meta, receipt, fps_key], args
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], mode: int
+        self, groups: Mapping[str, list[bytes]], op: LeafOp
     ) -> dict[str, LeafAnswer | None]:
-        calls = {leaf: self._leaf_call(leaf, fps, mode) for leaf, fps in groups.items() if fps}
-        what = "check-and-add" if mode else "contains"
+        calls = {leaf: self._leaf_call(leaf, fps, op) for leaf, fps in groups.items() if fps}
+        what = "contains" if op == LeafOp.CONTAINS else "check-and-add"
         if len(calls) == 1:
             ((keys, args),) = calls.values()
             replies = [retrying(functools.partial(self._batch_script, keys=keys, args=args), what)]

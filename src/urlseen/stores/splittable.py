@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, Protocol
 
 from urlseen import _core
@@ -21,6 +22,23 @@ from urlseen import _core
 FP_BYTES = 8  # a leaf keeps a 64-bit fingerprint per URL, enough to re-insert it on a split
 MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
 _M64 = (1 << 64) - 1
+
+
+class LeafOp(IntEnum):
+    """What LeafStore.check_and_add does to each key of a batch in its leaf.
+
+    The values are what the Redis leaf script (bloom_batch.lua) receives as its operation;
+    send int(op): redis-py would send an IntEnum's repr.
+    """
+
+    CONTAINS = 0
+    """Test only: True where some bit is 0 (absent). Writes nothing."""
+    ADD = 1
+    """The seen-test: test and set, True where some bit was 0 (new); new keys' fingerprints
+    are appended to the leaf. Refused (MOVED) by a leaf at its write limit or sealed."""
+    COPY = 2
+    """A split copying fingerprints into a child: set, and count every key as new (none may
+    be dropped as a false positive, or a later split would lose it)."""
 
 
 def loc_hash(fingerprint: int, seed: int) -> int:
@@ -98,9 +116,7 @@ class LeafInfo:
 class LeafStore(Protocol):
     """The atomic operations of a splittable filter's storage (see module docstring).
 
-    check_and_add modes: 0 test only, 1 test and set (a key is new if some bit was 0; new
-    keys' fingerprints are appended to the leaf), 2 set and count every key as new (a split
-    copying fingerprints: none may be dropped as a false positive).
+    check_and_add does one LeafOp to every key of a batch, leaf by leaf.
     """
 
     def load(self) -> Tree | None: ...
@@ -112,7 +128,7 @@ class LeafStore(Protocol):
     def new_leaf_ids(self, count: int) -> list[str]: ...
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], mode: int
+        self, groups: Mapping[str, list[bytes]], op: LeafOp
     ) -> dict[str, LeafAnswer | None]: ...
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes: ...
@@ -201,23 +217,23 @@ class MemoryLeafStore:
             return [str(i) for i in range(last - count + 1, last + 1)]
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], mode: int
+        self, groups: Mapping[str, list[bytes]], op: LeafOp
     ) -> dict[str, LeafAnswer | None]:
         out: dict[str, LeafAnswer | None] = {}
         with self._guard:
             for leaf, fps in groups.items():
                 entry = self._live(leaf)
-                if entry is None or (mode and entry.state != "active"):
+                if entry is None or (op != LeafOp.CONTAINS and entry.state != "active"):
                     out[leaf] = MOVED
                     continue
-                if mode == 1 and len(entry.fps) // FP_BYTES >= self._tree["params"]["cap"]:
+                if op == LeafOp.ADD and len(entry.fps) // FP_BYTES >= self._tree["params"]["cap"]:
                     out[leaf] = MOVED  # over its cap: a split is due
                     continue
-                if mode == 0:
+                if op == LeafOp.CONTAINS:
                     new = [not hit for hit in entry.bits.contains_many(fps)]
                 else:
                     new = entry.bits.add_many(fps)
-                    if mode == 2:
+                    if op == LeafOp.COPY:
                         new = [True] * len(fps)
                     entry.fps += b"".join(fp for fp, fresh in zip(fps, new, strict=True) if fresh)
                 out[leaf] = LeafAnswer(new, len(entry.fps) // FP_BYTES)
