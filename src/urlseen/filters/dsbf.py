@@ -42,7 +42,7 @@ from urlseen.stores.splittable import (
     Tree,
 )
 
-FORMAT = "urlseen-dsbf/1"
+FORMAT = "urlseen-dsbf/2"  # /1 named its params n, f, m, b, u, c, cap
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_MS = 30_000  # a split lock's lease, renewed after every copied chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
@@ -56,19 +56,23 @@ def _new_seed() -> int:
 
 
 class SplittableBloomFilter(Handle):
-    """A Bloom filter that grows by splitting full leaves: FP rate <= f at any size.
+    """A Bloom filter that grows by splitting full leaves: FP rate <= error_rate at any size.
 
     Args:
-        capacity: n, the URLs expected; sizes the first layer (c = ceil(n / u) leaves).
-            Growth beyond it is absorbed by splits.
-        error_rate: f, the false-positive bound every leaf keeps.
+        capacity: the URLs expected; sizes the first layer (first_leaves = ceil(capacity /
+            leaf_capacity) leaves). Growth beyond it is absorbed by splits.
+        error_rate: the false-positive bound every leaf keeps.
         redis: a Redis URL or client to share the filter (None: this process only).
         name: the shared filter's name (its keys are urlseen:{name}:* and urlseen:{name:leaf:*}:*).
-        leaf_bits: m, bits per leaf (a multiple of 512, at most 2**32).
-        fanout: b, children per split.
+        leaf_bits: bits per leaf (a multiple of 512, at most 2**32).
+        fanout: children per split.
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
-            "standard" (k bits anywhere in the leaf; u by the exact Bloom formula).
+            "standard" (k bits anywhere in the leaf; leaf_capacity by the exact Bloom formula).
         seed: the MapHash / fingerprint seed.
+
+    Attributes (from the stored parameters): capacity, error_rate, leaf_bits, fanout, seed, k
+    (bits per URL in its leaf) and leaf_capacity (the URLs a leaf holds at error_rate: a leaf
+    that reaches it splits).
 
     An existing shared filter keeps its own parameters; passing different ones is an error.
 
@@ -101,8 +105,8 @@ class SplittableBloomFilter(Handle):
         self._store = store
         self.name = name
         tree = store.load()
-        given = {"n": capacity, "f": error_rate, "m": leaf_bits, "b": fanout, "layout": layout,
-                 "seed": seed}  # fmt: skip
+        given = {"capacity": capacity, "error_rate": error_rate, "leaf_bits": leaf_bits,
+                 "fanout": fanout, "layout": layout, "seed": seed}  # fmt: skip
         if tree is None:
             if capacity is None:
                 raise ConfigError(f"no splittable filter {name!r}: give a capacity to create it")
@@ -114,7 +118,7 @@ class SplittableBloomFilter(Handle):
                 "blocked" if layout is None else layout,
                 0 if seed is None else seed,
             )
-            root = Split(_new_seed(), tuple(str(i) for i in range(params["c"])))
+            root = Split(_new_seed(), tuple(str(i) for i in range(params["first_leaves"])))
             store.make_leaves(root.children, params)
             store.create(params, root)
             tree = store.load()
@@ -128,8 +132,9 @@ class SplittableBloomFilter(Handle):
                 )
         self._tree = tree
         p = tree.params
-        self.k, self.u, self.leaf_bits, self.fanout = p["k"], p["u"], p["m"], p["b"]
-        self.seed, self.error_rate, self.capacity = p["seed"], p["f"], p["n"]
+        self.capacity, self.error_rate = p["capacity"], p["error_rate"]
+        self.leaf_bits, self.fanout, self.seed = p["leaf_bits"], p["fanout"], p["seed"]
+        self.k, self.leaf_capacity = p["k"], p["leaf_capacity"]
         self.splits_done = 0
 
     @staticmethod
@@ -174,7 +179,7 @@ class SplittableBloomFilter(Handle):
         pending = list(range(len(keys)))
         deadline = time.monotonic() + REROUTE_SECONDS
         stuck_wait = 0.005
-        room = max(1, self.u // 16)  # keys per leaf per round (see _params: "cap")
+        room = max(1, self.leaf_capacity // 16)  # keys per leaf per round (see leaf_write_limit)
         while pending:
             groups: dict[str, list[int]] = defaultdict(list)
             later: list[int] = []
@@ -193,7 +198,7 @@ class SplittableBloomFilter(Handle):
                     continue
                 for i, new in zip(idx, reply.new, strict=True):
                     answers[i] = new
-                if op == LeafOp.ADD and reply.count >= self.u:
+                if op == LeafOp.ADD and reply.count >= self.leaf_capacity:
                     full.append(leaf)
             for leaf in full:
                 self._split(leaf)
@@ -283,14 +288,16 @@ class SplittableBloomFilter(Handle):
     # -- what it holds ---------------------------------------------------------------------
 
     def leaves(self) -> list[dict[str, Any]]:
-        """Every live leaf: id, depth, count, fill (count / u), state, fingerprint bytes."""
+        """Every live leaf: id, depth, count, fill (count / leaf_capacity), state, fingerprint
+        bytes."""
         self._usable()
         self._reload()
         order = self._tree.leaves()
         infos = self._store.leaf_info([leaf for leaf, _ in order])
         return [
-            {"leaf": leaf, "depth": depth, "count": info.count, "fill": info.count / self.u,
-             "state": info.state, "fingerprint_bytes": info.fingerprint_bytes}
+            {"leaf": leaf, "depth": depth, "count": info.count,
+             "fill": info.count / self.leaf_capacity, "state": info.state,
+             "fingerprint_bytes": info.fingerprint_bytes}
             for (leaf, depth), info in zip(order, infos, strict=True)
             if info is not None
         ]  # fmt: skip
@@ -311,10 +318,10 @@ class SplittableBloomFilter(Handle):
             error_rate=self.error_rate,
             estimated_error_rate=_sizing.error_rate_at(p["layout"], self.leaf_bits, self.k, worst),
             details={
-                "name": self.name, "k": self.k, "u": self.u, "leaf_bits": self.leaf_bits,
-                "fanout": self.fanout, "layout": p["layout"], "leaves": len(leaves),
-                "depth": max((leaf["depth"] for leaf in leaves), default=0),
-                "first_leaves": p["c"], "tree_version": self._tree.version,
+                "name": self.name, "k": self.k, "leaf_capacity": self.leaf_capacity,
+                "leaf_bits": self.leaf_bits, "fanout": self.fanout, "layout": p["layout"],
+                "leaves": len(leaves), "depth": max((leaf["depth"] for leaf in leaves), default=0),
+                "first_leaves": p["first_leaves"], "tree_version": self._tree.version,
             },
         )  # fmt: skip
 
@@ -336,48 +343,67 @@ class SplittableBloomFilter(Handle):
 
     def __repr__(self) -> str:
         return (
-            f"<{type(self).__name__} {self.name!r} m={self.leaf_bits} k={self.k} u={self.u} "
-            f"version={self._tree.version}>"
+            f"<{type(self).__name__} {self.name!r} leaf_bits={self.leaf_bits} k={self.k} "
+            f"leaf_capacity={self.leaf_capacity} version={self._tree.version}>"
         )
 
 
 def _params(
-    n: object, f: object, m: object, b: object, layout: object, seed: object
+    capacity: object,
+    error_rate: object,
+    leaf_bits: object,
+    fanout: object,
+    layout: object,
+    seed: object,
 ) -> dict[str, Any]:
     if layout not in _sizing.LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(_sizing.LAYOUTS)}, not {layout!r}")
-    if isinstance(m, bool) or not isinstance(m, int) or m % 512 or not 512 <= m <= 1 << 32:
-        raise ConfigError(f"leaf_bits must be a multiple of 512 in [512, 2**32], not {m!r}")
-    if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= 64:
-        raise ConfigError(f"fanout must be an int in [2, 64], not {b!r}")
+    if (
+        isinstance(leaf_bits, bool)
+        or not isinstance(leaf_bits, int)
+        or leaf_bits % 512
+        or not 512 <= leaf_bits <= 1 << 32
+    ):
+        raise ConfigError(f"leaf_bits must be a multiple of 512 in [512, 2**32], not {leaf_bits!r}")
+    if isinstance(fanout, bool) or not isinstance(fanout, int) or not 2 <= fanout <= 64:
+        raise ConfigError(f"fanout must be an int in [2, 64], not {fanout!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
-    size = _sizing.size_splittable(n, m, f, layout)  # type: ignore[arg-type]
-    cap = size.leaf_capacity + max(1, size.leaf_capacity // 16)
-    if (cap + cap // 16) * FP_BYTES > MAX_FINGERPRINT_BYTES:
+    size = _sizing.size_splittable(capacity, leaf_bits, error_rate, layout)  # type: ignore[arg-type]
+    # A leaf reaching leaf_capacity splits; while the split runs, writers go on writing to it
+    # (the copy takes their fingerprints too, so no URL added during a split is lost) up to
+    # this limit, then wait for the split. With at most leaf_capacity / 16 keys per leaf per
+    # round, a leaf never holds more than leaf_capacity * (1 + 1/8) URLs.
+    write_limit = size.leaf_capacity + max(1, size.leaf_capacity // 16)
+    if (write_limit + write_limit // 16) * FP_BYTES > MAX_FINGERPRINT_BYTES:
         raise ConfigError(
-            f"a leaf of {m} bits holds {size.leaf_capacity:,} URLs at f = {f}: their "
-            "fingerprints would not fit one Redis string (512 MiB); use smaller leaves"
+            f"a leaf of {leaf_bits} bits holds {size.leaf_capacity:,} URLs at error_rate "
+            f"{error_rate}: their fingerprints would not fit one Redis string (512 MiB); use "
+            "smaller leaves"
         )
     return {
-        "format": FORMAT, "n": n, "f": float(f), "m": m, "b": b, "layout": layout,  # type: ignore[arg-type]
-        "seed": seed, "k": size.k, "u": size.leaf_capacity, "c": size.first_leaves,
-        # A leaf reaching u splits; while the split runs, writers go on writing to it
-        # (the copy takes their fingerprints too, so no URL added during a split is lost) up
-        # to this cap, then wait for the split. With at most u/16 keys per leaf per
-        # round, a leaf never holds more than u + u/8 URLs.
-        "cap": cap,
+        "format": FORMAT, "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "leaf_bits": leaf_bits, "fanout": fanout, "layout": layout, "seed": seed,
+        "k": size.k, "leaf_capacity": size.leaf_capacity, "first_leaves": size.first_leaves,
+        "leaf_write_limit": write_limit,
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
     }  # fmt: skip
 
 
+_INT_PARAMS = ("capacity", "leaf_bits", "fanout", "seed", "k", "leaf_capacity", "first_leaves",
+               "leaf_write_limit", "hash_id")  # fmt: skip
+
+
 def _check_params(p: dict[str, Any], name: str) -> None:
-    ints = ("n", "m", "b", "seed", "k", "u", "c", "cap", "hash_id")
+    if p.get("format") != FORMAT:
+        raise FormatError(
+            f"{name!r}: not a urlseen splittable filter this version can read (format "
+            f"{p.get('format')!r}, not {FORMAT!r})"
+        )
     if (
-        p.get("format") != FORMAT
-        or any(not isinstance(p.get(field), int) for field in ints)
+        any(not isinstance(p.get(field), int) for field in _INT_PARAMS)
         or p.get("layout") not in _sizing.LAYOUTS
         or p.get("hash_id") != _core.HASH_XXH3_128
-        or not isinstance(p.get("f"), float)
+        or not isinstance(p.get("error_rate"), float)
     ):
         raise FormatError(f"{name!r}: not a urlseen splittable filter this version can read")

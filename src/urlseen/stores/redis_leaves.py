@@ -4,7 +4,7 @@ Keys of filter `name`:
 - `urlseen:{name}:tree`: the tree hash (params, version, nodes, split locks; dsbf_tree.lua);
 - per leaf, under its own hash tag `{name:leaf:ID}` so that leaves spread over a Cluster's
   slots while each leaf's script touches one slot: `:meta` (state, count), `:bits` (the leaf's
-  Bloom filter, a bitmap string of m bits) and `:fps` (its fingerprints, packed: 8 bytes per
+  Bloom filter, a bitmap string of leaf_bits bits) and `:fps` (its fingerprints, packed: 8 bytes per
   URL in one string grown in allocator-sized steps, against ~70 bytes per member of a SET).
 Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode, with
 a receipt per leaf and batch so that a batch resent after a lost reply gets the same answer.
@@ -80,7 +80,7 @@ class RedisLeafStore:
         return won
 
     def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
-        nbytes = params["m"] // 8
+        nbytes = params["leaf_bits"] // 8
         for leaf in leaves:
             keys = list(self._keys(leaf))
             retrying(functools.partial(self._leaf_script, keys=keys, args=["make", nbytes]), "make")
@@ -93,12 +93,12 @@ class RedisLeafStore:
         p = self._params
         assert p is not None, "load or create the tree first"
         masks = _core.byte_masks(
-            fps, p["m"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
+            fps, p["leaf_bits"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
         )
         meta, bits, fps_key = self._keys(leaf)
         receipt = redis_store.receipt_key(f"{self.name}:leaf:{leaf}")
         ttl = 0 if op == LeafOp.CONTAINS else self.receipt_seconds
-        args = [masks, int(op), ttl, p["layout"], b"".join(fps), p["cap"]]
+        args = [masks, int(op), ttl, p["layout"], b"".join(fps), p["leaf_write_limit"]]
         return [bits, meta, receipt, fps_key], args
 
     def check_and_add(

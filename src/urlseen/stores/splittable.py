@@ -174,9 +174,11 @@ class MemoryLeafStore:
 
     @staticmethod
     def _bits(p: Mapping[str, Any]) -> tuple[_core.BitFilter, bytearray]:
-        buffer = bytearray(p["m"] // 8)
+        buffer = bytearray(p["leaf_bits"] // 8)
         layout = _core.LAYOUT_BLOCKED if p["layout"] == "blocked" else _core.LAYOUT_STANDARD
-        bits = _core.BitFilter(buffer, 0, p["m"], p["k"], layout, p["seed"], 0, -1, p["hash_id"])
+        bits = _core.BitFilter(
+            buffer, 0, p["leaf_bits"], p["k"], layout, p["seed"], 0, -1, p["hash_id"]
+        )
         return bits, buffer
 
     def _live(self, leaf: str) -> _Leaf | None:
@@ -226,8 +228,9 @@ class MemoryLeafStore:
                 if entry is None or (op != LeafOp.CONTAINS and entry.state != "active"):
                     out[leaf] = MOVED
                     continue
-                if op == LeafOp.ADD and len(entry.fps) // FP_BYTES >= self._tree["params"]["cap"]:
-                    out[leaf] = MOVED  # over its cap: a split is due
+                limit = self._tree["params"]["leaf_write_limit"]
+                if op == LeafOp.ADD and len(entry.fps) // FP_BYTES >= limit:
+                    out[leaf] = MOVED  # at its write limit: a split is due
                     continue
                 if op == LeafOp.CONTAINS:
                     new = [not hit for hit in entry.bits.contains_many(fps)]

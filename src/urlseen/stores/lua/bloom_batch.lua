@@ -12,10 +12,11 @@
 --          test and set; "2" COPY, set and count every key as new (a split copying
 --          fingerprints into a new leaf: none may be dropped as a false positive)
 -- ARGV[5]: (a DSBF leaf only) the batch's fingerprints, 8 bytes per key, in order
--- ARGV[6]: (a DSBF leaf only) its cap: at this count a leaf takes no more writes until split
+-- ARGV[6]: (a DSBF leaf only) its write limit: at this count a leaf takes no more writes until
+--          split
 -- Returns one character per key: "1" if some bit was 0 (new / absent), "0" otherwise. A DSBF
 -- leaf appends its count after the answers, and returns "M" (moved) instead when it no longer
--- takes writes (sealed by a split, or at its cap) or no longer exists: the client reloads the
+-- takes writes (sealed by a split, or at its write limit) or no longer exists: the client reloads the
 -- tree, and waits for the split or does it.
 local done = redis.call('GET', KEYS[3])
 if done then return done end
@@ -29,7 +30,7 @@ if leaf then
   if not meta[1] or (add and meta[1] ~= 'active') then return 'M' end
   leaf_count = tonumber(meta[2])
   if op == ADD and leaf_count >= tonumber(ARGV[6]) then
-    return 'M' -- over its cap: a split is due; the client waits for it (or does it)
+    return 'M' -- at its write limit: a split is due; the client waits for it (or does it)
   end
 end
 local band, bor, byte = bit.band, bit.bor, string.byte
