@@ -71,7 +71,7 @@ from peers import cpu_model  # the sibling benchmark's
 from urlseen import _core
 from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES, ExactFilter
 from urlseen.filters.library import FingerprintLibraryFilter
-from urlseen.stores.library import Changes, FingerprintLibrary
+from urlseen.stores.library_protocol import Changes, FingerprintLibrary
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 

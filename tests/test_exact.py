@@ -44,7 +44,7 @@ from urlseen import (
 )
 from urlseen.filters import _sizing
 from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES
-from urlseen.stores.library import Changes
+from urlseen.stores.library_protocol import Changes
 
 PROPERTY = settings(max_examples=40, deadline=None)
 DEFAULT_CACHE = DEFAULT_CACHE_ENTRIES

@@ -39,7 +39,7 @@ from urlseen.filters import (
     SplittableBloomFilter,
 )
 from urlseen.similarity import SimilarityFilter
-from urlseen.stores.library import FingerprintLibrary
+from urlseen.stores.library_protocol import FingerprintLibrary
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.mmapfile import UncleanShutdownWarning
 from urlseen.stores.sqlite_library import SQLiteLibrary

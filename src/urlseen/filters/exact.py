@@ -40,7 +40,7 @@ from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyErro
 from urlseen.filters._hashes import check_fingerprint
 from urlseen.filters.base import Closing, FilterStats, Key, key_batch
 from urlseen.filters.counting import CountingBloomFilter, make_params
-from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO, Record
+from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.mmapfile import UncleanShutdownWarning
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary

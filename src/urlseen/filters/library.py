@@ -26,7 +26,7 @@ from urlseen.errors import ClosedError
 from urlseen.filters._hashes import FINGERPRINTS, check_fingerprint
 from urlseen.filters.base import Closing, FilterStats, Key
 from urlseen.filters.exact import LIBRARY_FILE
-from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO
+from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary

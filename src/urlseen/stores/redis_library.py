@@ -31,7 +31,7 @@ from typing import Any
 
 from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
-from urlseen.stores.library import LibraryIO, Record, time_index
+from urlseen.stores.library_protocol import LibraryIO, Record, time_index
 from urlseen.stores.redis_store import RECEIPT_SECONDS
 
 FORMAT = "urlseen-redis-library/1"

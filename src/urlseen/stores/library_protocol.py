@@ -1,4 +1,5 @@
-"""The fingerprint library: the exact record of every URL the exact filters have seen.
+"""What a fingerprint library is (FingerprintLibrary, its Record, Changes and LibraryIO): the
+exact record of every URL the exact filters have seen.
 
 One record per distinct fingerprint (the 16-byte digest of the canonical URL): its reference
 count, when it was first reported new and when it was last seen. The library is the source of
