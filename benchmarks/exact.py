@@ -70,7 +70,7 @@ from typing import Any
 from peers import cpu_model  # the sibling benchmark's
 from urlseen import _core
 from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES, ExactFilter
-from urlseen.filters.library import FingerprintLibraryFilter
+from urlseen.filters.library_only import FingerprintLibraryFilter
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
@@ -728,7 +728,7 @@ def sources() -> dict[str, str]:
     """Digests of the code measured, so that a result can be tied to it in a moving tree."""
     package = Path(_core.__file__).parent
     names = [
-        "filters/exact.py", "filters/library.py", "filters/counting.py",
+        "filters/exact.py", "filters/library_only.py", "filters/counting.py",
         "stores/sqlite_library.py", "stores/memory_library.py", Path(_core.__file__).name,
     ]  # fmt: skip
     return {name: sha256(package / name)[:12] for name in names if (package / name).exists()}
