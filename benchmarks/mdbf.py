@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Seed B's experiments: the multi-dimensional Bloom filter (MDBF) against standard Bloom
-filters, measured on real URLs, next to the B6 formulas (spec B6, B7).
+"""The multi-dimensional Bloom filter paper's experiments: the MDBF against standard Bloom
+filters, measured on real URLs, next to the predicted rates (urlseen.filters._mdbf_sizing).
 
 Usage (from the repository root; about 10 minutes on the shared 2-core benchmark machine):
 
@@ -15,12 +15,13 @@ Parts
 -----
 (a) FP against S (1..8) at k = 4, N = 150; (b) against N (50..400) at S = 4, k = 4; (c) against
     k (1..8) at S = 4, N = 150: the paper's settings. V2 has N // r bits with r = k, as in the
-    paper ("N/k"); k1 (V1's share of the k probes) is B6's best for the load.
+    paper ("N/k"); k1 (V1's share of the k probes) is the best for the load.
     Inserted URLs: n = 20 per filter. The paper gives no n; with N = 150 and k = 4 a standard
     filter is at its optimum near n = N ln 2 / k = 26, so n = 20 puts it at about 3%, where its
-    false positives are measurable (and spec B7 computes its numbers at n = 20). Each point is
-    TRIALS filters (hash seed t, 20 URLs drawn afresh from a pool of 100,000 real ones), each
-    asked every one of ~930,000 other distinct real URLs: ~18.6M foreign queries per point.
+    false positives are measurable (and tests/test_mdbf.py works its numbers out by hand at
+    n = 20). Each point is TRIALS filters (hash seed t, 20 URLs drawn afresh from a pool of
+    100,000 real ones), each asked every one of ~930,000 other distinct real URLs: ~18.6M
+    foreign queries per point.
     Peers at every point: (i) a standard Bloom filter with the same N and k (the paper's
     comparison); (ii) one with the same total memory S * (N + N // r) bits and S * k probes
     (the fair comparison), both with urlseen's probes (enhanced double hashing from one 128-bit
@@ -30,9 +31,9 @@ Parts
     a floor of about n / m^2 that the formula does not have.
 (d) Equal memory at crawl scale: 100,000 real URLs inserted, every other distinct URL of the
     dev set queried (~930,000), 8 bits per URL (800,000 bits). MDBF with S = 1, 2, 4, 8 (for
-    each S the best k per group and k1 by B6, r = 4) under both rules against a standard Bloom
+    each S the best k per group and k1, r = 4) under both rules against a standard Bloom
     filter of the same bits with the optimal k. 3 seeds.
-(e) Seed B's crawl metrics on the whole dev set (2,754,358 non-empty lines, 1,029,818 distinct;
+(e) The paper's crawl metrics on the whole dev set (2,754,358 non-empty lines, 1,029,818 distinct;
     raw lines as keys, no canonicalization, so the filter alone is timed): speed = non-duplicate
     URLs per second of add_many (batches of 65,536; best of 3), duplicate rate, space in bits,
     and the distinct URLs each filter wrongly reported seen (against a Python set). Filters
@@ -320,7 +321,7 @@ def part_memory(distinct: list[bytes], seeds: int, log: Callable[[str], None]) -
     }
 
 
-# -- part (e): seed B's crawl metrics ------------------------------------------------------------
+# -- part (e): the paper's crawl metrics ---------------------------------------------------------
 
 E_CAPACITY = 1_100_000
 E_RATE = 1e-3
@@ -423,7 +424,7 @@ def tables(results: dict[str, Any]) -> str:
         out.append(
             f"n = {paper['n']} URLs per filter, {paper['trials']} filters per point, "
             f"{q:,} foreign queries per point. Measured rate [95% interval] over predicted "
-            "(B6 for the MDBF, S0.2 for the standard filters)."
+            "(the group formula for the MDBF, the exact Bloom formula for the standard filters)."
         )
         heads = {"S": "(a) against S, k = 4, N = 150", "N": "(b) against N, S = 4, k = 4",
                  "k": "(c) against k, S = 4, N = 150"}  # fmt: skip
@@ -473,7 +474,7 @@ def tables(results: dict[str, Any]) -> str:
     if crawl:
         first = crawl["rows"][0]
         out.append(
-            f"\n**(e) Seed B's crawl metrics** on the dev set: {first['lines']:,} URLs, "
+            f"\n**(e) The paper's crawl metrics** on the dev set: {first['lines']:,} URLs, "
             f"{crawl['distinct']:,} distinct; filters sized for {crawl['capacity']:,} at "
             f"{crawl['error_rate']}; best of 3 runs of add_many in batches of {E_BATCH:,}.\n"
         )
@@ -568,11 +569,13 @@ def plots(results: dict[str, Any]) -> list[Path]:
             ax.plot(groups, [row[query]["rate"] for row in mem["mdbf"]], color=colour,
                     marker=marker, label=f"MDBF, QUERY_{query.upper()} (measured)")  # fmt: skip
             ax.plot(groups, [row[query]["predicted"] for row in mem["mdbf"]], color=colour, ls="--",
-                    lw=1, label=f"MDBF, QUERY_{query.upper()} (B6)")  # fmt: skip
+                    lw=1, label=f"MDBF, QUERY_{query.upper()} (predicted)")  # fmt: skip
         ax.axhline(
             mem["bloom"]["rate"], color="C1", label=f"standard BF, k={mem['bloom']['k']} (measured)"
         )
-        ax.axhline(mem["bloom"]["predicted"], color="C1", ls="--", lw=1, label="standard BF (S0.2)")
+        ax.axhline(
+            mem["bloom"]["predicted"], color="C1", ls="--", lw=1, label="standard BF (predicted)"
+        )
         ax.set_xscale("log", base=2)
         ax.set_xticks(groups, [str(g) for g in groups])
         ax.set_yscale("log")

@@ -54,7 +54,7 @@ import redis
 
 import redis_shared  # the sibling benchmark: same data loading and reference answers
 from redis_shared import reference
-from urlseen.filters.library import FingerprintLibraryFilter
+from urlseen.filters.library_only import FingerprintLibraryFilter
 from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.redis_store import RECEIPT_SECONDS
 

@@ -42,8 +42,9 @@ Ways:
    string must end byte-identical to urlseen's (checked).
 
 5. urlseen SplittableBloomFilter.add_many, batches of 1000, leaves of DSBF_LEAF_BITS bits,
-   blocked layout: sized for the distinct URLs (c = n / u first leaves, no split), and grown
-   by splits from a filter sized for n/8 (the steady state of a crawl that outgrew its plan).
+   blocked layout: sized for the distinct URLs (capacity / leaf_capacity first leaves, no
+   split), and grown by splits from a filter sized for n/8 (the steady state of a crawl that
+   outgrew its plan).
 
 Keys are the raw lines of the data file (no canonicalization, empty lines dropped), in file
 order, repeats included: the first N lines of the dev set repeat a lot (a phishing feed polled
@@ -281,7 +282,7 @@ def dsbf_way(
         lambda lines: {},
         shape="dsbf",
         urlseen=True,
-        note=f"m={leaf_bits:,} bits per leaf, f={error_rate}",
+        note=f"leaf_bits={leaf_bits:,}, error_rate={error_rate}",
     )
 
 

@@ -213,7 +213,7 @@ def add_examples(result: dict[str, Any], distinct: list[str | bytes]) -> None:
         j = first[_composite_key(values)]
         if j != i:  # an earlier URL has every feature: a whole-pattern match
             example["same_features_as"] = _text(distinct[j])
-        else:  # each feature came from some other earlier URL (spec D5)
+        else:  # each feature came from some other earlier URL
             example["same_features_as"] = None
         result["examples"].append(example)
 

@@ -3,7 +3,7 @@ saturating counters of CountingBloomFilter (check-and-add, remove, saturation, p
 format errors, sizing, the measured false-positive rate), and the hot-fingerprint cache.
 
 The oracles are independent of the C code: hashlib for MD5, a Python transcription of the
-documented index rule (S0.3) and counter rules (counting.h), and a Python set-associative LRU
+documented index rule (bloom.h) and counter rules (counting.h), and a Python set-associative LRU
 for the cache (fpcache.h).
 """
 
@@ -54,7 +54,8 @@ def seeded_md5(key: bytes, seed: int) -> bytes:
 
 
 def indices(digest: bytes, m: int, k: int) -> list[int]:
-    """Enhanced double hashing over m (spec S0.3, bloom.h), written from the spec."""
+    """Enhanced double hashing over m (Kirsch and Mitzenmacher), written from bloom.h's
+    description, not from its code."""
     x = int.from_bytes(digest[:8], "little")
     y = int.from_bytes(digest[8:], "little") | 1
     out = []
@@ -124,7 +125,7 @@ def test_digests_rejects_bad_input_as_a_whole():
     assert _core.digests(iter(["a", b"b"])) == [hashlib.md5(x).digest() for x in (b"a", b"b")]
 
 
-def test_counting_filter_md5_digest_and_indices_follow_the_spec():
+def test_counting_filter_md5_digest_and_indices_follow_the_documented_rule():
     f = CountingBloomFilter(1000, 0.01, hash="md5", seed=5)
     for key in (b"", b"https://example.com/", "https://ex.com/é"):
         d = f._digest(key)
@@ -229,7 +230,7 @@ def test_removing_a_certainly_absent_key_returns_false_and_changes_nothing():
 
 
 def test_remove_refuses_a_key_whose_repeated_index_holds_too_little():
-    # A key whose k indices repeat needs that counter to hold every occurrence (S0.4): a key
+    # A key whose k indices repeat needs that counter to hold every occurrence: a key
     # that finds it lower cannot have been added, and remove must not touch anything.
     f = CountingBloomFilter(1, 0.5, k=4, counters_per_key=1, counter_bits=4)  # m = 1: all repeat
     assert f.ncounters == 1 and f._indices(f._digest("x")) == [0, 0, 0, 0]
@@ -530,7 +531,7 @@ def test_sizing():
     f = CountingBloomFilter(10_000, 0.01)
     std = _sizing.size_standard(10_000, 0.01)
     assert (f.ncounters, f.k) == (std.nbits, std.k)  # counters for bits, the standard sizing
-    paper = CountingBloomFilter(10_000, 0.01, k=8, counters_per_key=20)  # seed A's experiment
+    paper = CountingBloomFilter(10_000, 0.01, k=8, counters_per_key=20)  # IMP-CBFilter's experiment
     assert (paper.ncounters, paper.k) == (200_000, 8)
     assert paper.stats().bits == 200_000 * 4
     assert CountingBloomFilter(100, counters_per_key=10).k == round(10 * math.log(2))
@@ -546,7 +547,7 @@ def test_sizing():
     "kwargs, n, queries",
     [
         ({"error_rate": 0.01}, 20_000, 200_000),
-        ({"k": 8, "counters_per_key": 5}, 20_000, 40_000),  # seed A's k at 5 counters per key
+        ({"k": 8, "counters_per_key": 5}, 20_000, 40_000),  # IMP-CBFilter's k, 5 counters per key
     ],
     ids=["sized-0.01", "k8-m5n"],
 )

@@ -1,4 +1,4 @@
-"""SplittableBloomFilter (DSBF, spec E): the FP bound as it grows, splits, the fleet, failures.
+"""SplittableBloomFilter (DSBF): the FP bound as it grows, splits, the fleet, failures.
 
 Every algorithmic test runs on both stores (in memory, and a real Redis server); the fleet,
 cluster and outage tests need Redis.
@@ -6,6 +6,7 @@ cluster and outage tests need Redis.
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import random
@@ -52,7 +53,7 @@ def add_in_batches(seen, keys, batch=500):
 # ---- sizing and parameters --------------------------------------------------------------------
 
 
-def test_standard_sizing_is_spec_e2_and_blocked_keeps_the_bound():
+def test_standard_sizing_is_the_worked_example_and_blocked_keeps_the_bound():
     assert _sizing.size_splittable(10**9, 1 << 23, 1e-3) == _sizing.SplittableSize(
         10, 583_448, 1_714
     )
@@ -84,7 +85,7 @@ def test_an_existing_filter_keeps_its_parameters_and_a_foreign_tree_is_refused(
     SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=4096)
     again = SplittableBloomFilter(redis=redis_url, name=redis_name)
     assert (again.leaf_bits, again.error_rate, again.capacity) == (4096, 0.01, 1000)
-    with pytest.raises(ConfigError, match="m=4096"):
+    with pytest.raises(ConfigError, match="leaf_bits=4096"):
         SplittableBloomFilter(redis=redis_url, name=redis_name, leaf_bits=8192)
     with pytest.raises(ConfigError, match="give a capacity"):
         SplittableBloomFilter(redis=redis_url, name=redis_name + "-missing")
@@ -93,6 +94,25 @@ def test_an_existing_filter_keeps_its_parameters_and_a_foreign_tree_is_refused(
     with pytest.raises(FormatError):
         SplittableBloomFilter(redis=redis_url, name=redis_name + "-x")
     client.delete(redis_store.key(redis_name + "-x", "tree"))
+
+
+def test_a_tree_of_another_format_or_with_a_missing_parameter_is_refused(redis_url, redis_name):
+    """The stored parameters are checked on load: a tree of the previous format (its fields
+    were n, f, m, b, u, c, cap) or one missing a field is a FormatError, never used."""
+    SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=4096)
+    client = redis.Redis.from_url(redis_url)
+    tree_key = redis_store.key(redis_name, "tree")
+    params = json.loads(client.hget(tree_key, "params"))
+    old = {"format": "urlseen-dsbf/1", "n": 1000, "f": 0.01, "m": 4096, "b": 2, "u": 1,
+           "c": 1, "cap": 2, "k": params["k"], "layout": params["layout"], "seed": 0,
+           "hash": "xxh3", "hash_id": params["hash_id"]}  # fmt: skip
+    for stored in (old, {key: v for key, v in params.items() if key != "leaf_write_limit"}):
+        client.hset(tree_key, "params", json.dumps(stored))
+        with pytest.raises(FormatError, match="not a urlseen splittable filter"):
+            SplittableBloomFilter(redis=redis_url, name=redis_name)
+    client.hset(tree_key, "params", json.dumps(old))
+    with pytest.raises(FormatError, match="urlseen-dsbf/1"):
+        SplittableBloomFilter(redis=redis_url, name=redis_name)
 
 
 # ---- the algorithm ----------------------------------------------------------------------------
@@ -115,14 +135,16 @@ def test_no_url_reported_new_is_ever_lost_through_many_splits(make):
     stats = seen.stats()
     assert stats.details["leaves"] > stats.details["first_leaves"] * 4, "it did not split"
     assert stats.count == len(reported)
-    assert max(leaf["count"] for leaf in seen.leaves()) <= seen.u + seen.u // 8
+    fullest = max(leaf["count"] for leaf in seen.leaves())
+    assert fullest <= seen.leaf_capacity + seen.leaf_capacity // 8
 
 
 def test_a_split_divides_a_leaf_evenly_with_independent_loc_hashes(make):
-    # An even c is the pitfall of E4: h mod c at the root and h mod 2 below sends all of a
-    # leaf's URLs to one child. Every split child must get close to half of its parent.
+    # An even c is the pitfall of one hash for every level: h mod c at the root and h mod 2
+    # below sends all of a leaf's URLs to one child. Every split child must get close to half
+    # of its parent.
     seen = make(capacity=6000, error_rate=0.01, leaf_bits=1 << 14, fanout=2)
-    assert seen.tree.params["c"] % 2 == 0
+    assert seen.tree.params["first_leaves"] % 2 == 0
     add_in_batches(seen, urls(20_000, seed=2))
     tree = seen.tree
     counts = {leaf["leaf"]: leaf["count"] for leaf in seen.leaves()}
@@ -158,14 +180,15 @@ def test_contains_does_not_add_and_duplicates_in_one_batch_count_once(make):
 
 
 def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev_urls, make):
-    """E9: insert 10 n distinct URLs, measuring the FP rate on never-inserted URLs at every
+    """A query touches one leaf, and a full leaf splits, so the FP bound holds at any size.
+    Insert 10 n distinct URLs, measuring the FP rate on never-inserted URLs at every
     checkpoint n, 2n, ... 10n. Data: the distinct dev URLs, made unique beyond their count by
     a query parameter `urlseen-copy=<r>`; the probes carry `urlseen-probe=<r>` instead, so no
     probe was ever inserted. Contrast: one fixed Bloom filter with the DSBF's initial memory
-    (c leaves of m bits) and the same k, fed and probed the same way."""
+    (first_leaves leaves of leaf_bits bits) and the same k, fed and probed the same way."""
     n, f = 20_000, 0.01
     seen = make(capacity=n, error_rate=f, leaf_bits=1 << 15)
-    initial_bits = seen.tree.params["c"] * seen.leaf_bits
+    initial_bits = seen.tree.params["first_leaves"] * seen.leaf_bits
     fixed = _core.BitFilter(
         bytearray(initial_bits // 8), 0, initial_bits, seen.k, _core.LAYOUT_BLOCKED
     )
@@ -186,7 +209,7 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
         assert dsbf_rates[-1] <= f + margin, (checkpoint, dsbf_rates)
     print(f"DSBF FP by checkpoint: {dsbf_rates}; fixed filter: {fixed_rates}")
     assert fixed_rates[-1] > 10 * f, "the contrast filter should have failed its bound by 10 n"
-    assert seen.stats().details["leaves"] >= 8 * seen.tree.params["c"]
+    assert seen.stats().details["leaves"] >= 8 * seen.tree.params["first_leaves"]
 
 
 # ---- splits that go wrong ---------------------------------------------------------------------
@@ -203,7 +226,7 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     store = _store_of(seen)
     before = urls(300, seed=7)
     before = [k for k, new in zip(before, add_in_batches(seen, before), strict=True) if new]
-    assert len(before) >= 295  # leaves far below u: a false positive is rare
+    assert len(before) >= 295  # leaves far below leaf_capacity: a false positive is rare
     leaf = seen.tree.leaves()[0][0]
     status, _ = store.lock(leaf, "dead-splitter", 300)  # a lease of 0.3 s, never renewed
     assert status == "ok"
@@ -266,8 +289,9 @@ def _fleet(url, name, workers=4):
     assert all(seen.contains_many(everyone)), "a claimed URL was lost in a split"
     # Unclaimed distinct URLs are false positives: at f = 0.001 a handful at most.
     assert len(distinct) - len(everyone) <= max(5, 0.004 * len(distinct))
-    cap = seen.tree.params["cap"]
-    assert max(leaf["count"] for leaf in seen.leaves()) <= cap + seen.u // 16, "overfilled"
+    limit = seen.tree.params["leaf_write_limit"]
+    fullest = max(leaf["count"] for leaf in seen.leaves())
+    assert fullest <= limit + seen.leaf_capacity // 16, "overfilled"
     splits = sum(done for _, done in results)
     assert splits >= 4, f"the fleet should have split leaves while running ({splits})"
     return seen

@@ -1,8 +1,8 @@
-"""ExactFilter (IMP-CBFilter, spec A): exact answers against a dict model on random streams
-across every option, counters that stay the true occurrence counts through saturation and
-deletes (A4, A6, S0.4), the library I/O rate on new keys (A5.6), expiry, reference counts,
-persistence and recovery (A7: the library is the source of truth), damaged state, and failed
-batches that leave nothing behind.
+"""ExactFilter (IMP-CBFilter): exact answers against a dict model on random streams across
+every option, counters that stay the true occurrence counts (a repeated index counted once per
+occurrence) through saturation and deletes, the library I/O rate on new keys, expiry,
+reference counts, persistence and recovery (the library is the source of truth), damaged
+state, and failed batches that leave nothing behind.
 
 Oracles: a Python dict of reference counts; hashlib's MD5; the standard formula for the rate of
 counter false positives. Tiny filters (a few dozen 2-bit counters) are the interesting ones:
@@ -42,7 +42,7 @@ from urlseen import (
 )
 from urlseen.filters import _sizing
 from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES
-from urlseen.stores.library import Changes
+from urlseen.stores.library_protocol import Changes
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.sqlite_library import SQLiteLibrary
 
@@ -236,7 +236,7 @@ def test_a_bad_key_changes_nothing():
     assert f.add_many(["b", "a"]) == [True, False]
 
 
-# ---- counters are true occurrence counts (A4, A6, S0.4) ------------------------------------------
+# ---- counters are true occurrence counts ---------------------------------------------------------
 
 
 def assert_counters_exact(f: ExactFilter, live: set[bytes]) -> None:
@@ -297,7 +297,7 @@ def test_saturation_recount_survives_reopen(tmp_path):
         assert_counters_exact(h, {as_bytes(k) for k in keys[1::2]})
 
 
-# ---- library I/O rate on new keys (A5.6) ---------------------------------------------------------
+# ---- library I/O rate on new keys ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -311,7 +311,7 @@ def test_library_lookups_on_new_keys_follow_the_fp_rate(
 ):
     # A new key costs a look-up only when all its counters are above 0: with i keys in, that
     # has probability (1 - e^(-k i / m))^k. The total over the stream is a sum of independent
-    # Bernoulli trials; 5 sigma at every checkpoint. k = 8 as in seed A.
+    # Bernoulli trials; 5 sigma at every checkpoint. k = 8 as in the IMP-CBFilter paper.
     f = ExactFilter(
         capacity, k=8, counters_per_key=counters_per_key, cache_entries=0,
         batched_lookups=batched,
@@ -499,7 +499,7 @@ def test_invalid_options():
             ExactFilter(**{"capacity": 10, **kwargs})
 
 
-# ---- rebuilding the counters from the library (A7) -----------------------------------------------
+# ---- rebuilding the counters from the library ----------------------------------------------------
 
 
 def test_swapped_counter_files_are_rebuilt(tmp_path):

@@ -1,4 +1,4 @@
-"""Crash safety of the exact filters (IMP-CBFilter, spec A7 and G5): SIGKILL at any moment.
+"""Crash safety of the exact filters (IMP-CBFilter): SIGKILL at any moment.
 
 The library (library.sqlite) is the source of truth; the counter file is rebuilt from it when
 its writer did not close it. A process killed at any point must leave a state that opens (with
@@ -274,7 +274,7 @@ def test_sigkill_during_add_many_loses_no_acknowledged_url(
 def test_sigkill_during_forget_keeps_counters_and_library_consistent(tmp_path: Path) -> None:
     """A child forgetting (forget_many, forget_older_than) is killed; the state reopens and
     every URL is either still seen or forgotten, as the library says, and saturated 2-bit
-    counters (the overflow table of spec A6) stay exact."""
+    counters (recounted from the overflow table) stay exact."""
     rng = random.Random(_seed())
     state = tmp_path / "state"
     n_batches, per_batch = 40, 150
@@ -343,7 +343,7 @@ def test_sigkill_during_forget_keeps_counters_and_library_consistent(tmp_path: P
     assert kills >= 2, f"only {kills} rounds were really killed"
 
     # After the last, clean round the counters equal a fresh build over the remaining URLs
-    # (spec A4: an unsaturated counter is exactly the number of records mapping to it).
+    # (an unsaturated counter is exactly the number of records mapping to it).
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with ExactFilter.open(state) as seen:

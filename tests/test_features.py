@@ -1,4 +1,4 @@
-"""Feature extraction for the similarity filter (spec D2): a table of tricky URLs with the
+"""Feature extraction for the similarity filter: a table of tricky URLs with the
 values the documented rules give, the options, and no crash on any text or bytes."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The fingerprint library protocol (stores/library.py): MemoryLibrary and SQLiteLibrary must
-behave the same, since ExactFilter is tested mostly on the first and runs on the second; and the
-SQLite file must refuse what is not a urlseen library, stay single-writer, and keep its data.
+"""The fingerprint library protocol (stores/library_protocol.py): MemoryLibrary and
+SQLiteLibrary must behave the same, since ExactFilter is tested mostly on the first and runs on
+the second; and the SQLite file must refuse what is not a urlseen library, stay single-writer,
+and keep its data.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from urlseen import FormatError, ReadOnlyError, StateInUseError
-from urlseen.stores.library import Changes, LibraryIO, Record
+from urlseen.stores.library_protocol import Changes, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.sqlite_library import APPLICATION_ID, SCHEMA_VERSION, SQLiteLibrary
 

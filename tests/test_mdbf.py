@@ -1,6 +1,6 @@
-"""MultiDimensionalBloomFilter (spec B): the B6 formulas against the spec's numbers, positions
+"""MultiDimensionalBloomFilter: the predicted rates against numbers worked out by hand, positions
 against the standard probes (the oracle), no false negatives under both query rules, measured
-false positives within a statistical bound of B6, persistence, and refused input."""
+false positives within a statistical bound of the prediction, persistence, and refused input."""
 
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ def shape(groups: int, nbits: int, k1: int, k2: int, ratio: int, n: int, query: 
         return M.with_shape(n, groups=groups, nbits=nbits, k1=k1, k2=k2, ratio=ratio, query=query)
 
 
-# -- B6/B7 formulas ----------------------------------------------------------------------------
+# -- the formulas ------------------------------------------------------------------------------
 
 
-def test_b7_seed_experiment_numbers():
-    # Spec B7: N = 150, k = 4, r = 4, n = 20.
+def test_the_papers_experiment_numbers():
+    # The paper's experiment, N = 150, k = 4, r = 4, n = 20, worked out by hand.
     assert standard_error_rate(20, 150, 4) == pytest.approx(0.0295, abs=5e-4)
     assert sizing.best_k1(20, 150, 37, 4)[0] == 3
     f_g = sizing.group_error_rate(20, 150, 37, 3, 1)
@@ -56,7 +56,8 @@ def test_b7_seed_experiment_numbers():
     ("groups", "expect_all", "expect_any"),
     [(1, 2.48e-3, 2.48e-3), (2, 6.17e-6, 4.96e-3), (4, 3.81e-11, 9.90e-3)],
 )
-def test_b7_second_case(groups, expect_all, expect_any):
+def test_a_large_filter_by_groups(groups, expect_all, expect_any):
+    # N = 1e7, r = 4, k1 = 7, k2 = 2 at n = 1e6, worked out by hand.
     size = sizing.MDBFSize(groups, 10**7, 10**7 // 4, 7, 2, 4)
     assert sizing.error_rate(1e6, size, "all") == pytest.approx(expect_all, rel=0.01)
     assert sizing.error_rate(1e6, size, "any") == pytest.approx(expect_any, rel=0.01)
@@ -163,7 +164,7 @@ def test_reported_seen_changes_nothing_under_any():
     assert f.popcounts() == before
 
 
-# -- measured false positives against B6 ---------------------------------------------------------
+# -- measured false positives against the prediction ------------------------------------------
 
 
 def measured_rate(f: M, n: int, queries: int) -> float:
@@ -182,11 +183,12 @@ def measured_rate(f: M, n: int, queries: int) -> float:
         (4, 3000, 3, 1, 500, "any"),
     ],
 )
-def test_measured_rate_within_bound_of_b6(groups, nbits, k1, k2, n, query):
+def test_measured_rate_within_bound_of_the_prediction(groups, nbits, k1, k2, n, query):
     # The bound: for a fixed filter the false positives among Q foreign queries are
     # Binomial(Q, q); 4.5 sigma plus 10% of q for the model (double hashing and the finite-N
-    # fill of one filter instance are not exactly B6's average) is a one-sided false alarm of
-    # about 3e-6 for a correct filter. Inputs are fixed, so the outcome is the same every run.
+    # fill of one filter instance are not exactly the formula's average) is a one-sided false
+    # alarm of about 3e-6 for a correct filter. Inputs are fixed, so the outcome is the same
+    # every run.
     queries = 200_000
     f = shape(groups, nbits, k1, k2, 4, n, query)
     q = sizing.error_rate(n, f.size, query)

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from urlseen import ConfigError, ExactFilter, FormatError, _core
-from urlseen.filters.library import FingerprintLibraryFilter
+from urlseen.filters.library_only import FingerprintLibraryFilter
 from urlseen.stores import redis_library, redis_store
 from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.redis_store import RemoteError

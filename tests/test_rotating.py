@@ -1,4 +1,4 @@
-"""RotatingBloomFilter (spec C2, a reconstruction): generational expiry by count and by time,
+"""RotatingBloomFilter (our reconstruction): generational expiry by count and by time,
 removal that makes a URI collectable again, no false negatives inside the window, the error
 target split across generations, persistence, and refused input."""
 

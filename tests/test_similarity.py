@@ -1,9 +1,10 @@
-"""SimilarityFilter (spec D): each mode's decisions on hand-made cases, the patent's rule
-reproduced exactly against an independent oracle (hashlib's MD5, a Python set of bits), sizing
-(D3), batches, persistence, the URL_DB audit log, and no crash on any string.
+"""SimilarityFilter: each mode's decisions on hand-made cases, the patent's rule reproduced
+exactly against an independent oracle (hashlib's MD5, a Python set of bits), sizing, batches,
+persistence, the URL_DB audit log, and no crash on any string.
 
-The oracle re-implements D4 from the spec text alone: bit = MD5(value) as a 128-bit big-endian
-integer mod N (depth raw), plus the region offset; a URL is SIMILAR iff all its bits are set.
+The oracle re-implements the patent's procedure from its text alone: bit = MD5(value) as a
+128-bit big-endian integer mod N (depth raw), plus the region offset; a URL is SIMILAR iff all
+its bits are set.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def test_different_site_or_shape_is_kept_by_every_mode(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["patent", "exact4"])
 def test_per_feature_modes_drop_combinations_of_earlier_urls(mode: str) -> None:
-    """D5: each feature value seen in *some* earlier URL is enough to be dropped."""
+    """Each feature value seen in *some* earlier URL is enough to be dropped: features are
+    tested one by one."""
     f = SimilarityFilter(10_000, 0.001, mode=mode)
     assert f.add("http://site.com/a/y/p.html") is True
     assert f.add("http://site.com/b/x/q.html") is True
@@ -173,7 +175,7 @@ def test_sizing_formulas() -> None:
     assert SimilarityFilter(k, 0.01, mode="patent").stats().bits == math.ceil(
         -k * math.log(0.01) / math.log(2) ** 2
     )
-    # spec D3: exact for 4 probes: 10.52 k bits at 1 %, 20.43 k at 0.1 %
+    # exact for 4 probes, M = -4k / ln(1 - P^(1/4)): 10.52 k bits at 1 %, 20.43 k at 0.1 %
     assert SimilarityFilter(k, 0.01, mode="exact4").stats().bits / k == pytest.approx(10.52, 1e-3)
     assert SimilarityFilter(k, 0.001, mode="exact4").stats().bits / k == pytest.approx(20.43, 1e-3)
     stats = SimilarityFilter(k, 0.01, mode="exact4").stats()

@@ -1,4 +1,4 @@
-"""Turn a URL into the key urlseen hashes, so that equal URLs give equal bytes (spec S0.5, G6).
+"""Turn a URL into the key urlseen hashes, so that equal URLs give equal bytes.
 
 Every filter, store and interface gets its keys from here. The rule is Scrapy's own,
 ``w3lib.url.canonicalize_url``: scheme and host lower-cased, host IDNA-encoded, fragment

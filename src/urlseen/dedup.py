@@ -27,7 +27,8 @@ DEFAULT_BATCH_SIZE = 8192
 
 @dataclass
 class DedupSummary:
-    """What a dedup run did (seed B's metrics: speed = new URLs/s, duplicate rate, space)."""
+    """What a dedup run did (the multi-dimensional Bloom filter paper's crawl metrics: speed =
+    new URLs/s, duplicate rate, space)."""
 
     lines: int = 0
     new: int = 0

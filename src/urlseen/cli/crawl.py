@@ -1,4 +1,5 @@
-"""`urlseen crawl`: a real Scrapy crawl of one site with a urlseen filter, and seed B's metrics."""
+"""`urlseen crawl`: a real Scrapy crawl of one site with a urlseen filter, and the metrics a
+URL-seen test is judged by."""
 
 from __future__ import annotations
 
@@ -151,7 +152,7 @@ def crawl_command(
     verbose: bool,
     as_json: bool,
 ) -> None:
-    """Crawl START_URL's site with Scrapy and a urlseen filter; print seed B's metrics.
+    """Crawl START_URL's site with Scrapy and a urlseen filter; print how the filter did.
 
     Follows every link within the site (or --prefix), each page once; prints pages fetched,
     speed (new URLs/s), duplicate rate and the filter's space in bits.

@@ -54,6 +54,6 @@ def _tree_lines(leaves: list[dict[str, Any]]) -> list[str]:
     """The leaves in tree order, indented by depth."""
     return [
         f"{'  ' * leaf['depth']}leaf {leaf['leaf']}: {leaf['count']:,} URLs, "
-        f"{leaf['fill']:.0%} of u, {leaf['state']}"
+        f"{leaf['fill']:.0%} of its capacity, {leaf['state']}"
         for leaf in leaves
     ]

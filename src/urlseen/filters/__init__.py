@@ -5,7 +5,7 @@ from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
 from urlseen.filters.dsbf import SplittableBloomFilter
 from urlseen.filters.exact import CountersRebuiltWarning, ExactFilter
-from urlseen.filters.library import FingerprintLibraryFilter
+from urlseen.filters.library_only import FingerprintLibraryFilter
 from urlseen.filters.mdbf import MultiDimensionalBloomFilter, QueryAnyWarning
 from urlseen.filters.rotating import RotatingBloomFilter
 

@@ -1,8 +1,8 @@
-"""The multi-dimensional Bloom filter's formulas (spec B6) and its sizing from (capacity,
-error_rate). Pure Python: also the oracle that tests and benchmarks compare measured rates to.
+"""The multi-dimensional Bloom filter's formulas and its sizing from (capacity, error_rate).
+Pure Python: also the oracle that tests and benchmarks compare measured rates to.
 
-B6, a reconstruction (the seed's own formula is lost): one group of V1 (N bits, k1 probes) and
-V2 (N2 = N // r bits, k2 probes) answers a foreign key positively with probability
+The formulas are our reconstruction (the paper's own is lost): one group of V1 (N bits, k1
+probes) and V2 (N2 = N // r bits, k2 probes) answers a foreign key positively with probability
 f_g = (1 - (1 - 1/N)^(k1 n))^k1 * (1 - (1 - 1/N2)^(k2 n))^k2 after n insertions. The S groups
 hash independently, so QUERY_ALL errs with f_g^S and QUERY_ANY with 1 - (1 - f_g)^S.
 """
@@ -33,7 +33,7 @@ class MDBFSize:
 
     @property
     def bits(self) -> int:
-        """Total memory in bits: S * (N + N2), the seed's "2S x a standard filter" corrected."""
+        """Total memory in bits: S * (N + N2), the paper's "2S x a standard filter" corrected."""
         return self.groups * (self.n1 + self.n2)
 
     @property
@@ -64,13 +64,13 @@ def combine(f_g: float, groups: int, query: str) -> float:
 
 
 def error_rate(n: float, size: MDBFSize, query: str = "all") -> float:
-    """Predicted false-positive rate after n distinct insertions (spec B6)."""
+    """Predicted false-positive rate after n distinct insertions."""
     f_g = group_error_rate(n, size.n1, size.n2, size.k1, size.k2)
     return combine(f_g, size.groups, query)
 
 
 def best_k1(n: float, n1: int, n2: int, k: int) -> tuple[int, float]:
-    """B6's choice of k1 for a group of k probes: the k1 in 0..k with the least f_g."""
+    """The k1 for a group of k probes: the one in 0..k with the least f_g."""
     best = (0, 2.0)
     for k1 in range(k + 1):
         if k - k1 > 0 and n2 <= 0:
@@ -133,8 +133,9 @@ def size_mdbf(
     """The least-memory shape whose predicted rate at capacity is at most error_rate.
 
     Tries S = `groups` (or 1..8), per-group probes k = `k` (or all that can help) and, for each,
-    the smallest N that meets the per-group target with the best k1 (B6); the shrink ratio r is
-    `ratio`, or k itself as in the seed (N2 = N / k). Ties go to fewer groups, then fewer probes.
+    the smallest N that meets the per-group target with the best k1 (best_k1); the shrink ratio
+    r is `ratio`, or k itself as in the paper (N2 = N / k). Ties go to fewer groups, then fewer
+    probes.
     """
     query = check_query(query)
     if groups is not None:

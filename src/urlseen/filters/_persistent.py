@@ -1,6 +1,6 @@
 """The lifecycle the filters share.
 
-`Closing`: context manager and finalizer around close(), for every filter. `StoreBacked`:
+`Closing` (filters/base.py): context manager and finalizer around close(). `StoreBacked`:
 create, open, save, flush, close, verify, stats details and repr for the Python subclasses of the
 C filter types (BloomFilter, CountingBloomFilter, MultiDimensionalBloomFilter): they keep their
 store in `_store`, say how their params are checked (`_check_header`, which starts with
@@ -10,39 +10,20 @@ their C type takes between the data offset and the seed (`_shape`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
 from urlseen.errors import ClosedError, FormatError
 from urlseen.filters._hashes import HASHES, require_stored_hash, require_stored_seed
+from urlseen.filters.base import Closing
 from urlseen.stores import _format
 from urlseen.stores._format import Header
 from urlseen.stores.base import BufferStore
 from urlseen.stores.memory import MemoryStore
-from urlseen.stores.mmapfile import MappedFile
+from urlseen.stores.mmapfile import MappedFile, save_copy
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-
-class Closing:
-    """`with f:` closes f; so does garbage collection, quietly."""
-
-    __slots__ = ()
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter shutdown: nothing to report
-            self.close()
 
 
 class StoreBacked(Closing):
@@ -197,17 +178,3 @@ def stored_params(
     require_stored_hash(params, where)
     require_stored_seed(params, where)
     return params
-
-
-def save_copy(
-    store: BufferStore, size: int, count: int, path: str | os.PathLike[str], overwrite: bool
-) -> None:
-    """Write a new state file with the store's params, its `size` data bytes and `count`."""
-    target = MappedFile.create(path, store.params(), size, overwrite=overwrite)
-    try:
-        start = store.data_offset
-        with memoryview(store.buffer) as whole, whole[start : start + size] as data:
-            target.buffer[target.data_offset : target.data_offset + size] = data  # no copy
-        target.buffer[target.count_offset : target.count_offset + 8] = count.to_bytes(8, "little")
-    finally:
-        target.close()

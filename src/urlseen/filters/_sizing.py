@@ -1,9 +1,10 @@
 """Bloom-filter sizing: bits and hash count from (capacity, error_rate), for both layouts.
 
 Pure Python, no urlseen imports: it is also the oracle the tests check measured rates against.
-Formulas: spec S0.2 (standard layout, exact form, not the closed form that assumes a real k);
-for the blocked layout, Putze, Sanders and Singler, "Cache-, hash- and space-efficient Bloom
-filters" (2007): keys per block are Poisson(n / blocks), and a query fails only in its own block.
+Formulas: for the standard layout Bloom's, in their exact form for an integer k (the closed
+form assumes a real k and overstates the capacity); for the blocked layout, Putze, Sanders and
+Singler, "Cache-, hash- and space-efficient Bloom filters" (2007): keys per block are
+Poisson(n / blocks), and a query fails only in its own block.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def standard_error_rate(n: float, m: int, k: int) -> float:
 
 
 def standard_capacity(m: int, k: int, error_rate: float) -> int:
-    """The largest n whose false-positive rate stays at or below error_rate (spec S0.2)."""
+    """The largest n whose false-positive rate stays at or below error_rate p:
+    floor(-(m/k) ln(1 - p^(1/k))), exact for an integer k (the closed form m (ln 2)^2 / ln(1/p)
+    assumes a real k and overshoots)."""
     return math.floor(-(m / k) * math.log1p(-(error_rate ** (1.0 / k))))
 
 
@@ -190,7 +193,7 @@ def size_counting(
     capacity: int, error_rate: float, k: int | None = None, counters_per_key: float | None = None
 ) -> CountingSize:
     """Counters and k for a counting filter: the standard formulas with counters for bits, or
-    explicit k and/or m / n (seed A's experiment: k = 8, m / n = 20)."""
+    explicit k and/or m / n (the IMP-CBFilter paper's experiment: k = 8, m / n = 20)."""
     capacity, error_rate = check_target(capacity, error_rate)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K):
         raise ConfigError(f"k must be an int in [1, {MAX_K}], not {k!r}")
@@ -214,46 +217,64 @@ def size_counting(
 
 @dataclass(frozen=True)
 class SplittableSize:
-    """A dynamic splittable Bloom filter's shape (spec E2): k probes per leaf, at most u URLs per
-    leaf of m bits (its FP rate stays <= f), and c first-layer leaves for n expected URLs."""
+    """A dynamic splittable Bloom filter's shape: k probes per leaf, the most URLs a leaf holds
+    at the error rate (leaf_capacity: reaching it, a leaf splits), and the first layer's leaves
+    for the expected URLs."""
 
     k: int
     leaf_capacity: int
     first_leaves: int
 
 
-def size_splittable(n: int, m: int, f: float, layout: str = "standard") -> SplittableSize:
-    """k in {floor(log2 1/f), ceil(log2 1/f)}, whichever lets a leaf hold more URLs; u by the
-    exact form of S0.2 (never the closed form, which overshoots); c = ceil(n / u).
+def size_splittable(
+    capacity: int, leaf_bits: int, error_rate: float, layout: str = "standard"
+) -> SplittableSize:
+    """The shape of a splittable filter expecting `capacity` URLs in leaves of `leaf_bits` bits
+    that each keep false-positive rate <= error_rate.
 
-    For the blocked layout u is the largest count whose blocked false-positive rate stays
-    <= f (a blocked leaf holds fewer URLs than a standard one at the same rate), and k is
-    searched a little wider, since the blocked optimum sits below log2(1/f).
+    k is floor or ceil of log2(1 / error_rate), whichever lets a leaf hold more URLs; the leaf
+    capacity is the exact largest load within the rate (standard_capacity: never the closed
+    form, which overshoots); first_leaves = ceil(capacity / leaf_capacity).
+
+    For the blocked layout the leaf capacity is the largest count whose blocked false-positive
+    rate stays <= error_rate (a blocked leaf holds fewer URLs than a standard one at the same
+    rate), and k is searched a little wider, since the blocked optimum sits below
+    log2(1 / error_rate).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"n (expected URLs) must be a positive int, not {n!r}")
-    if isinstance(m, bool) or not isinstance(m, int) or not 64 <= m <= 1 << 32:
-        raise ConfigError(f"m (bits per leaf) must be an int in [64, 2**32], not {m!r}")
-    check_target(n, f)
-    bits = math.log2(1.0 / f)
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ConfigError(f"capacity (expected URLs) must be a positive int, not {capacity!r}")
+    if (
+        isinstance(leaf_bits, bool)
+        or not isinstance(leaf_bits, int)
+        or not 64 <= leaf_bits <= 1 << 32
+    ):
+        raise ConfigError(f"leaf_bits must be an int in [64, 2**32], not {leaf_bits!r}")
+    check_target(capacity, error_rate)
+    ideal_k = math.log2(1.0 / error_rate)
     if layout == "blocked":
         candidates = {
-            min(MAX_K, max(1, k)) for k in range(math.floor(bits) - 4, math.ceil(bits) + 1)
+            min(MAX_K, max(1, k)) for k in range(math.floor(ideal_k) - 4, math.ceil(ideal_k) + 1)
         }
 
-        def capacity(k: int) -> int:
-            top = standard_capacity(m, k, f)
-            ok = _smallest(lambda u: blocked_error_rate(u, m // BLOCK_BITS, k) > f, 1, top + 1)
-            return ok - 1
+        def holds(k: int) -> int:
+            top = standard_capacity(leaf_bits, k, error_rate)
+            blocks = leaf_bits // BLOCK_BITS
+            over = _smallest(lambda n: blocked_error_rate(n, blocks, k) > error_rate, 1, top + 1)
+            return over - 1
 
     else:
-        candidates = {min(MAX_K, max(1, math.floor(bits))), min(MAX_K, max(1, math.ceil(bits)))}
+        candidates = {
+            min(MAX_K, max(1, math.floor(ideal_k))),
+            min(MAX_K, max(1, math.ceil(ideal_k))),
+        }
 
-        def capacity(k: int) -> int:
-            return standard_capacity(m, k, f)
+        def holds(k: int) -> int:
+            return standard_capacity(leaf_bits, k, error_rate)
 
-    best = max(candidates, key=lambda k: (capacity(k), -k))
-    u = capacity(best)
-    if u < 1:
-        raise ConfigError(f"a leaf of {m} bits cannot hold one URL at f = {f}")
-    return SplittableSize(best, u, -(-n // u))
+    best = max(candidates, key=lambda k: (holds(k), -k))
+    leaf_capacity = holds(best)
+    if leaf_capacity < 1:
+        raise ConfigError(
+            f"a leaf of {leaf_bits} bits cannot hold one URL at error_rate {error_rate}"
+        )
+    return SplittableSize(best, leaf_capacity, -(-capacity // leaf_capacity))

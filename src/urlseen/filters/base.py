@@ -1,10 +1,15 @@
-"""The one protocol every urlseen filter implements (spec G3), and the stats it reports."""
+"""The one protocol every urlseen filter implements, the stats it reports, and `Closing`, the
+context manager and finalizer every filter class builds on."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 Key = str | bytes
 """A key: a str (hashed as UTF-8) or bytes. URLs are canonicalized before they become keys."""
@@ -69,6 +74,25 @@ class SeenFilter(Protocol):
     def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+class Closing:
+    """`with f:` closes f; so does garbage collection, quietly."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown: nothing to report
+            self.close()
 
 
 def key_batch(keys: Iterable[Key]) -> list[Key]:

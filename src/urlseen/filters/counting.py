@@ -1,4 +1,4 @@
-"""CountingBloomFilter: a Bloom filter that can forget (spec A4, C2.1), in memory or in a file.
+"""CountingBloomFilter: a Bloom filter that can forget, in memory or in a file.
 
 Each position holds a small saturating counter instead of a bit, so a key can be removed again:
 the crawler can re-crawl a page. Removing needs the caller to know the key was added (a false
@@ -37,8 +37,8 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
         error_rate: false-positive rate at capacity, in (0, 1).
         counter_bits: bits per counter, 2, 4 (default, the papers' choice: overflow needs a
             count of 16, probability < 1.4e-15 per counter at the optimal k) or 8.
-        k, counters_per_key: set them to override the sizing (seed A's experiment uses k=8,
-            counters_per_key=20).
+        k, counters_per_key: set them to override the sizing (the IMP-CBFilter paper's
+            experiment uses k=8, counters_per_key=20).
         seed: hash seed, in [0, 2**32).
         hash: "xxh3_128" (default), "murmur3_x64_128" or "md5".
 

@@ -1,18 +1,20 @@
-"""SplittableBloomFilter: the dynamic splittable Bloom filter (spec E, patent CN104809182).
+"""SplittableBloomFilter: the dynamic splittable Bloom filter (patent CN104809182).
 
-A tree of leaf Bloom filters of m bits each. A URL's 64-bit fingerprint is routed from the
-root by per-node LocHash functions to exactly one leaf, where its k bits are tested and set.
-A leaf that reaches u URLs (the most it holds at false-positive rate <= f) splits: its
-fingerprints, kept packed beside its bits, are re-inserted into b fresh children and the leaf
-becomes an internal node. A query touches one leaf holding at most about u URLs, so the
-false-positive rate stays <= f however many URLs come (E9), unlike one fixed filter.
+A tree of leaf Bloom filters of `leaf_bits` bits each. A URL's 64-bit fingerprint is routed
+from the root by per-node LocHash functions to exactly one leaf, where its k bits are tested
+and set. A leaf that reaches `leaf_capacity` URLs (the most it holds at false-positive rate
+<= error_rate) splits: its fingerprints, kept packed beside its bits, are re-inserted into
+`fanout` fresh children and the leaf becomes an internal node. A query touches one leaf, and
+no leaf holds much more than leaf_capacity URLs, so the false-positive rate stays <= error_rate
+however many URLs come, unlike one fixed filter.
 
 Shared by many processes through Redis (stores/redis_leaves.py) or kept in this process
-(stores/splittable.py). Splits follow E8: a split lock with a deadline in the tree hash;
-writers keep writing to the splitting leaf (its fingerprints are copied as they come), the
-leaf is sealed, the rest copied, then the tree swaps the leaf for the children atomically,
-only for the lock's holder (a splitter whose lock expired cannot install stale children).
-Writers that hit a sealed leaf reload the tree; if its splitter died, they finish the split.
+(stores/splittable.py). A split takes a lock with a deadline in the tree hash; writers keep
+writing to the splitting leaf (its fingerprints are copied as they come, so no URL added during
+a split is lost), the leaf is sealed, the rest copied, then the tree swaps the leaf for the
+children atomically, only for the lock's holder (a splitter whose lock expired cannot install
+stale children). Writers that hit a sealed leaf reload the tree; if its splitter died, they
+finish the split.
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ from urlseen.stores.redis_store import Handle, RemoteError
 from urlseen.stores.splittable import (
     FP_BYTES,
     MOVED,
+    LeafOp,
     LeafStore,
     MemoryLeafStore,
     Split,
     Tree,
 )
 
-FORMAT = "urlseen-dsbf/1"
-DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: spec E2's first example
+FORMAT = "urlseen-dsbf/2"  # /1 named its params n, f, m, b, u, c, cap
+DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_MS = 30_000  # a split lock's lease, renewed after every copied chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
@@ -53,19 +56,23 @@ def _new_seed() -> int:
 
 
 class SplittableBloomFilter(Handle):
-    """A Bloom filter that grows by splitting full leaves: FP rate <= f at any size.
+    """A Bloom filter that grows by splitting full leaves: FP rate <= error_rate at any size.
 
     Args:
-        capacity: n, the URLs expected; sizes the first layer (c = ceil(n / u) leaves).
-            Growth beyond it is absorbed by splits.
-        error_rate: f, the false-positive bound every leaf keeps.
+        capacity: the URLs expected; sizes the first layer (first_leaves = ceil(capacity /
+            leaf_capacity) leaves). Growth beyond it is absorbed by splits.
+        error_rate: the false-positive bound every leaf keeps.
         redis: a Redis URL or client to share the filter (None: this process only).
         name: the shared filter's name (its keys are urlseen:{name}:* and urlseen:{name:leaf:*}:*).
-        leaf_bits: m, bits per leaf (a multiple of 512, at most 2**32).
-        fanout: b, children per split.
+        leaf_bits: bits per leaf (a multiple of 512, at most 2**32).
+        fanout: children per split.
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
-            "standard" (the spec's k free bits; u by spec E2 exactly).
+            "standard" (k bits anywhere in the leaf; leaf_capacity by the exact Bloom formula).
         seed: the MapHash / fingerprint seed.
+
+    Attributes (from the stored parameters): capacity, error_rate, leaf_bits, fanout, seed, k
+    (bits per URL in its leaf) and leaf_capacity (the URLs a leaf holds at error_rate: a leaf
+    that reaches it splits).
 
     An existing shared filter keeps its own parameters; passing different ones is an error.
 
@@ -98,8 +105,8 @@ class SplittableBloomFilter(Handle):
         self._store = store
         self.name = name
         tree = store.load()
-        given = {"n": capacity, "f": error_rate, "m": leaf_bits, "b": fanout, "layout": layout,
-                 "seed": seed}  # fmt: skip
+        given = {"capacity": capacity, "error_rate": error_rate, "leaf_bits": leaf_bits,
+                 "fanout": fanout, "layout": layout, "seed": seed}  # fmt: skip
         if tree is None:
             if capacity is None:
                 raise ConfigError(f"no splittable filter {name!r}: give a capacity to create it")
@@ -111,7 +118,7 @@ class SplittableBloomFilter(Handle):
                 "blocked" if layout is None else layout,
                 0 if seed is None else seed,
             )
-            root = Split(_new_seed(), tuple(str(i) for i in range(params["c"])))
+            root = Split(_new_seed(), tuple(str(i) for i in range(params["first_leaves"])))
             store.make_leaves(root.children, params)
             store.create(params, root)
             tree = store.load()
@@ -125,8 +132,9 @@ class SplittableBloomFilter(Handle):
                 )
         self._tree = tree
         p = tree.params
-        self.k, self.u, self.leaf_bits, self.fanout = p["k"], p["u"], p["m"], p["b"]
-        self.seed, self.error_rate, self.capacity = p["seed"], p["f"], p["n"]
+        self.capacity, self.error_rate = p["capacity"], p["error_rate"]
+        self.leaf_bits, self.fanout, self.seed = p["leaf_bits"], p["fanout"], p["seed"]
+        self.k, self.leaf_capacity = p["k"], p["leaf_capacity"]
         self.splits_done = 0
 
     @staticmethod
@@ -161,7 +169,7 @@ class SplittableBloomFilter(Handle):
 
     # -- the seen-test ---------------------------------------------------------------------
 
-    def _run(self, keys: Iterable[Key], mode: int) -> list[bool]:
+    def _run(self, keys: Iterable[Key], op: LeafOp) -> list[bool]:
         self._usable()
         keys = key_batch(keys)
         if not keys:
@@ -171,15 +179,15 @@ class SplittableBloomFilter(Handle):
         pending = list(range(len(keys)))
         deadline = time.monotonic() + REROUTE_SECONDS
         stuck_wait = 0.005
-        room = max(1, self.u // 16)  # keys per leaf per round (see _params: "cap")
+        room = max(1, self.leaf_capacity // 16)  # keys per leaf per round (see leaf_write_limit)
         while pending:
             groups: dict[str, list[int]] = defaultdict(list)
             later: list[int] = []
             for i in pending:
                 group = groups[self._route(values[i])]
-                (group if mode != 1 or len(group) < room else later).append(i)
+                (group if op != LeafOp.ADD or len(group) < room else later).append(i)
             replies = self._store.check_and_add(
-                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()}, mode
+                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()}, op
             )
             moved: list[int] = []
             full: list[str] = []
@@ -190,7 +198,7 @@ class SplittableBloomFilter(Handle):
                     continue
                 for i, new in zip(idx, reply.new, strict=True):
                     answers[i] = new
-                if mode == 1 and reply.count >= self.u:
+                if op == LeafOp.ADD and reply.count >= self.leaf_capacity:
                     full.append(leaf)
             for leaf in full:
                 self._split(leaf)
@@ -214,19 +222,19 @@ class SplittableBloomFilter(Handle):
 
     def add(self, key: Key) -> bool:
         """Check-and-add one URL (use add_many for throughput)."""
-        return self._run([key], 1)[0]
+        return self._run([key], LeafOp.ADD)[0]
 
     def add_many(self, keys: Iterable[Key]) -> list[bool]:
         """Check-and-add a batch; True where new. Atomic per URL across all clients."""
-        return self._run(keys, 1)
+        return self._run(keys, LeafOp.ADD)
 
     def __contains__(self, key: object) -> bool:
-        return not self._run([key], 0)[0]  # type: ignore[list-item]
+        return not self._run([key], LeafOp.CONTAINS)[0]  # type: ignore[list-item]
 
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
-        return [not absent for absent in self._run(keys, 0)]
+        return [not absent for absent in self._run(keys, LeafOp.CONTAINS)]
 
-    # -- splitting (E8) --------------------------------------------------------------------
+    # -- splitting --------------------------------------------------------------------------
 
     def _split(self, leaf: str) -> bool:
         """Split a full leaf, unless another client holds its lock; True if this one did."""
@@ -271,7 +279,7 @@ class SplittableBloomFilter(Handle):
             values = struct.unpack(f"<{len(data) // FP_BYTES}Q", data)
             for j, value in enumerate(values):
                 groups[split.child(value)].append(data[j * FP_BYTES : (j + 1) * FP_BYTES])
-            store.check_and_add(groups, 2)
+            store.check_and_add(groups, LeafOp.COPY)
             start += len(data)
             if not store.refresh(leaf, token, LOCK_MS, split.children):
                 return None
@@ -280,14 +288,16 @@ class SplittableBloomFilter(Handle):
     # -- what it holds ---------------------------------------------------------------------
 
     def leaves(self) -> list[dict[str, Any]]:
-        """Every live leaf: id, depth, count, fill (count / u), state, fingerprint bytes."""
+        """Every live leaf: id, depth, count, fill (count / leaf_capacity), state, fingerprint
+        bytes."""
         self._usable()
         self._reload()
         order = self._tree.leaves()
         infos = self._store.leaf_info([leaf for leaf, _ in order])
         return [
-            {"leaf": leaf, "depth": depth, "count": info.count, "fill": info.count / self.u,
-             "state": info.state, "fingerprint_bytes": info.fingerprint_bytes}
+            {"leaf": leaf, "depth": depth, "count": info.count,
+             "fill": info.count / self.leaf_capacity, "state": info.state,
+             "fingerprint_bytes": info.fingerprint_bytes}
             for (leaf, depth), info in zip(order, infos, strict=True)
             if info is not None
         ]  # fmt: skip
@@ -308,10 +318,10 @@ class SplittableBloomFilter(Handle):
             error_rate=self.error_rate,
             estimated_error_rate=_sizing.error_rate_at(p["layout"], self.leaf_bits, self.k, worst),
             details={
-                "name": self.name, "k": self.k, "u": self.u, "leaf_bits": self.leaf_bits,
-                "fanout": self.fanout, "layout": p["layout"], "leaves": len(leaves),
-                "depth": max((leaf["depth"] for leaf in leaves), default=0),
-                "first_leaves": p["c"], "tree_version": self._tree.version,
+                "name": self.name, "k": self.k, "leaf_capacity": self.leaf_capacity,
+                "leaf_bits": self.leaf_bits, "fanout": self.fanout, "layout": p["layout"],
+                "leaves": len(leaves), "depth": max((leaf["depth"] for leaf in leaves), default=0),
+                "first_leaves": p["first_leaves"], "tree_version": self._tree.version,
             },
         )  # fmt: skip
 
@@ -333,47 +343,67 @@ class SplittableBloomFilter(Handle):
 
     def __repr__(self) -> str:
         return (
-            f"<{type(self).__name__} {self.name!r} m={self.leaf_bits} k={self.k} u={self.u} "
-            f"version={self._tree.version}>"
+            f"<{type(self).__name__} {self.name!r} leaf_bits={self.leaf_bits} k={self.k} "
+            f"leaf_capacity={self.leaf_capacity} version={self._tree.version}>"
         )
 
 
 def _params(
-    n: object, f: object, m: object, b: object, layout: object, seed: object
+    capacity: object,
+    error_rate: object,
+    leaf_bits: object,
+    fanout: object,
+    layout: object,
+    seed: object,
 ) -> dict[str, Any]:
     if layout not in _sizing.LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(_sizing.LAYOUTS)}, not {layout!r}")
-    if isinstance(m, bool) or not isinstance(m, int) or m % 512 or not 512 <= m <= 1 << 32:
-        raise ConfigError(f"leaf_bits must be a multiple of 512 in [512, 2**32], not {m!r}")
-    if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= 64:
-        raise ConfigError(f"fanout must be an int in [2, 64], not {b!r}")
+    if (
+        isinstance(leaf_bits, bool)
+        or not isinstance(leaf_bits, int)
+        or leaf_bits % 512
+        or not 512 <= leaf_bits <= 1 << 32
+    ):
+        raise ConfigError(f"leaf_bits must be a multiple of 512 in [512, 2**32], not {leaf_bits!r}")
+    if isinstance(fanout, bool) or not isinstance(fanout, int) or not 2 <= fanout <= 64:
+        raise ConfigError(f"fanout must be an int in [2, 64], not {fanout!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
-    size = _sizing.size_splittable(n, m, f, layout)  # type: ignore[arg-type]
-    cap = size.leaf_capacity + max(1, size.leaf_capacity // 16)
-    if (cap + cap // 16) * FP_BYTES > MAX_FINGERPRINT_BYTES:
+    size = _sizing.size_splittable(capacity, leaf_bits, error_rate, layout)  # type: ignore[arg-type]
+    # A leaf reaching leaf_capacity splits; while the split runs, writers go on writing to it
+    # (the copy takes their fingerprints too, so no URL added during a split is lost) up to
+    # this limit, then wait for the split. With at most leaf_capacity / 16 keys per leaf per
+    # round, a leaf never holds more than leaf_capacity * (1 + 1/8) URLs.
+    write_limit = size.leaf_capacity + max(1, size.leaf_capacity // 16)
+    if (write_limit + write_limit // 16) * FP_BYTES > MAX_FINGERPRINT_BYTES:
         raise ConfigError(
-            f"a leaf of {m} bits holds {size.leaf_capacity:,} URLs at f = {f}: their "
-            "fingerprints would not fit one Redis string (512 MiB); use smaller leaves"
+            f"a leaf of {leaf_bits} bits holds {size.leaf_capacity:,} URLs at error_rate "
+            f"{error_rate}: their fingerprints would not fit one Redis string (512 MiB); use "
+            "smaller leaves"
         )
     return {
-        "format": FORMAT, "n": n, "f": float(f), "m": m, "b": b, "layout": layout,  # type: ignore[arg-type]
-        "seed": seed, "k": size.k, "u": size.leaf_capacity, "c": size.first_leaves,
-        # A leaf reaching u splits; while the split runs, writers go on writing to it (E8.6)
-        # up to this cap, then wait for the split. With at most u/16 keys per leaf per
-        # round, a leaf never holds more than u + u/8 URLs.
-        "cap": cap,
+        "format": FORMAT, "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "leaf_bits": leaf_bits, "fanout": fanout, "layout": layout, "seed": seed,
+        "k": size.k, "leaf_capacity": size.leaf_capacity, "first_leaves": size.first_leaves,
+        "leaf_write_limit": write_limit,
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
     }  # fmt: skip
 
 
+_INT_PARAMS = ("capacity", "leaf_bits", "fanout", "seed", "k", "leaf_capacity", "first_leaves",
+               "leaf_write_limit", "hash_id")  # fmt: skip
+
+
 def _check_params(p: dict[str, Any], name: str) -> None:
-    ints = ("n", "m", "b", "seed", "k", "u", "c", "cap", "hash_id")
+    if p.get("format") != FORMAT:
+        raise FormatError(
+            f"{name!r}: not a urlseen splittable filter this version can read (format "
+            f"{p.get('format')!r}, not {FORMAT!r})"
+        )
     if (
-        p.get("format") != FORMAT
-        or any(not isinstance(p.get(field), int) for field in ints)
+        any(not isinstance(p.get(field), int) for field in _INT_PARAMS)
         or p.get("layout") not in _sizing.LAYOUTS
         or p.get("hash_id") != _core.HASH_XXH3_128
-        or not isinstance(p.get("f"), float)
+        or not isinstance(p.get("error_rate"), float)
     ):
         raise FormatError(f"{name!r}: not a urlseen splittable filter this version can read")

@@ -1,11 +1,11 @@
-"""ExactFilter: IMP-CBFilter (seed A), the URL-seen test that never drops an uncrawled page.
+"""ExactFilter: the IMP-CBFilter paper's URL-seen test, which never drops an uncrawled page.
 
 A counting Bloom filter answers most new URLs from memory (some counter is 0: certainly new, no
 library I/O); the fingerprint library, which holds the MD5 of every URL seen, decides the rest,
-so the answer is exact (spec A5, with the paper's double increment on the false-positive path
-fixed). Deleting keeps the counters exact too (A6): an unsaturated counter always equals the
-number of library records that map to it, and saturated ones are recounted from the library's
-overflow table.
+so the answer is exact (the paper's procedure, with its double increment on the false-positive
+path fixed: a counter counts each fingerprint once). Deleting keeps the counters exact too: an
+unsaturated counter always equals the number of library records that map to it, and saturated
+ones are recounted from the library's overflow table.
 
 Duplicates are most of a crawl's stream, and the counting filter sends every one of them to the
 library. Three things make them cheap without giving up exactness (benchmarks/exact.py measures
@@ -38,10 +38,9 @@ from typing import Any, cast
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
 from urlseen.filters._hashes import check_fingerprint
-from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.filters.base import Closing, FilterStats, Key, key_batch
 from urlseen.filters.counting import CountingBloomFilter, data_bytes, make_params
-from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO, Record
+from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.mmapfile import UncleanShutdownWarning
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
@@ -404,7 +403,8 @@ class ExactFilter(Closing):
                         increments.add(evicted[0], evicted[1] + evicted[2], evicted[3])
 
     def _overflow_after_adds(self, events: list[tuple[int, int]]) -> dict[int, int | None]:
-        """True counts of the counters that saturated: spec A6's recount, kept up to date."""
+        """True counts of the counters that saturated, kept up to date so that
+        a delete can recount them without scanning the library."""
         if not events:
             return {}
         deltas: defaultdict[int, int] = defaultdict(int)
@@ -439,7 +439,7 @@ class ExactFilter(Closing):
             present = self._library.present(list(dict.fromkeys(candidates.values())))
             return [i in candidates and candidates[i] in present for i in range(len(keys))]
 
-    # -- deletion and expiry (spec A6) -----------------------------------------------------
+    # -- deletion and expiry ----------------------------------------------------------------
 
     def remove(self, key: Key) -> bool:
         """Undo one add of key: its reference count drops by one, and at zero the URL is
@@ -523,8 +523,8 @@ class ExactFilter(Closing):
             return result
 
     def _recount(self, dropped: list[bytes]) -> tuple[dict[int, int | None], list[tuple[int, int]]]:
-        """Spec A6.3-4 for a batch: each saturated counter is recounted once, from the
-        overflow table (the true count), not by scanning the library."""
+        """Decrements for a batch of dropped records: each saturated counter is recounted once,
+        from the overflow table (the true count), not by scanning the library."""
         occurrences: Counter[int] = Counter()
         for fp in dropped:
             occurrences.update(self._counters._indices(fp))

@@ -1,7 +1,7 @@
-"""MultiDimensionalBloomFilter: seed B's S groups of two bit vectors (spec B2-B6), in memory or
-in a memory-mapped state file.
+"""MultiDimensionalBloomFilter: the multi-dimensional Bloom filter paper's S groups of two bit
+vectors, in memory or in a memory-mapped state file.
 
-What it is worth (spec B7, measured in benchmarks/MDBF.md): under QUERY_ALL it is a partitioned
+What it is worth (measured in benchmarks/MDBF.md): under QUERY_ALL it is a partitioned
 Bloom filter; its false-positive rate falls as S grows only because memory grows with S, and at
 equal memory a standard Bloom filter is as good or slightly better. Its groups can be probed
 independently (in parallel, or V2 first with early exit on a miss).
@@ -44,7 +44,7 @@ def _outside_urlseen() -> int:
 
 def _warn_any() -> None:
     warnings.warn(
-        "query='any' (a key is present if ANY group has all its bits set) is the seed paper's "
+        "query='any' (a key is present if ANY group has all its bits set) is the paper's "
         "rule as written, kept for compatibility: its false-positive rate is about S times one "
         "group's and grows with S. Use the default query='all' unless you must reproduce it.",
         QueryAnyWarning,
@@ -53,12 +53,12 @@ def _warn_any() -> None:
 
 
 class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
-    """Seed B's multi-dimensional Bloom filter: S groups, each a V1 of N bits (k1 probes) and a
+    """The paper's multi-dimensional Bloom filter: S groups, each a V1 of N bits (k1 probes) and a
     V2 of N / r bits (k2 probes), every vector with its own hash family.
 
     `add` (check-and-add), `in`, `add_many`, `contains_many` and `len` are C methods. A key is
     present under query="all" (default) when every group has all its bits set: the rule under
-    which, as the seed claims, more groups give fewer false positives. query="any" (present if
+    which, as the paper claims, more groups give fewer false positives. query="any" (present if
     some group is full) is the paper's text as written and warns (QueryAnyWarning): its rate
     rises with S. Neither has false negatives.
 
@@ -66,8 +66,9 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
         capacity: distinct keys the filter must hold at error_rate.
         error_rate: false-positive rate at capacity, in (0, 1).
         groups: S; by default the sizing picks the least memory over S = 1..8.
-        k: probes per group (k1 + k2); by default the sizing picks it. k1 is then B6's best.
-        ratio: r, V2 has N // r bits; by default r = k, as in the seed.
+        k: probes per group (k1 + k2); by default the sizing picks it. k1 is then the split of k
+            with the least predicted false-positive rate.
+        ratio: r, V2 has N // r bits; by default r = k, as in the paper.
         query: "all" (default) or "any".
         seed: hash seed in [0, 2**32); (group s, vector v) hashes with seed + 2s + v.
         hash: "xxh3_128" (default), "murmur3_x64_128" or "md5".
@@ -131,7 +132,7 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
         hash: str = DEFAULT_HASH,
     ) -> MultiDimensionalBloomFilter:
         """An in-memory filter of exactly this shape (the paper's experiments: S, N, k1, k2, r);
-        its error_rate is B6's prediction at capacity."""
+        its error_rate is the predicted rate at capacity."""
         size = sizing.MDBFSize(
             _int("groups", groups, 1, sizing.MAX_GROUPS),
             _int("nbits", nbits, 1, MAX_BITS),
@@ -145,8 +146,8 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
         query = sizing.check_query(query)
         _int("capacity", capacity, 1, MAX_BITS)
         rate = sizing.error_rate(capacity, size, query)
-        # Kept inside (0, 1) so that a saved copy opens again: B6 can underflow to 0 (many
-        # groups) or reach 1 (a tiny filter over capacity).
+        # Kept inside (0, 1) so that a saved copy opens again: the prediction can underflow to 0
+        # (many groups) or reach 1 (a tiny filter over capacity).
         rate = min(max(rate, sys.float_info.min), math.nextafter(1.0, 0.0))
         params = _params(size, capacity, rate, query, seed, hash)
         return cls._in_memory(params)
@@ -180,7 +181,7 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
         return str(self._live_store().params()["query"])
 
     def stats(self) -> FilterStats:
-        """Capacity, count, bits and error rates (B6 at the current count); O(1)."""
+        """Capacity, count, bits and error rates (predicted at the current count); O(1)."""
         params = self._live_store().params()
         size = self.size
         return FilterStats(

@@ -1,13 +1,14 @@
-"""RotatingBloomFilter: seed C's filter for a content-management crawler, as reconstructed in
-spec C2 (the paper's own improvement is lost; this is our design, not the authors' method).
+"""RotatingBloomFilter: a Bloom filter for a content-management crawler that forgets, our
+reconstruction of the CMS Bloom filter paper's improvement (its text is lost; this is our
+design, not the authors' method).
 
 Two modes that compose:
 
-- counting (C2.1): generations are CountingBloomFilters, so `remove(uri)`, called when an
+- counting: generations are CountingBloomFilters, so `remove(uri)`, called when an
   editor deletes content, makes the URI collectable again. Precondition: remove only URIs that
   are in the filter (the CMS database knows); removing a false positive takes counts from other
   keys and can make them look new. Without that knowledge use ExactFilter, which is exact.
-- generational (C2.2): G generations, each sized for ceil(capacity / G) keys at
+- generational: G generations, each sized for ceil(capacity / G) keys at
   p_g = 1 - (1 - error_rate)^(1/G), so the whole filter errs at most at error_rate. New keys go
   into the newest generation; a query asks all. When the newest is full, or `window` seconds
   have passed since it started, the oldest is dropped and an empty one started: memory stays
@@ -17,7 +18,7 @@ Two modes that compose:
 A duplicate does not refresh a URI (expiry counts from its first sighting), so each key lives
 in exactly one generation: the oldest one that contains it, since older generations never
 change except by removal. `remove` therefore decrements there and nowhere else. G = 1 with no
-window is the plain counting filter of C2.1.
+window is the plain counting filter.
 
 Persistence: a folder with one state file per generation and `rotating.json`, a manifest with a
 CRC naming the live generations in order (written atomically; files it does not name are
@@ -41,8 +42,7 @@ from typing import Any, TypeAlias
 from urlseen.errors import ClosedError, ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
-from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.filters.base import Closing, FilterStats, Key, key_batch
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
 from urlseen.stores.mmapfile import read_header

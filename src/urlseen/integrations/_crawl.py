@@ -1,5 +1,6 @@
 """The crawl behind `urlseen crawl`: one Scrapy spider that follows links within a site, with
-a dupefilter chosen by name, and seed B's metrics measured around it.
+a dupefilter chosen by name, and the metrics a URL-seen test is judged by
+(pages, new URLs/s, duplicate rate, bits), measured around it.
 
 Kept apart from the CLI so the command stays thin, and apart from scrapy.py so that the
 dupefilter module imports nothing but what a Scrapy project needs.

@@ -102,8 +102,8 @@ def describe_shared_bloom(url: str, name: str) -> dict[str, Any] | None:
 
 
 def describe_shared_dsbf(url: str, name: str) -> dict[str, Any] | None:
-    """Parameters, totals, and every live leaf (id, depth, URLs, fill of u, state) as "tree";
-    None if Redis holds no such filter."""
+    """Parameters, totals, and every live leaf (id, depth, URLs, fill of its capacity, state)
+    as "tree"; None if Redis holds no such filter."""
     from urlseen.filters.dsbf import SplittableBloomFilter
 
     if not SplittableBloomFilter.exists(url, name):
@@ -115,7 +115,10 @@ def describe_shared_dsbf(url: str, name: str) -> dict[str, Any] | None:
         return {
             **_head(url, name, stats),
             "worst_leaf_error_rate": stats.estimated_error_rate,
-            **{key: d[key] for key in ("leaf_bits", "k", "u", "fanout", "layout", "first_leaves")},
+            **{
+                key: d[key]
+                for key in ("leaf_bits", "k", "leaf_capacity", "fanout", "layout", "first_leaves")
+            },
             **{key: d[key] for key in ("leaves", "depth", "tree_version")},
             "mean_fill": sum(leaf["fill"] for leaf in leaves) / max(1, len(leaves)),
             "redis_bytes": seen.memory_usage(),

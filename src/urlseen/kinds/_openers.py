@@ -200,7 +200,7 @@ def open_exact(request: Request) -> SeenFilter:
 
 def open_library(request: Request) -> SeenFilter:
     from urlseen.filters.exact import LIBRARY_FILE
-    from urlseen.filters.library import FingerprintLibraryFilter
+    from urlseen.filters.library_only import FingerprintLibraryFilter
 
     folder, exists = _folder_state(request, LIBRARY_FILE)
     if folder is None:
@@ -251,7 +251,7 @@ def shared_bloom(request: Request) -> SeenFilter:
 def shared_library(request: Request) -> SeenFilter:
     """Exact and shared: with several writers local counters prove nothing, so the library
     in Redis decides every URL atomically (exact and library are one thing here)."""
-    from urlseen.filters.library import FingerprintLibraryFilter
+    from urlseen.filters.library_only import FingerprintLibraryFilter
     from urlseen.stores.redis_library import RedisLibrary
 
     url, name = request.redis, request.name

@@ -1,4 +1,4 @@
-"""The similarity filter (spec D): a lossy, opt-in filter of near-duplicate URLs by features."""
+"""The similarity filter (patent CN106407485): a lossy, opt-in filter of near-duplicates."""
 
 from urlseen.similarity.features import (
     DEFAULT_FEATURES,

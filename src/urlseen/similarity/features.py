@@ -1,8 +1,8 @@
-"""URL features for the similarity filter (spec D2): site, depth, first directory, tail page.
+"""URL features for the similarity filter: site, depth, first directory, tail page.
 
 The patent reads a URL as u1/u2/…/un (n >= 1, u1 = the site) and keeps four features of it:
 the site u1, the depth n, the first-level directory u2 and the last segment un. It says
-nothing about real-world URLs, so the edge cases are decided here [RECON], on the canonical
+nothing about real-world URLs, so the edge cases are our own decisions, made on the canonical
 form (urlseen.canonical) parsed by the standard library's ``urlsplit``:
 
 - **site** = ``scheme://host[:port]``, user info dropped. Canonicalization lower-cases it and
@@ -23,7 +23,7 @@ form (urlseen.canonical) parsed by the standard library's ``urlsplit``:
   as ``http://[::1/``, bytes that are not UTF-8) has no parts to compare, so the whole text is
   its site and its tail, n = 1 and dir1 = ``NO_DIR``: it matches only itself.
 
-More features [SRC-D: "more features may be added"]: ``EXTRA_FEATURES`` holds named
+More features (the patent allows them): ``EXTRA_FEATURES`` holds named
 functions of the parsed URL (``query_keys``, ``extension``); a filter lists the names it uses,
 and its state file records them.
 """
@@ -161,7 +161,8 @@ class FeatureExtractor:
 
     Args:
         features: names from DEFAULT_FEATURES and EXTRA_FEATURES, in probe order.
-        query_in_tail: whether the query string belongs to the tail (spec D2 default: yes).
+        query_in_tail: whether the query string belongs to the tail (default: yes, so that
+            ?page=1 and ?page=2 are different tails).
         canonicalize: "w3lib" (canonicalize keys first, the default) or "none" (keys are
             canonical already, as in `urlseen dedup`).
 

@@ -1,18 +1,19 @@
-"""SimilarityFilter: drop URLs that look like ones already kept (spec D, patent CN106407485).
+"""SimilarityFilter: drop URLs that look like ones already kept (patent CN106407485).
 
 A lossy near-duplicate filter, opt-in, never the default seen-test. Each URL becomes feature
 values (similarity/features.py); a URL whose feature bits are all set already is SIMILAR and
-dropped, otherwise it is NEW and its bits are set (D4). Three modes:
+dropped, otherwise it is NEW and its bits are set. Three modes:
 
 - ``patent``: the patent's rule exactly: one M-bit array, bit = MD5(value) as a 128-bit
-  big-endian integer mod N for site, dir1 and tail, and the depth n itself mod N (raw, D2);
-  M from the patent's formula (D3). Features are tested independently, so a URL is dropped
-  once each of its values has appeared in *some* earlier URL (D5).
+  big-endian integer mod N for site, dir1 and tail, and the depth n itself mod N (raw, as the
+  patent has it); M from the patent's formula (sizing.py). Features are tested independently,
+  so a URL is dropped once each of its values has appeared in *some* earlier URL.
 - ``exact4``: the same test with every feature hashed (depth too) by its own seeded MD5
-  family (S0.3), M sized exactly for t probes per URL (D3 correction).
+  family (independent across features), M sized exactly for t probes per URL (the patent's M
+  assumes log2(1/P) probes).
 - ``composite``: one key = all feature values together, in a standard Bloom filter (the C
   core's BitFilter, MD5, k_opt probes): drops only URLs that match an earlier one on every
-  feature at once, at the configured error rate (D5 [RECON]).
+  feature at once, at the configured error rate (our addition, not the patent's).
 
 N, for the per-feature modes: ``shared`` (N = M), ``prime`` (largest prime <= M) or
 ``regions`` (t regions of ⌊M/t⌋ bits, one per feature).
@@ -33,14 +34,13 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError, FormatError, ReadOnlyError
 from urlseen.filters import _sizing
-from urlseen.filters._persistent import Closing, save_copy
-from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.base import Closing, FilterStats, Key
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
 from urlseen.stores.memory import MemoryStore
-from urlseen.stores.mmapfile import MappedFile
+from urlseen.stores.mmapfile import MappedFile, save_copy
 from urlseen.stores.url_db import Decision, SQLiteUrlDB, UrlDB
 
 MODES = ("patent", "exact4", "composite")
@@ -56,7 +56,7 @@ def _composite_key(values: Sequence[str]) -> str:
 
 
 class SimilarityFilter(Closing):
-    """The similarity filter of spec D: NEW or SIMILAR by URL features, with an audit log.
+    """The patent's similarity filter: NEW or SIMILAR by URL features, with an audit log.
 
     Args:
         capacity: URLs to de-duplicate (the patent's k).
@@ -306,14 +306,14 @@ class SimilarityFilter(Closing):
         return flags, matched
 
     def _positions(self, values: list[tuple[str, ...]]) -> list[tuple[int, ...]]:
-        """The bit of each feature of each URL (spec D4 step 2)."""
+        """The bit of each feature of each URL (the patent's one bit per feature)."""
         n, regions = self._modulus, self._index == "regions"
         columns = []
         for i, name in enumerate(self._names):
             column = [v[i] for v in values]
             offset = i * n if regions else 0
             if self._mode == "patent" and name == "depth":
-                columns.append([offset + int(d) % n for d in column])  # raw (D2)
+                columns.append([offset + int(d) % n for d in column])  # raw depth
                 continue
             seed = 0 if self._mode == "patent" else i + 1  # plain MD5, or a family per feature
             digests = _core.digests(column, _core.HASH_MD5, seed)

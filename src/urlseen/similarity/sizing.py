@@ -1,7 +1,7 @@
-"""Sizing of the similarity filter (spec D3): the patent's M, the exact-for-t-probes M, and N.
+"""Sizing of the similarity filter: the patent's M, the exact-for-t-probes M, and N.
 
 The patent takes only k (URLs to de-duplicate) and P (the desired rate) and leaves its two
-formulas out of every public copy; both below are reconstructions [RECON]:
+formulas out of every public copy; both below are our reconstructions, not the patent's text:
 
 - ``patent``: M = ⌈−k·ln P / (ln 2)²⌉, the standard Bloom size, which assumes log2(1/P)
   probes while the patent uses one per feature (4): at its design load the rate of random
@@ -27,7 +27,8 @@ _MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
 
 
 def patent_bits(capacity: int, error_rate: float) -> int:
-    """M = ⌈−k·ln P / (ln 2)²⌉ (spec D3, the patent's most plausible formula)."""
+    """M = ⌈−k·ln P / (ln 2)²⌉ (the standard Bloom size: the patent's most plausible
+    formula, since it takes exactly k and P)."""
     return math.ceil(-capacity * math.log(error_rate) / math.log(2) ** 2)
 
 
@@ -97,7 +98,7 @@ def random_feature_rate(count: int, nbits: int, modulus: int, probes: int, index
     """The false-positive rate after `count` URLs if every feature value were new and random.
 
     Real features repeat (one site, a handful of depths), so the measured drop rate of new
-    URLs is set by the data, not by this (spec D5; benchmarks/SIMILARITY.md).
+    URLs is set by the data, not by this (benchmarks/SIMILARITY.md).
     """
     if count <= 0:
         return 0.0

@@ -1,1 +1,1 @@
-"""Where a filter's data lives: process memory, a memory-mapped state file (Redis later)."""
+"""Where filters keep their data: process memory, memory-mapped state files, SQLite, Redis."""

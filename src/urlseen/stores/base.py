@@ -1,7 +1,7 @@
 """What a filter needs from the place its bits live: a writable buffer and a lifecycle.
 
 Local stores (anonymous memory, a memory-mapped state file) lend the C core a buffer to probe
-in place; remote stores (Redis, in a later module) will take batches of bit positions instead.
+in place; Redis (stores/redis_store.py) takes batches of bit positions in a script instead.
 """
 
 from __future__ import annotations

@@ -7,7 +7,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from urlseen.errors import ReadOnlyError
-from urlseen.stores.library import Changes, LibraryIO, Record, from_millis, time_index, to_millis
+from urlseen.stores.library_protocol import (
+    Changes,
+    LibraryIO,
+    Record,
+    from_millis,
+    time_index,
+    to_millis,
+)
 
 _ABSENT = object()
 

@@ -23,6 +23,7 @@ from typing import Any
 from urlseen.errors import FormatError, StateInUseError
 from urlseen.stores import _format
 from urlseen.stores._format import FLAG_DATA_CRC, FLAG_OPEN, Header
+from urlseen.stores.base import BufferStore
 
 
 class UncleanShutdownWarning(UserWarning):
@@ -191,3 +192,17 @@ class MappedFile:
         finally:
             self.buffer.close()
             os.close(self._fd)
+
+
+def save_copy(
+    store: BufferStore, size: int, count: int, path: str | os.PathLike[str], overwrite: bool
+) -> None:
+    """Write a new state file with the store's params, its `size` data bytes and `count`."""
+    target = MappedFile.create(path, store.params(), size, overwrite=overwrite)
+    try:
+        start = store.data_offset
+        with memoryview(store.buffer) as whole, whole[start : start + size] as data:
+            target.buffer[target.data_offset : target.data_offset + size] = data  # no copy
+        target.buffer[target.count_offset : target.count_offset + 8] = count.to_bytes(8, "little")
+    finally:
+        target.close()

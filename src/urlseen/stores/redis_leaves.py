@@ -1,10 +1,10 @@
-"""A SplittableBloomFilter's tree and leaves in Redis (spec E10), single server or Cluster.
+"""A SplittableBloomFilter's tree and leaves in Redis, single server or Cluster.
 
 Keys of filter `name`:
 - `urlseen:{name}:tree`: the tree hash (params, version, nodes, split locks; dsbf_tree.lua);
 - per leaf, under its own hash tag `{name:leaf:ID}` so that leaves spread over a Cluster's
   slots while each leaf's script touches one slot: `:meta` (state, count), `:bits` (the leaf's
-  Bloom filter, a bitmap string of m bits) and `:fps` (its fingerprints, packed: 8 bytes per
+  Bloom filter, a bitmap string of leaf_bits bits) and `:fps` (its fingerprints, packed: 8 bytes per
   URL in one string grown in allocator-sized steps, against ~70 bytes per member of a SET).
 Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode, with
 a receipt per leaf and batch so that a batch resent after a lost reply gets the same answer.
@@ -22,7 +22,7 @@ from urlseen import _core
 from urlseen.errors import FormatError
 from urlseen.stores import redis_store
 from urlseen.stores.redis_store import RECEIPT_SECONDS, retrying
-from urlseen.stores.splittable import MOVED, LeafAnswer, LeafInfo, Split, Tree
+from urlseen.stores.splittable import MOVED, LeafAnswer, LeafInfo, LeafOp, Split, Tree
 
 _LAYOUTS = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 CLUSTER_THREADS = 8  # per-leaf script calls in flight at once on a Redis Cluster
@@ -80,7 +80,7 @@ class RedisLeafStore:
         return won
 
     def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
-        nbytes = params["m"] // 8
+        nbytes = params["leaf_bits"] // 8
         for leaf in leaves:
             keys = list(self._keys(leaf))
             retrying(functools.partial(self._leaf_script, keys=keys, args=["make", nbytes]), "make")
@@ -89,23 +89,23 @@ class RedisLeafStore:
         last = int(self._tree("ids", count))
         return [str(i) for i in range(last - count + 1, last + 1)]
 
-    def _leaf_call(self, leaf: str, fps: list[bytes], mode: int) -> tuple[list[str], list[Any]]:
+    def _leaf_call(self, leaf: str, fps: list[bytes], op: LeafOp) -> tuple[list[str], list[Any]]:
         p = self._params
         assert p is not None, "load or create the tree first"
         masks = _core.byte_masks(
-            fps, p["m"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
+            fps, p["leaf_bits"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
         )
         meta, bits, fps_key = self._keys(leaf)
         receipt = redis_store.receipt_key(f"{self.name}:leaf:{leaf}")
-        ttl = self.receipt_seconds if mode else 0
-        args = [masks, mode, ttl, p["layout"], b"".join(fps), p["cap"]]
+        ttl = 0 if op == LeafOp.CONTAINS else self.receipt_seconds
+        args = [masks, int(op), ttl, p["layout"], b"".join(fps), p["leaf_write_limit"]]
         return [bits, meta, receipt, fps_key], args
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], mode: int
+        self, groups: Mapping[str, list[bytes]], op: LeafOp
     ) -> dict[str, LeafAnswer | None]:
-        calls = {leaf: self._leaf_call(leaf, fps, mode) for leaf, fps in groups.items() if fps}
-        what = "check-and-add" if mode else "contains"
+        calls = {leaf: self._leaf_call(leaf, fps, op) for leaf, fps in groups.items() if fps}
+        what = "contains" if op == LeafOp.CONTAINS else "check-and-add"
         if len(calls) == 1:
             ((keys, args),) = calls.values()
             replies = [retrying(functools.partial(self._batch_script, keys=keys, args=args), what)]

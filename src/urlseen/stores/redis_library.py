@@ -31,7 +31,7 @@ from typing import Any
 
 from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
-from urlseen.stores.library import LibraryIO, Record, time_index
+from urlseen.stores.library_protocol import LibraryIO, Record, time_index
 from urlseen.stores.redis_store import RECEIPT_SECONDS
 
 FORMAT = "urlseen-redis-library/1"
@@ -62,7 +62,8 @@ class RedisLibrary(redis_store.Handle):
         capacity: distinct URLs it is sized for (sets the bucket count; more still work, at
             more memory per URL once buckets outgrow Redis's compact encoding). Used when the
             library does not exist yet; default 10,000,000.
-        fingerprint: "md5" (default, as seed A) or "xxh3_128"; an existing library keeps its own.
+        fingerprint: "md5" (default, as in the IMP-CBFilter paper) or "xxh3_128"; an existing
+            library keeps its own.
         groups: hash tags the buckets spread over (Redis Cluster slots); default 16.
 
     Of the FingerprintLibrary protocol it has present, records, count, fingerprints,
@@ -233,7 +234,7 @@ class RedisLibrary(redis_store.Handle):
         return {fp for fp, hit in zip(fps, self.contains(fps), strict=True) if hit}
 
     def release(self, fps: Sequence[bytes]) -> list[bool]:
-        """Drop one reference of each; a record at zero references is removed (spec A6).
+        """Drop one reference of each; a record at zero references is removed.
         True where the fingerprint was present."""
         return self._run("release", fps)
 

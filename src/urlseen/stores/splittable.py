@@ -1,7 +1,8 @@
 """Where a SplittableBloomFilter keeps its tree and leaves: the protocol, and the in-memory form.
 
-A store does the few operations that must be atomic (spec E7, E8): check-and-add a batch of
-fingerprints in one leaf, seal a leaf, and change the tree under a fenced split lock. The
+A store does the few operations that must be atomic, so that of clients racing on one URL only
+one is told it is new and no split loses a URL: check-and-add a batch of fingerprints in one
+leaf, seal a leaf, and change the tree under a fenced split lock. The
 filter (filters/dsbf.py) does everything else: routing, sizing, when and how to split. The
 Redis form is stores/redis_leaves.py; this in-memory form has the same semantics, one lock
 standing in for Redis's one-script-at-a-time, so tests of the algorithm need no server.
@@ -13,6 +14,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, Protocol
 
 from urlseen import _core
@@ -22,8 +24,25 @@ MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
 _M64 = (1 << 64) - 1
 
 
+class LeafOp(IntEnum):
+    """What LeafStore.check_and_add does to each key of a batch in its leaf.
+
+    The values are what the Redis leaf script (bloom_batch.lua) receives as its operation;
+    send int(op): redis-py would send an IntEnum's repr.
+    """
+
+    CONTAINS = 0
+    """Test only: True where some bit is 0 (absent). Writes nothing."""
+    ADD = 1
+    """The seen-test: test and set, True where some bit was 0 (new); new keys' fingerprints
+    are appended to the leaf. Refused (MOVED) by a leaf at its write limit or sealed."""
+    COPY = 2
+    """A split copying fingerprints into a child: set, and count every key as new (none may
+    be dropped as a false positive, or a later split would lose it)."""
+
+
 def loc_hash(fingerprint: int, seed: int) -> int:
-    """LocHash_v (E4): a 64-bit mix of the fingerprint and the node's own random seed.
+    """A node's LocHash: a 64-bit mix of the fingerprint and the node's own random seed.
 
     murmur3's fmix64 finalizer of (fp XOR seed): a bijection that avalanches every bit, so
     the routes of nodes with different seeds are independent of each other and of MapHash
@@ -45,7 +64,7 @@ class Split:
     children: tuple[str, ...]
 
     def child(self, fingerprint: int) -> str:
-        """The child this node routes a fingerprint to (LocHash, spec E4)."""
+        """The child this node routes a fingerprint to (by its LocHash)."""
         return self.children[loc_hash(fingerprint, self.seed) % len(self.children)]
 
     def describe(self) -> str:
@@ -97,9 +116,7 @@ class LeafInfo:
 class LeafStore(Protocol):
     """The atomic operations of a splittable filter's storage (see module docstring).
 
-    check_and_add modes: 0 test only, 1 test and set (a key is new if some bit was 0; new
-    keys' fingerprints are appended to the leaf), 2 set and count every key as new (a split
-    copying fingerprints: none may be dropped as a false positive).
+    check_and_add does one LeafOp to every key of a batch, leaf by leaf.
     """
 
     def load(self) -> Tree | None: ...
@@ -111,7 +128,7 @@ class LeafStore(Protocol):
     def new_leaf_ids(self, count: int) -> list[str]: ...
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], mode: int
+        self, groups: Mapping[str, list[bytes]], op: LeafOp
     ) -> dict[str, LeafAnswer | None]: ...
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes: ...
@@ -157,9 +174,11 @@ class MemoryLeafStore:
 
     @staticmethod
     def _bits(p: Mapping[str, Any]) -> tuple[_core.BitFilter, bytearray]:
-        buffer = bytearray(p["m"] // 8)
+        buffer = bytearray(p["leaf_bits"] // 8)
         layout = _core.LAYOUT_BLOCKED if p["layout"] == "blocked" else _core.LAYOUT_STANDARD
-        bits = _core.BitFilter(buffer, 0, p["m"], p["k"], layout, p["seed"], 0, -1, p["hash_id"])
+        bits = _core.BitFilter(
+            buffer, 0, p["leaf_bits"], p["k"], layout, p["seed"], 0, -1, p["hash_id"]
+        )
         return bits, buffer
 
     def _live(self, leaf: str) -> _Leaf | None:
@@ -200,23 +219,24 @@ class MemoryLeafStore:
             return [str(i) for i in range(last - count + 1, last + 1)]
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], mode: int
+        self, groups: Mapping[str, list[bytes]], op: LeafOp
     ) -> dict[str, LeafAnswer | None]:
         out: dict[str, LeafAnswer | None] = {}
         with self._guard:
             for leaf, fps in groups.items():
                 entry = self._live(leaf)
-                if entry is None or (mode and entry.state != "active"):
+                if entry is None or (op != LeafOp.CONTAINS and entry.state != "active"):
                     out[leaf] = MOVED
                     continue
-                if mode == 1 and len(entry.fps) // FP_BYTES >= self._tree["params"]["cap"]:
-                    out[leaf] = MOVED  # over its cap: a split is due
+                limit = self._tree["params"]["leaf_write_limit"]
+                if op == LeafOp.ADD and len(entry.fps) // FP_BYTES >= limit:
+                    out[leaf] = MOVED  # at its write limit: a split is due
                     continue
-                if mode == 0:
+                if op == LeafOp.CONTAINS:
                     new = [not hit for hit in entry.bits.contains_many(fps)]
                 else:
                     new = entry.bits.add_many(fps)
-                    if mode == 2:
+                    if op == LeafOp.COPY:
                         new = [True] * len(fps)
                     entry.fps += b"".join(fp for fp, fresh in zip(fps, new, strict=True) if fresh)
                 out[leaf] = LeafAnswer(new, len(entry.fps) // FP_BYTES)

@@ -32,7 +32,14 @@ from pathlib import Path
 
 from urlseen.errors import ClosedError, FormatError, ReadOnlyError
 from urlseen.stores import _sqlite
-from urlseen.stores.library import Changes, LibraryIO, Record, from_millis, time_index, to_millis
+from urlseen.stores.library_protocol import (
+    Changes,
+    LibraryIO,
+    Record,
+    from_millis,
+    time_index,
+    to_millis,
+)
 
 APPLICATION_ID = 0x75726C73  # "urls"
 SCHEMA_VERSION = 1

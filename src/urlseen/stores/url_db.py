@@ -1,10 +1,10 @@
-"""URL_DB: the similarity filter's record of its decisions, in a SQLite file (spec D4, G5).
+"""URL_DB: the similarity filter's record of its decisions, in a SQLite file.
 
 The patent stores every NEW URL in URL_DB. Here URL_DB is an audit log: one row per decision
 (the URL, its feature values, new or similar, which features were already present, when), so
 that what a lossy filter dropped can be looked up and questioned afterwards.
 
-Why not the fingerprint library (stores/library.py): that store keeps one row per distinct
+Why not the fingerprint library (stores/library_protocol.py): that store keeps one row per distinct
 16-byte fingerprint with reference counts and expiry, the source of truth of an exact filter.
 An audit log keeps the text and the reasons, one row per decision, append-only, and nothing
 is ever looked up in it on the hot path. The two share the SQLite conventions:
@@ -27,7 +27,7 @@ from typing import NamedTuple, Protocol
 
 from urlseen.errors import ClosedError, FormatError, ReadOnlyError
 from urlseen.stores import _sqlite
-from urlseen.stores.library import from_millis, to_millis
+from urlseen.stores.library_protocol import from_millis, to_millis
 
 APPLICATION_ID = 0x75726C64  # "urld"
 SCHEMA_VERSION = 1

@@ -1,5 +1,5 @@
--- bloom_batch.lua: test (and, if ARGV[2] ~= "0", set) the bits of a batch of keys in one
--- atomic step, for urlseen's RedisBloomFilter and the leaves of its SplittableBloomFilter.
+-- bloom_batch.lua: test (and, unless the operation is CONTAINS, set) the bits of a batch of
+-- keys in one atomic step, for urlseen's RedisBloomFilter and the leaves of its SplittableBloomFilter.
 --
 -- KEYS[1]: the bits (a string; byte j bit i is filter bit 8j + i, as in a local filter)
 -- KEYS[2]: the metadata hash (field "count": keys reported new)
@@ -8,25 +8,29 @@
 --          (no URL is ever reported seen because its first report was lost)
 -- KEYS[4]: (a DSBF leaf only) the leaf's fingerprints, 8 bytes per key reported new, in order
 -- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
--- ARGV[2]: "0" test only, "1" test and set, "2" set and count every key as new (a split
---          copying fingerprints into a new leaf: none may be dropped as a false positive)
+-- ARGV[2]: the operation (urlseen.stores.splittable.LeafOp): "0" CONTAINS, test only; "1" ADD,
+--          test and set; "2" COPY, set and count every key as new (a split copying
+--          fingerprints into a new leaf: none may be dropped as a false positive)
 -- ARGV[5]: (a DSBF leaf only) the batch's fingerprints, 8 bytes per key, in order
--- ARGV[6]: (a DSBF leaf only) its cap: at this count a leaf takes no more writes until split
+-- ARGV[6]: (a DSBF leaf only) its write limit: at this count a leaf takes no more writes until
+--          split
 -- Returns one character per key: "1" if some bit was 0 (new / absent), "0" otherwise. A DSBF
 -- leaf appends its count after the answers, and returns "M" (moved) instead when it no longer
--- takes writes (sealed by a split, or at its cap) or no longer exists: the client reloads the
+-- takes writes (sealed by a split, or at its write limit) or no longer exists: the client reloads the
 -- tree, and waits for the split or does it.
 local done = redis.call('GET', KEYS[3])
 if done then return done end
 
-local data, add, ttl = ARGV[1], ARGV[2] ~= '0', tonumber(ARGV[3])
-local force, leaf, leaf_count = ARGV[2] == '2', KEYS[4] ~= nil, 0
+local CONTAINS, ADD, COPY = '0', '1', '2'
+local op = ARGV[2]
+local data, add, ttl = ARGV[1], op ~= CONTAINS, tonumber(ARGV[3])
+local force, leaf, leaf_count = op == COPY, KEYS[4] ~= nil, 0
 if leaf then
   local meta = redis.call('HMGET', KEYS[2], 'state', 'count')
   if not meta[1] or (add and meta[1] ~= 'active') then return 'M' end
   leaf_count = tonumber(meta[2])
-  if ARGV[2] == '1' and leaf_count >= tonumber(ARGV[6]) then
-    return 'M' -- over its cap: a split is due; the client waits for it (or does it)
+  if op == ADD and leaf_count >= tonumber(ARGV[6]) then
+    return 'M' -- at its write limit: a split is due; the client waits for it (or does it)
   end
 end
 local band, bor, byte = bit.band, bit.bor, string.byte

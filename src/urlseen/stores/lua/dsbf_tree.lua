@@ -8,8 +8,8 @@
 -- whose lock expired and was taken over can never install its children (fencing).
 --
 -- ARGV[1] is the operation:
---   create  params root-description c  -> the params that won (created if absent)
---   ids     b                          -> the last of b fresh leaf ids
+--   create  params root-description first_leaves -> the params that won (created if absent)
+--   ids     count                      -> the last of count fresh leaf ids
 --   lock    leaf token ms              -> {"ok", children of an expired attempt} | {"busy"} | {"done"}
 --   refresh leaf token ms children     -> 1 if token still holds the lock (deadline extended)
 --   swap    leaf token description children... -> the new version, or 0 (lock lost / done)
@@ -31,9 +31,10 @@ end
 if op == 'create' then
   local params = redis.call('HGET', tree, 'params')
   if params then return params end
-  local c = tonumber(ARGV[4])
-  redis.call('HSET', tree, 'params', ARGV[2], 'version', 1, 'next', c - 1, 'node:root', ARGV[3])
-  for i = 0, c - 1 do redis.call('HSET', tree, 'node:' .. i, 'leaf') end
+  local first_leaves = tonumber(ARGV[4])
+  redis.call('HSET', tree, 'params', ARGV[2], 'version', 1, 'next', first_leaves - 1,
+             'node:root', ARGV[3])
+  for i = 0, first_leaves - 1 do redis.call('HSET', tree, 'node:' .. i, 'leaf') end
   return ARGV[2]
 elseif op == 'ids' then
   return redis.call('HINCRBY', tree, 'next', tonumber(ARGV[2]))

@@ -1,4 +1,5 @@
-"""FingerprintLibraryFilter: the paper's baseline, the MD5 fingerprint library alone (seed A).
+"""FingerprintLibraryFilter: the IMP-CBFilter paper's baseline, the MD5 fingerprint library
+alone.
 
 Every URL is looked up in the library; a new one is inserted, a duplicate has its reference
 count incremented. Exact, and as slow as the library: this is what IMP-CBFilter (ExactFilter)
@@ -25,10 +26,9 @@ from typing import cast
 from urlseen import _core
 from urlseen.errors import ClosedError, ConfigError
 from urlseen.filters._hashes import FINGERPRINTS, check_fingerprint
-from urlseen.filters._persistent import Closing
-from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.filters.base import Closing, FilterStats, Key, key_batch
 from urlseen.filters.exact import LIBRARY_FILE
-from urlseen.stores.library import Changes, FingerprintLibrary, LibraryIO
+from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary

@@ -1,12 +1,14 @@
-"""The fingerprint library: the exact record of every URL the exact filters have seen.
+"""What a fingerprint library is (FingerprintLibrary, its Record, Changes and LibraryIO): the
+exact record of every URL the exact filters have seen.
 
 One record per distinct fingerprint (the 16-byte digest of the canonical URL): its reference
 count, when it was first reported new and when it was last seen. The library is the source of
-truth of ExactFilter (seed A): its counting filter is derived data, rebuilt from the library
+truth of ExactFilter: its counting filter is derived data, rebuilt from the library
 whenever the two may disagree. The record does not keep the k counter indices the paper stores:
 they are a pure function of the fingerprint and the counter array's (m, k), so they are
 recomputed (8 bytes x k saved per record); the one thing the stored indices buy, the true count
-of a saturated counter, is kept exactly in a small `overflow` table instead (spec A6).
+of a saturated counter (which a delete needs to decrement it), is kept exactly in a small
+`overflow` table instead.
 
 Implementations: MemoryLibrary (tests, small jobs), SQLiteLibrary (the embedded default), and a
 Redis one for shared use. Every batch is one round trip: `present` looks a whole batch up,
