@@ -127,7 +127,8 @@ KINDS: dict[str, Kind] = {
         Kind("mdbf", "multi-dimensional Bloom filter: groups of two bit vectors", "file",
              1e-6, LIBRARY_BATCH, ("groups", "query"), openers.open_mdbf),
         Kind("rotating", "Bloom filter generations that expire (our reconstruction of a "
-             "patent's filter)", "folder", 1e-6, LIBRARY_BATCH, ("generations", "window", "layout"), openers.open_rotating,
+             "patent's filter)", "folder", 1e-6, LIBRARY_BATCH,
+             ("generations", "window", "layout"), openers.open_rotating,
              marker="rotating.json"),
         Kind("similar", "lossy: also drops URLs that look like kept ones", "file", 0.01,
              LIBRARY_BATCH, ("similarity_mode", "similarity_index", "url_db"),
