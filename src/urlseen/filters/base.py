@@ -1,15 +1,11 @@
-"""The one protocol every urlseen filter implements, the stats it reports, and `Closing`, the
-context manager and finalizer every filter class builds on."""
+"""The one protocol every urlseen filter implements, and the stats it reports. The lifecycle
+every filter (and store) class builds on is `Closeable`, in urlseen/_lifecycle.py."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
+from typing import Any, Protocol, runtime_checkable
 
 Key = str | bytes
 """A key: a str (hashed as UTF-8) or bytes. URLs are canonicalized before they become keys."""
@@ -74,25 +70,6 @@ class SeenFilter(Protocol):
     def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-class Closing:
-    """`with f:` closes f; so does garbage collection, quietly."""
-
-    __slots__ = ()
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter shutdown: nothing to report
-            self.close()
 
 
 def key_batch(keys: Iterable[Key]) -> list[Key]:

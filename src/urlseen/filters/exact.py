@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from urlseen import _core
+from urlseen._lifecycle import Closeable
 from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
 from urlseen.filters._hashes import check_fingerprint
-from urlseen.filters.base import Closing, FilterStats, Key, key_batch
+from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.counting import CountingBloomFilter, data_bytes, make_params
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
@@ -57,7 +58,7 @@ class CountersRebuiltWarning(UserWarning):
     the counter file did not match the library). Nothing was lost; it took time."""
 
 
-class ExactFilter(Closing):
+class ExactFilter(Closeable):
     """IMP-CBFilter: a counting Bloom filter in front of an exact fingerprint library.
 
     `add` / `add_many` return True exactly once per distinct URL, ever (MD5 collisions aside):
@@ -302,7 +303,6 @@ class ExactFilter(Closing):
         self._clock = clock
         self._lock = threading.RLock()
         self._dirty = False
-        self._closed = False
         self._max = (1 << counters.counter_bits) - 1
         self._records = library.count()
         counters.count = self._records
@@ -576,8 +576,7 @@ class ExactFilter(Closing):
         self._dirty = False
 
     def _usable(self) -> None:
-        if self._closed:
-            raise ClosedError("the filter is closed")
+        super()._usable()
         if self._dirty and not self._library.readonly:
             self._rebuild()
 
@@ -608,23 +607,23 @@ class ExactFilter(Closing):
 
     def close(self) -> None:
         """Write back, seal the counter file, and mark it in sync with the library."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            library, counters = self._library, self._counters
-            try:
-                if not library.readonly and not self._dirty:
-                    self._checkpoint()
-                    counters_id = counters.params.get("counters_id")
-                    counters.close()  # sealed on disk before the library says "in sync"
-                    if counters_id:
-                        library.apply(Changes(time.time(), meta={"counters": counters_id}))
-            finally:
-                counters.close()
-                library.close()
-                if self._temporary is not None:
-                    shutil.rmtree(self._temporary, ignore_errors=True)
+        with self._lock:  # not while a batch runs
+            super().close()
+
+    def _close(self) -> None:
+        library, counters = self._library, self._counters
+        try:
+            if not library.readonly and not self._dirty:
+                self._checkpoint()
+                counters_id = counters.params.get("counters_id")
+                counters.close()  # sealed on disk before the library says "in sync"
+                if counters_id:
+                    library.apply(Changes(time.time(), meta={"counters": counters_id}))
+        finally:
+            counters.close()
+            library.close()
+            if self._temporary is not None:
+                shutil.rmtree(self._temporary, ignore_errors=True)
 
     def __len__(self) -> int:
         return self._records
@@ -668,7 +667,7 @@ class ExactFilter(Closing):
             )
 
     def __repr__(self) -> str:
-        if self._closed:
+        if self.closed:
             return f"<{type(self).__name__} closed>"
         where = f" library={self._library.path!r}" if self._library.path else ""
         return f"<{type(self).__name__} count={self._records}{where}>"

@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from urlseen import _core
-from urlseen.errors import ClosedError, ConfigError, FormatError, ReadOnlyError
+from urlseen._lifecycle import Closeable
+from urlseen.errors import ConfigError, FormatError, ReadOnlyError
 from urlseen.filters import _sizing
-from urlseen.filters.base import Closing, FilterStats, Key
+from urlseen.filters.base import FilterStats, Key
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
 from urlseen.stores import _format
@@ -55,7 +56,7 @@ def _composite_key(values: Sequence[str]) -> str:
     return "".join(f"{len(v)}:{v}" for v in values)
 
 
-class SimilarityFilter(Closing):
+class SimilarityFilter(Closeable):
     """The patent's similarity filter: NEW or SIMILAR by URL features, with an audit log.
 
     Args:
@@ -85,6 +86,7 @@ class SimilarityFilter(Closing):
     """
 
     commits_after_callback = True  # add_many(before_commit=...): urlseen.dedup relies on it
+    _noun = "similarity filter"
 
     def __init__(
         self,
@@ -358,11 +360,6 @@ class SimilarityFilter(Closing):
         store = self._store
         return store.path if store is not None else None
 
-    @property
-    def closed(self) -> bool:
-        store = self._store
-        return store is None or store.buffer.closed
-
     def stats(self) -> FilterStats:
         """Capacity, count, bits, error rates and the mode's parameters."""
         self._live()
@@ -406,10 +403,10 @@ class SimilarityFilter(Closing):
         """Push a file-backed filter's bits and count to disk."""
         self._live().flush()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Release the bits (a file is sealed) and close a URL_DB this filter opened."""
         store = getattr(self, "_store", None)
-        if store is None or store.buffer.closed:
+        if store is None:  # refused before it held anything
             return
         try:
             if self._bits is not None:
@@ -420,9 +417,9 @@ class SimilarityFilter(Closing):
             store.close()
 
     def _live(self) -> BufferStore:
+        self._usable()
         store = self._store
-        if store is None or store.buffer.closed:
-            raise ClosedError("the similarity filter is closed")
+        assert store is not None  # set before the filter is usable
         return store
 
     def __repr__(self) -> str:

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from urlseen._lifecycle import Closeable
 from urlseen.errors import ClosedError, FormatError, ReadOnlyError
 from urlseen.stores import _sqlite
 from urlseen.stores.library_protocol import (
@@ -79,8 +80,10 @@ def _packed(fps: Sequence[bytes]) -> dict[str, object]:
     return {"fps": blob, "count": len(fps)}
 
 
-class SQLiteLibrary:
+class SQLiteLibrary(Closeable):
     """The FingerprintLibrary protocol on a SQLite file (see the module docstring)."""
+
+    _noun = "library"
 
     def __init__(
         self,
@@ -111,14 +114,18 @@ class SQLiteLibrary:
                 self._configure(durable, cache_kib)
         except BaseException as exc:
             self._close_quietly()
+            self._closed = True
             if isinstance(exc, sqlite3.DatabaseError) and _sqlite.is_corruption(exc):
                 raise _corrupt(self.path, exc) from exc
             raise
 
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(f"{self.path}: the {self._noun} is closed")
+
     @property
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:
-            raise ClosedError(f"{self.path}: the library is closed")
+            raise self._closed_error()
         return self._connection
 
     def _configure(self, durable: bool, cache_kib: int) -> None:
@@ -322,17 +329,7 @@ class SQLiteLibrary:
         """The database file and its WAL (for the experiment's page-cache eviction)."""
         return [p for p in (self.path, self.path + "-wal") if os.path.exists(p)]
 
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
-
-    def __enter__(self) -> SQLiteLibrary:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
+    def _close(self) -> None:
         db = getattr(self, "_connection", None)
         try:
             if db is not None and not self.readonly:

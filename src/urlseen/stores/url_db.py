@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from urlseen._lifecycle import Closeable
 from urlseen.errors import ClosedError, FormatError, ReadOnlyError
 from urlseen.stores import _sqlite
 from urlseen.stores.library_protocol import from_millis, to_millis
@@ -79,7 +80,7 @@ class UrlDB(Protocol):
     def close(self) -> None: ...
 
 
-class SQLiteUrlDB:
+class SQLiteUrlDB(Closeable):
     """URL_DB in a SQLite file (see the module docstring).
 
     Args:
@@ -92,6 +93,8 @@ class SQLiteUrlDB:
         FormatError: the file is not a URL_DB, is damaged, or was written by a newer urlseen.
         StateInUseError: another process has it open for writing.
     """
+
+    _noun = "URL_DB"
 
     def __init__(
         self,
@@ -117,14 +120,18 @@ class SQLiteUrlDB:
             self._configure(durable)
         except BaseException as exc:
             self._close_quietly()
+            self._closed = True
             if isinstance(exc, sqlite3.DatabaseError) and _sqlite.is_corruption(exc):
                 raise FormatError(f"{self.path}: not a readable URL_DB ({exc})") from exc
             raise
 
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(f"{self.path}: the {self._noun} is closed")
+
     @property
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:
-            raise ClosedError(f"{self.path}: the URL_DB is closed")
+            raise self._closed_error()
         return self._connection
 
     def _configure(self, durable: bool) -> None:
@@ -225,16 +232,6 @@ class SQLiteUrlDB:
                 ).fetchone()
         return int(row[0])
 
-    @property
-    def closed(self) -> bool:
-        return self._connection is None
-
-    def close(self) -> None:
+    def _close(self) -> None:
         """Close the file (a clean WAL checkpoint) and release the writer's lock."""
         self._close_quietly()
-
-    def __enter__(self) -> SQLiteUrlDB:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
