@@ -65,13 +65,22 @@ class StoreBacked(Closeable):
         )
 
     @classmethod
+    def _new_store(
+        cls, params: dict[str, Any], path: str | os.PathLike[str] | None, overwrite: bool
+    ) -> BufferStore:
+        """Room for an empty filter: a new state file at path (FileExistsError if it exists,
+        unless overwrite), or memory when path is None."""
+        size = cls._data_bytes(params)
+        if path is None:
+            return MemoryStore(size, params)
+        return MappedFile.create(path, params, size, overwrite=overwrite)
+
+    @classmethod
     def _create_file(
         cls, path: str | os.PathLike[str], params: dict[str, Any], overwrite: bool
     ) -> Self:
         """An empty filter in a new state file (FileExistsError unless overwrite)."""
-        return cls.from_store(
-            MappedFile.create(path, params, cls._data_bytes(params), overwrite=overwrite)
-        )
+        return cls.from_store(cls._new_store(params, path, overwrite))
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> Self:

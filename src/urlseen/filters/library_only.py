@@ -27,7 +27,7 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError
 from urlseen.filters._hashes import FINGERPRINTS, check_fingerprint
-from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.filters.base import FilterStats, Key, creator, key_batch
 from urlseen.filters.exact import LIBRARY_FILE
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary
@@ -46,6 +46,9 @@ class FingerprintLibraryFilter(Closeable):
             fingerprint of a batch up with its own query, in order, as near the paper's
             one-URL-at-a-time method as a batched transaction gets.
         clock: the time source for first/last-seen times.
+        path: keep the records in a new SQLite library in this folder (created), as create()
+            does. Not with `library`.
+        durable, library_cache_kib: with path, as for ExactFilter.
     """
 
     commits_after_callback = True
@@ -58,8 +61,22 @@ class FingerprintLibraryFilter(Closeable):
         hash: str = "md5",
         batched_lookups: bool = True,
         clock: Callable[[], float] = time.time,
+        path: str | os.PathLike[str] | None = None,
+        durable: bool = False,
+        library_cache_kib: int = DEFAULT_CACHE_KIB,
     ) -> None:
         check_fingerprint(hash)
+        if path is not None:
+            if library is not None:
+                raise ConfigError(
+                    "a filter made in a folder (path) keeps its own library: not both"
+                )
+            folder = Path(path)
+            folder.mkdir(parents=True, exist_ok=True)
+            library = SQLiteLibrary(
+                folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
+                fingerprint=hash,
+            )  # fmt: skip
         self._shared = library if isinstance(library, RedisLibrary) else None
         if self._shared is not None:
             hash = self._shared.fingerprint
@@ -73,24 +90,7 @@ class FingerprintLibraryFilter(Closeable):
         self._lock = threading.RLock()
         self._records = self._library.count()
 
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        hash: str = "md5",
-        durable: bool = False,
-        library_cache_kib: int = DEFAULT_CACHE_KIB,
-        batched_lookups: bool = True,
-    ) -> FingerprintLibraryFilter:
-        """A new filter in the folder `path`: library.sqlite."""
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        library = SQLiteLibrary(
-            folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
-            fingerprint=check_fingerprint(hash),
-        )  # fmt: skip
-        return cls(library=library, hash=hash, batched_lookups=batched_lookups)
+    create = creator(__init__, """A new filter in the folder `path`: library.sqlite.""")
 
     @classmethod
     def open(

@@ -43,7 +43,7 @@ from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
-from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.filters.base import FilterStats, Key, creator, key_batch
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
 from urlseen.stores.mmapfile import read_header
@@ -75,6 +75,8 @@ class RotatingBloomFilter(Closeable):
         layout: bit generations' layout, "blocked" (default) or "standard".
         seed, hash: as for BloomFilter; every generation uses them.
         clock: seconds since the epoch (time.time); tests pass a fake one.
+        path: keep the filter in this folder (created; it must not hold a rotating filter yet),
+            as create() does: a state file per generation and a manifest. None: in memory.
 
     Example:
         >>> seen = RotatingBloomFilter(capacity=3000, generations=3, counting=True)
@@ -96,12 +98,15 @@ class RotatingBloomFilter(Closeable):
         seed: int = 0,
         hash: str = DEFAULT_HASH,
         clock: Callable[[], float] = time.time,
+        path: str | os.PathLike[str] | None = None,
     ) -> None:
-        self._setup(
-            _config(capacity, error_rate, generations, window, counting, layout, seed, hash),
-            clock,
-            None,
-        )
+        config = _config(capacity, error_rate, generations, window, counting, layout, seed, hash)
+        folder = None if path is None else Path(path)
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            if (folder / MANIFEST).exists():
+                raise FileExistsError(f"{folder} already holds a rotating filter; use open()")
+        self._setup(config, clock, folder)
         self._start_generation()
 
     # -- construction and persistence ----------------------------------------------------
@@ -117,31 +122,11 @@ class RotatingBloomFilter(Closeable):
         self._seqs: list[int] = []
         self._next_seq = 0
 
-    @classmethod
-    def create(
-        cls,
-        folder: str | os.PathLike[str],
-        capacity: int,
-        error_rate: float = 0.001,
-        *,
-        generations: int = 4,
-        window: float | None = None,
-        counting: bool = False,
-        layout: str = "blocked",
-        seed: int = 0,
-        hash: str = DEFAULT_HASH,
-        clock: Callable[[], float] = time.time,
-    ) -> RotatingBloomFilter:
-        """A new filter kept in `folder` (created; it must not hold a rotating filter yet)."""
-        config = _config(capacity, error_rate, generations, window, counting, layout, seed, hash)
-        path = Path(folder)
-        path.mkdir(parents=True, exist_ok=True)
-        if (path / MANIFEST).exists():
-            raise FileExistsError(f"{path} already holds a rotating filter; use open()")
-        self = cls.__new__(cls)
-        self._setup(config, clock, path)
-        self._start_generation()
-        return self
+    create = creator(
+        __init__,
+        """A new filter kept in the folder `path` (created; it must not hold a rotating filter
+        yet): the constructor with path=path.""",
+    )
 
     @classmethod
     def open(

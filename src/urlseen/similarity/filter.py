@@ -35,7 +35,7 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError, ReadOnlyError
 from urlseen.filters import _sizing
-from urlseen.filters.base import FilterStats, Key
+from urlseen.filters.base import FilterStats, Key, creator
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
 from urlseen.stores import _format
@@ -73,6 +73,9 @@ class SimilarityFilter(Closeable):
         url_db: where decisions are recorded: None (nowhere), a path (opened, or created if
             missing), or a UrlDB.
         record: "all" decisions (default) or only "new" ones (the patent's URL_DB).
+        path: keep the bits in a new state file there (memory-mapped), as create() does;
+            None (default): in memory.
+        overwrite: with path, replace an existing file (else FileExistsError).
 
     Raises:
         ConfigError: a bad parameter; the message names it.
@@ -100,37 +103,24 @@ class SimilarityFilter(Closeable):
         canonicalize: str = "w3lib",
         url_db: str | os.PathLike[str] | UrlDB | None = None,
         record: str = "all",
+        path: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
     ) -> None:
         params = make_params(
             capacity, error_rate, mode, index, features, query_in_tail, canonicalize
         )
         self._store: BufferStore | None = None
-        self._attach(MemoryStore(_nbytes(params), params), url_db, record)
+        if path is None:
+            store: BufferStore = MemoryStore(_nbytes(params), params)
+        else:
+            store = MappedFile.create(path, params, _nbytes(params), overwrite=overwrite)
+        self._attach(store, url_db, record)
 
     # -- construction -------------------------------------------------------------------
 
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        capacity: int,
-        error_rate: float = DEFAULT_ERROR_RATE,
-        *,
-        mode: str = DEFAULT_MODE,
-        index: str = "shared",
-        features: Sequence[str] = DEFAULT_FEATURES,
-        query_in_tail: bool = True,
-        canonicalize: str = "w3lib",
-        url_db: str | os.PathLike[str] | UrlDB | None = None,
-        record: str = "all",
-        overwrite: bool = False,
-    ) -> SimilarityFilter:
-        """A new filter whose bits live in a state file at path (memory-mapped)."""
-        params = make_params(
-            capacity, error_rate, mode, index, features, query_in_tail, canonicalize
-        )
-        store = MappedFile.create(path, params, _nbytes(params), overwrite=overwrite)
-        return cls._from_store(store, url_db, record)
+    create = creator(
+        __init__, """A new filter whose bits live in a state file at path (memory-mapped)."""
+    )
 
     @classmethod
     def open(
