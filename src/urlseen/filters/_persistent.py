@@ -1,8 +1,9 @@
-"""The lifecycle the filters share.
+"""Persistence the C-backed filters share.
 
-`Closing` (filters/base.py): context manager and finalizer around close(). `StoreBacked`:
-create, open, save, flush, close, verify, stats details and repr for the Python subclasses of the
-C filter types (BloomFilter, CountingBloomFilter, MultiDimensionalBloomFilter): they keep their
+The lifecycle (context manager, idempotent close, finalizer, ClosedError) is `Closeable`
+(urlseen/_lifecycle.py), as for every filter and store. `StoreBacked` builds on it: create,
+open, save, flush, close, verify, stats details and repr for the Python subclasses of the C
+filter types (BloomFilter, CountingBloomFilter, MultiDimensionalBloomFilter): they keep their
 store in `_store`, say how their params are checked (`_check_header`, which starts with
 `stored_params`), how many data bytes they describe (`_data_bytes`) and which shape arguments
 their C type takes between the data offset and the seed (`_shape`).
@@ -13,9 +14,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from urlseen.errors import ClosedError, FormatError
+from urlseen._lifecycle import Closeable
+from urlseen.errors import FormatError
 from urlseen.filters._hashes import HASHES, require_stored_hash, require_stored_seed
-from urlseen.filters.base import Closing
 from urlseen.stores import _format
 from urlseen.stores._format import Header
 from urlseen.stores.base import BufferStore
@@ -26,8 +27,12 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-class StoreBacked(Closing):
-    """Persistence and lifecycle on top of a C filter type that has `_release()` and `count`."""
+class StoreBacked(Closeable):
+    """Persistence on top of a C filter type that has `_release()` and `count`.
+
+    The subclasses are slotted (no per-instance dict, for the C methods' speed), so they keep
+    no closed flag: the filter is closed when its store is.
+    """
 
     __slots__ = ()
     _store: BufferStore | None
@@ -60,13 +65,22 @@ class StoreBacked(Closing):
         )
 
     @classmethod
+    def _new_store(
+        cls, params: dict[str, Any], path: str | os.PathLike[str] | None, overwrite: bool
+    ) -> BufferStore:
+        """Room for an empty filter: a new state file at path (FileExistsError if it exists,
+        unless overwrite), or memory when path is None."""
+        size = cls._data_bytes(params)
+        if path is None:
+            return MemoryStore(size, params)
+        return MappedFile.create(path, params, size, overwrite=overwrite)
+
+    @classmethod
     def _create_file(
         cls, path: str | os.PathLike[str], params: dict[str, Any], overwrite: bool
     ) -> Self:
         """An empty filter in a new state file (FileExistsError unless overwrite)."""
-        return cls.from_store(
-            MappedFile.create(path, params, cls._data_bytes(params), overwrite=overwrite)
-        )
+        return cls.from_store(cls._new_store(params, path, overwrite))
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> Self:
@@ -119,7 +133,7 @@ class StoreBacked(Closing):
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        if getattr(self, "_store", None) is None or self.closed:  # type: ignore[attr-defined]
+        if self.closed:
             return f"<{type(self).__name__} closed>"
         return (
             f"<{type(self).__name__} capacity={self.capacity} error_rate={self.error_rate} "
@@ -130,13 +144,23 @@ class StoreBacked(Closing):
         """Push the data and count of a file-backed filter to disk (msync)."""
         self._live_store().flush()
 
+    @property
+    def closed(self) -> bool:
+        store: BufferStore | None = getattr(self, "_store", None)
+        return store is None or store.closed
+
     def close(self) -> None:
         """Release the data; a file-backed filter is sealed (count, checksum, clean flag)."""
-        store = getattr(self, "_store", None)
-        if store is None or store.buffer.closed:
-            return
-        self._release()  # type: ignore[attr-defined]
-        store.close()
+        if not self.closed:
+            self._close()
+
+    def _close(self) -> None:
+        store = self._store
+        assert store is not None  # not closed
+        try:
+            self._release()  # type: ignore[attr-defined]
+        finally:
+            store.close()
 
     def verify(self) -> bool:
         """Check a file-backed filter's data against its checksum (reads all of it).
@@ -149,9 +173,9 @@ class StoreBacked(Closing):
         return store.verify() if isinstance(store, MappedFile) else False
 
     def _live_store(self) -> BufferStore:
-        store: BufferStore | None = getattr(self, "_store", None)
-        if store is None or self.closed:  # type: ignore[attr-defined]
-            raise ClosedError("the filter is closed")
+        self._usable()
+        store = self._store
+        assert store is not None  # not closed
         return store
 
     @property

@@ -1,15 +1,14 @@
-"""The one protocol every urlseen filter implements, the stats it reports, and `Closing`, the
-context manager and finalizer every filter class builds on."""
+"""The one protocol every urlseen filter implements, the stats it reports, and `creator`, which
+makes a filter's create() from its constructor (one parameter list per filter). The lifecycle
+every filter (and store) class builds on is `Closeable`, in urlseen/_lifecycle.py."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable
+import inspect
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 Key = str | bytes
 """A key: a str (hashed as UTF-8) or bytes. URLs are canonicalized before they become keys."""
@@ -76,25 +75,6 @@ class SeenFilter(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-class Closing:
-    """`with f:` closes f; so does garbage collection, quietly."""
-
-    __slots__ = ()
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter shutdown: nothing to report
-            self.close()
-
-
 def key_batch(keys: Iterable[Key]) -> list[Key]:
     """keys as a list. A single str or bytes is refused: iterating it would check its
     characters one by one, a common slip (add_many("https://...") for add_many([...]))."""
@@ -104,3 +84,37 @@ def key_batch(keys: Iterable[Key]) -> list[Key]:
             "(wrap it in a list)"
         )
     return list(keys)
+
+
+P = ParamSpec("P")
+F = TypeVar("F")
+StrPath = str | os.PathLike[str]
+
+
+def creator(
+    init: Callable[Concatenate[F, P], None], doc: str
+) -> classmethod[F, Concatenate[StrPath, P], F]:
+    """`create = creator(__init__, doc)` in a filter class: `X.create(path, *args, **kwargs)` is
+    `X(*args, path=path, **kwargs)`, typed (for mypy and IDEs) and documented (help()) by the
+    constructor's own parameter list, so that list is written once."""
+
+    def create(cls: type[F], path: StrPath, /, *args: P.args, **kwargs: P.kwargs) -> F:
+        return cls(*args, path=path, **kwargs)  # type: ignore[call-arg]  # the constructor's
+
+    signature = inspect.signature(init)
+    self_param, *params = signature.parameters.values()
+    path = inspect.Parameter(
+        "path", inspect.Parameter.POSITIONAL_ONLY, annotation="str | os.PathLike[str]"
+    )
+    create.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[
+            self_param.replace(name="cls", kind=inspect.Parameter.POSITIONAL_ONLY),
+            path,
+            *(p for p in params if p.name != "path"),
+        ],
+        return_annotation=init.__qualname__.rpartition(".")[0],
+    )
+    create.__module__ = init.__module__
+    create.__qualname__ = init.__qualname__.rpartition(".")[0] + ".create"
+    create.__doc__ = doc
+    return classmethod(create)

@@ -10,10 +10,9 @@ from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, HASHES, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
-from urlseen.filters.base import FilterStats
+from urlseen.filters.base import FilterStats, creator
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
-from urlseen.stores.memory import MemoryStore
 
 __all__ = ["DEFAULT_HASH", "HASHES", "BloomFilter"]
 
@@ -37,6 +36,9 @@ class BloomFilter(StoreBacked, _core.BitFilter):
         seed: hash seed, in [0, 2**32); filters combine only with the same seed and hash.
         hash: "xxh3_128" (default, ~9 ns per URL) or "murmur3_x64_128" (~22 ns), both 128-bit
             and fixed forever (state files record which).
+        path: keep the filter in a new state file there (memory-mapped), as create() does;
+            None (default): in memory.
+        overwrite: with path, replace an existing file (else FileExistsError).
 
     Example:
         >>> seen = BloomFilter(capacity=1_000_000, error_rate=0.001)
@@ -57,29 +59,22 @@ class BloomFilter(StoreBacked, _core.BitFilter):
         layout: str = "blocked",
         seed: int = 0,
         hash: str = DEFAULT_HASH,
+        path: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
     ) -> None:
         params = _params(capacity, error_rate, layout, seed, hash)
-        self._attach(MemoryStore(_nbytes(params), params))
+        self._attach(self._new_store(params, path, overwrite))
 
     # -- construction -------------------------------------------------------------------
 
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        capacity: int,
-        error_rate: float = 0.001,
-        *,
-        layout: str = "blocked",
-        seed: int = 0,
-        hash: str = DEFAULT_HASH,
-        overwrite: bool = False,
-    ) -> BloomFilter:
-        """Create an empty filter backed by a new state file at path (memory-mapped).
+    create = creator(
+        __init__,
+        """Create an empty filter backed by a new state file at path (memory-mapped): the
+        constructor with path=path.
 
         Raises FileExistsError if path exists, unless overwrite is True.
-        """
-        return cls._create_file(path, _params(capacity, error_rate, layout, seed, hash), overwrite)
+        """,
+    )
 
     @staticmethod
     def _check_header(header: _format.Header, where: str) -> None:

@@ -16,10 +16,9 @@ from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
-from urlseen.filters.base import FilterStats
+from urlseen.filters.base import FilterStats, creator
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
-from urlseen.stores.memory import MemoryStore
 
 COUNTER_BITS = (2, 4, 8)
 
@@ -41,6 +40,9 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
             experiment uses k=8, counters_per_key=20).
         seed: hash seed, in [0, 2**32).
         hash: "xxh3_128" (default), "murmur3_x64_128" or "md5".
+        path: keep the counters in a new state file there (memory-mapped), as create() does;
+            None (default): in memory.
+        overwrite: with path, replace an existing file (else FileExistsError).
 
     Example:
         >>> seen = CountingBloomFilter(capacity=1000)
@@ -63,28 +65,17 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
         counters_per_key: float | None = None,
         seed: int = 0,
         hash: str = DEFAULT_HASH,
+        path: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
     ) -> None:
         params = make_params(capacity, error_rate, counter_bits, k, counters_per_key, seed, hash)
-        self._attach(MemoryStore(data_bytes(params), params))
+        self._attach(self._new_store(params, path, overwrite))
 
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        capacity: int,
-        error_rate: float = 0.001,
-        *,
-        counter_bits: int = 4,
-        k: int | None = None,
-        counters_per_key: float | None = None,
-        seed: int = 0,
-        hash: str = DEFAULT_HASH,
-        overwrite: bool = False,
-    ) -> CountingBloomFilter:
+    create = creator(
+        __init__,
         """Create an empty filter in a new state file (memory-mapped); FileExistsError if path
-        exists, unless overwrite is True."""
-        params = make_params(capacity, error_rate, counter_bits, k, counters_per_key, seed, hash)
-        return cls._create_file(path, params, overwrite)
+        exists, unless overwrite is True.""",
+    )
 
     @staticmethod
     def _check_header(header: _format.Header, where: str) -> None:

@@ -28,10 +28,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from urlseen import _core
+from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters.base import FilterStats, Key, key_batch
-from urlseen.stores.redis_store import Handle, RemoteError
+from urlseen.stores.redis_store import RemoteError
 from urlseen.stores.splittable import (
     FP_BYTES,
     MOVED,
@@ -55,7 +56,7 @@ def _new_seed() -> int:
     return secrets.randbits(64)
 
 
-class SplittableBloomFilter(Handle):
+class SplittableBloomFilter(Closeable):
     """A Bloom filter that grows by splitting full leaves: FP rate <= error_rate at any size.
 
     Args:

@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from urlseen import _core
+from urlseen._lifecycle import Closeable
 from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
 from urlseen.filters._hashes import check_fingerprint
-from urlseen.filters.base import Closing, FilterStats, Key, key_batch
+from urlseen.filters.base import FilterStats, Key, creator, key_batch
 from urlseen.filters.counting import CountingBloomFilter, data_bytes, make_params
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
@@ -57,7 +58,7 @@ class CountersRebuiltWarning(UserWarning):
     the counter file did not match the library). Nothing was lost; it took time."""
 
 
-class ExactFilter(Closing):
+class ExactFilter(Closeable):
     """IMP-CBFilter: a counting Bloom filter in front of an exact fingerprint library.
 
     `add` / `add_many` return True exactly once per distinct URL, ever (MD5 collisions aside):
@@ -81,6 +82,10 @@ class ExactFilter(Closing):
             False asks the library once per distinct unknown URL of a batch, in order, as
             near the paper's method as a batched transaction gets.
         clock: the time source for first/last-seen times (tests pass a fake one).
+        path: keep the filter in this folder (created; it must not hold a filter already), as
+            create() does: a SQLite library and a counter file. Not with `library`.
+        durable: with path, every batch's commit reaches the disk before add_many returns.
+        library_cache_kib: with path, the SQLite page cache of the library.
 
     Example:
         >>> seen = ExactFilter(capacity=1000)
@@ -107,63 +112,40 @@ class ExactFilter(Closing):
         write_back: bool = True,
         batched_lookups: bool = True,
         clock: Callable[[], float] = time.time,
+        path: str | os.PathLike[str] | None = None,
+        durable: bool = False,
+        library_cache_kib: int = DEFAULT_CACHE_KIB,
     ) -> None:
-        counters = CountingBloomFilter(
-            capacity, error_rate, counter_bits=counter_bits, k=k,
-            counters_per_key=counters_per_key, hash=check_fingerprint(hash),
-        )  # fmt: skip
-        library = library if library is not None else MemoryLibrary()
+        if path is None:
+            counters = CountingBloomFilter(
+                capacity, error_rate, counter_bits=counter_bits, k=k,
+                counters_per_key=counters_per_key, hash=check_fingerprint(hash),
+            )  # fmt: skip
+            library = library if library is not None else MemoryLibrary()
+        elif library is not None:
+            raise ConfigError("a filter made in a folder (path) keeps its own library: not both")
+        else:
+            sizing = {
+                "capacity": capacity, "error_rate": error_rate, "counter_bits": counter_bits,
+                "k": k, "counters_per_key": counters_per_key,
+            }  # fmt: skip
+            counters, library = _new_folder(Path(path), sizing, hash, durable, library_cache_kib)
         self._setup(counters, library, cache_entries, write_back, batched_lookups, clock)
         if library.count():
             self._rebuild()
 
     # -- construction ---------------------------------------------------------------------
 
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        capacity: int,
-        error_rate: float = 0.001,
-        *,
-        counter_bits: int = 4,
-        k: int | None = None,
-        counters_per_key: float | None = None,
-        hash: str = "md5",
-        cache_entries: int = DEFAULT_CACHE_ENTRIES,
-        durable: bool = False,
-        library_cache_kib: int = DEFAULT_CACHE_KIB,
-        **options: Any,
-    ) -> ExactFilter:
+    create = creator(
+        __init__,
         """A new filter in the directory `path` (created; it must not hold a filter already):
-        library.sqlite (the records) and counters.urlseen (the memory-mapped counters).
+        library.sqlite (the records) and counters.urlseen (the memory-mapped counters). The
+        constructor with path=path.
 
         durable=True makes every batch's commit reach the disk before add_many returns (slower);
         by default a killed process loses nothing and an OS crash may lose the last commits.
-        """
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in (LIBRARY_FILE, COUNTERS_FILE):
-            if (folder / name).exists():
-                raise FileExistsError(f"{folder / name} exists: open it, or choose a new folder")
-        library = SQLiteLibrary(
-            folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
-            fingerprint=check_fingerprint(hash),
-        )  # fmt: skip
-        sizing = {
-            "capacity": capacity, "error_rate": error_rate, "counter_bits": counter_bits,
-            "k": k, "counters_per_key": counters_per_key,
-        }  # fmt: skip
-        try:
-            counters = _new_counters(folder / COUNTERS_FILE, library, sizing)
-            library.apply(Changes(time.time(), meta={"counter_sizing": json.dumps(sizing)}))
-        except BaseException:
-            library.close()
-            (folder / LIBRARY_FILE).unlink()
-            raise
-        self = cls.__new__(cls)
-        self._setup(counters, library, cache_entries, **options)
-        return self
+        """,
+    )
 
     @classmethod
     def temporary(cls, capacity: int, error_rate: float = 0.001, **options: Any) -> ExactFilter:
@@ -302,7 +284,6 @@ class ExactFilter(Closing):
         self._clock = clock
         self._lock = threading.RLock()
         self._dirty = False
-        self._closed = False
         self._max = (1 << counters.counter_bits) - 1
         self._records = library.count()
         counters.count = self._records
@@ -576,8 +557,7 @@ class ExactFilter(Closing):
         self._dirty = False
 
     def _usable(self) -> None:
-        if self._closed:
-            raise ClosedError("the filter is closed")
+        super()._usable()
         if self._dirty and not self._library.readonly:
             self._rebuild()
 
@@ -608,23 +588,23 @@ class ExactFilter(Closing):
 
     def close(self) -> None:
         """Write back, seal the counter file, and mark it in sync with the library."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            library, counters = self._library, self._counters
-            try:
-                if not library.readonly and not self._dirty:
-                    self._checkpoint()
-                    counters_id = counters.params.get("counters_id")
-                    counters.close()  # sealed on disk before the library says "in sync"
-                    if counters_id:
-                        library.apply(Changes(time.time(), meta={"counters": counters_id}))
-            finally:
-                counters.close()
-                library.close()
-                if self._temporary is not None:
-                    shutil.rmtree(self._temporary, ignore_errors=True)
+        with self._lock:  # not while a batch runs
+            super().close()
+
+    def _close(self) -> None:
+        library, counters = self._library, self._counters
+        try:
+            if not library.readonly and not self._dirty:
+                self._checkpoint()
+                counters_id = counters.params.get("counters_id")
+                counters.close()  # sealed on disk before the library says "in sync"
+                if counters_id:
+                    library.apply(Changes(time.time(), meta={"counters": counters_id}))
+        finally:
+            counters.close()
+            library.close()
+            if self._temporary is not None:
+                shutil.rmtree(self._temporary, ignore_errors=True)
 
     def __len__(self) -> int:
         return self._records
@@ -668,7 +648,7 @@ class ExactFilter(Closing):
             )
 
     def __repr__(self) -> str:
-        if self._closed:
+        if self.closed:
             return f"<{type(self).__name__} closed>"
         where = f" library={self._library.path!r}" if self._library.path else ""
         return f"<{type(self).__name__} count={self._records}{where}>"
@@ -729,6 +709,29 @@ def _sized_params(sizing: dict[str, Any], library: FingerprintLibrary) -> dict[s
         sizing["capacity"], sizing["error_rate"], sizing.get("counter_bits", 4), sizing.get("k"),
         sizing.get("counters_per_key"), 0, library.get_meta("fingerprint") or "md5",
     )  # fmt: skip
+
+
+def _new_folder(
+    folder: Path, sizing: dict[str, Any], hash: str, durable: bool, library_cache_kib: int
+) -> tuple[CountingBloomFilter, SQLiteLibrary]:
+    """The counters and library of a new filter in `folder` (created; FileExistsError if it
+    holds either already); the library records the counters' sizing."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in (LIBRARY_FILE, COUNTERS_FILE):
+        if (folder / name).exists():
+            raise FileExistsError(f"{folder / name} exists: open it, or choose a new folder")
+    library = SQLiteLibrary(
+        folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
+        fingerprint=check_fingerprint(hash),
+    )  # fmt: skip
+    try:
+        counters = _new_counters(folder / COUNTERS_FILE, library, sizing)
+        library.apply(Changes(time.time(), meta={"counter_sizing": json.dumps(sizing)}))
+    except BaseException:
+        library.close()
+        (folder / LIBRARY_FILE).unlink()
+        raise
+    return counters, library
 
 
 def _new_counters(

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import cast
 
 from urlseen import _core
-from urlseen.errors import ClosedError, ConfigError
+from urlseen._lifecycle import Closeable
+from urlseen.errors import ConfigError
 from urlseen.filters._hashes import FINGERPRINTS, check_fingerprint
-from urlseen.filters.base import Closing, FilterStats, Key, key_batch
+from urlseen.filters.base import FilterStats, Key, creator, key_batch
 from urlseen.filters.exact import LIBRARY_FILE
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary
@@ -34,7 +35,7 @@ from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 
 
-class FingerprintLibraryFilter(Closing):
+class FingerprintLibraryFilter(Closeable):
     """The exact URL-seen test by fingerprint library alone (the paper's baseline method).
 
     Args:
@@ -45,6 +46,9 @@ class FingerprintLibraryFilter(Closing):
             fingerprint of a batch up with its own query, in order, as near the paper's
             one-URL-at-a-time method as a batched transaction gets.
         clock: the time source for first/last-seen times.
+        path: keep the records in a new SQLite library in this folder (created), as create()
+            does. Not with `library`.
+        durable, library_cache_kib: with path, as for ExactFilter.
     """
 
     commits_after_callback = True
@@ -57,8 +61,22 @@ class FingerprintLibraryFilter(Closing):
         hash: str = "md5",
         batched_lookups: bool = True,
         clock: Callable[[], float] = time.time,
+        path: str | os.PathLike[str] | None = None,
+        durable: bool = False,
+        library_cache_kib: int = DEFAULT_CACHE_KIB,
     ) -> None:
         check_fingerprint(hash)
+        if path is not None:
+            if library is not None:
+                raise ConfigError(
+                    "a filter made in a folder (path) keeps its own library: not both"
+                )
+            folder = Path(path)
+            folder.mkdir(parents=True, exist_ok=True)
+            library = SQLiteLibrary(
+                folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
+                fingerprint=hash,
+            )  # fmt: skip
         self._shared = library if isinstance(library, RedisLibrary) else None
         if self._shared is not None:
             hash = self._shared.fingerprint
@@ -70,27 +88,9 @@ class FingerprintLibraryFilter(Closing):
         self._batched = batched_lookups
         self._clock = clock
         self._lock = threading.RLock()
-        self._closed = False
         self._records = self._library.count()
 
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        hash: str = "md5",
-        durable: bool = False,
-        library_cache_kib: int = DEFAULT_CACHE_KIB,
-        batched_lookups: bool = True,
-    ) -> FingerprintLibraryFilter:
-        """A new filter in the folder `path`: library.sqlite."""
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        library = SQLiteLibrary(
-            folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
-            fingerprint=check_fingerprint(hash),
-        )  # fmt: skip
-        return cls(library=library, hash=hash, batched_lookups=batched_lookups)
+    create = creator(__init__, """A new filter in the folder `path`: library.sqlite.""")
 
     @classmethod
     def open(
@@ -197,10 +197,6 @@ class FingerprintLibraryFilter(Closing):
             present = self._library.present(list(dict.fromkeys(fps)), batched=self._batched)
             return [fp in present for fp in fps]
 
-    def _usable(self) -> None:
-        if self._closed:
-            raise ClosedError("the filter is closed")
-
     def __len__(self) -> int:
         if self._shared is not None:
             return self._shared.count()  # every process adds: ask the library
@@ -230,11 +226,11 @@ class FingerprintLibraryFilter(Closing):
     def flush(self) -> None:
         """Every batch is committed when add_many returns: nothing to do."""
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            try:
-                self._library.close()
-            finally:
-                if self._temporary is not None:
-                    shutil.rmtree(self._temporary, ignore_errors=True)
+    def _close(self) -> None:
+        library = getattr(self, "_library", None)  # none if the parameters were refused
+        try:
+            if library is not None:
+                library.close()
+        finally:
+            if self._temporary is not None:
+                shutil.rmtree(self._temporary, ignore_errors=True)

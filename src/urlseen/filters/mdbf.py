@@ -21,10 +21,9 @@ from urlseen.filters import _mdbf_sizing as sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters._sizing import MAX_BITS, MAX_K, check_target
-from urlseen.filters.base import FilterStats
+from urlseen.filters.base import FilterStats, creator
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
-from urlseen.stores.memory import MemoryStore
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES = {"all": _core.MDBF_QUERY_ALL, "any": _core.MDBF_QUERY_ANY}
@@ -72,6 +71,9 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
         query: "all" (default) or "any".
         seed: hash seed in [0, 2**32); (group s, vector v) hashes with seed + 2s + v.
         hash: "xxh3_128" (default), "murmur3_x64_128" or "md5".
+        path: keep the filter in a new state file there (memory-mapped), as create() does;
+            None (default): in memory.
+        overwrite: with path, replace an existing file (else FileExistsError).
 
     Example:
         >>> seen = MultiDimensionalBloomFilter(capacity=10_000, error_rate=0.001, groups=4)
@@ -93,29 +95,17 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
         query: str = "all",
         seed: int = 0,
         hash: str = DEFAULT_HASH,
+        path: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
     ) -> None:
         params = _sized_params(capacity, error_rate, groups, k, ratio, query, seed, hash)
-        self._attach(MemoryStore(data_bytes(params), params))
+        self._attach(self._new_store(params, path, overwrite))
 
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        capacity: int,
-        error_rate: float = 0.001,
-        *,
-        groups: int | None = None,
-        k: int | None = None,
-        ratio: int | None = None,
-        query: str = "all",
-        seed: int = 0,
-        hash: str = DEFAULT_HASH,
-        overwrite: bool = False,
-    ) -> MultiDimensionalBloomFilter:
+    create = creator(
+        __init__,
         """Create an empty filter in a new state file (memory-mapped); FileExistsError if path
-        exists, unless overwrite is True."""
-        params = _sized_params(capacity, error_rate, groups, k, ratio, query, seed, hash)
-        return cls._create_file(path, params, overwrite)
+        exists, unless overwrite is True.""",
+    )
 
     @classmethod
     def with_shape(

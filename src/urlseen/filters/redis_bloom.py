@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from urlseen import _core
+from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters.base import FilterStats, Key, key_batch
@@ -27,8 +28,9 @@ MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB
 FORMAT = "urlseen-redis-bloom/1"
 
 
-class RedisBloomFilter(redis_store.Handle):
-    """A Bloom filter whose bits live in Redis, shared by any number of processes.
+class RedisBloomFilter(Closeable):
+    """A Bloom filter whose bits live in Redis, shared by any number of processes. close()
+    forgets the connection; the bits stay in Redis.
 
     Args:
         redis: a Redis URL ("redis://host:6379/0") or a redis-py client.

@@ -39,10 +39,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from urlseen.errors import ClosedError, ConfigError, FormatError
+from urlseen._lifecycle import Closeable
+from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
-from urlseen.filters.base import Closing, FilterStats, Key, key_batch
+from urlseen.filters.base import FilterStats, Key, creator, key_batch
 from urlseen.filters.bloom import BloomFilter
 from urlseen.filters.counting import CountingBloomFilter
 from urlseen.stores.mmapfile import read_header
@@ -60,7 +61,7 @@ def generation_error_rate(error_rate: float, generations: int) -> float:
     return -math.expm1(math.log1p(-error_rate) / generations)
 
 
-class RotatingBloomFilter(Closing):
+class RotatingBloomFilter(Closeable):
     """A Bloom filter in G generations, with expiry by rotation and, optionally, removal.
 
     Args:
@@ -74,6 +75,8 @@ class RotatingBloomFilter(Closing):
         layout: bit generations' layout, "blocked" (default) or "standard".
         seed, hash: as for BloomFilter; every generation uses them.
         clock: seconds since the epoch (time.time); tests pass a fake one.
+        path: keep the filter in this folder (created; it must not hold a rotating filter yet),
+            as create() does: a state file per generation and a manifest. None: in memory.
 
     Example:
         >>> seen = RotatingBloomFilter(capacity=3000, generations=3, counting=True)
@@ -95,12 +98,15 @@ class RotatingBloomFilter(Closing):
         seed: int = 0,
         hash: str = DEFAULT_HASH,
         clock: Callable[[], float] = time.time,
+        path: str | os.PathLike[str] | None = None,
     ) -> None:
-        self._setup(
-            _config(capacity, error_rate, generations, window, counting, layout, seed, hash),
-            clock,
-            None,
-        )
+        config = _config(capacity, error_rate, generations, window, counting, layout, seed, hash)
+        folder = None if path is None else Path(path)
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            if (folder / MANIFEST).exists():
+                raise FileExistsError(f"{folder} already holds a rotating filter; use open()")
+        self._setup(config, clock, folder)
         self._start_generation()
 
     # -- construction and persistence ----------------------------------------------------
@@ -115,33 +121,12 @@ class RotatingBloomFilter(Closing):
         self._started: list[float] = []
         self._seqs: list[int] = []
         self._next_seq = 0
-        self._closed = False
 
-    @classmethod
-    def create(
-        cls,
-        folder: str | os.PathLike[str],
-        capacity: int,
-        error_rate: float = 0.001,
-        *,
-        generations: int = 4,
-        window: float | None = None,
-        counting: bool = False,
-        layout: str = "blocked",
-        seed: int = 0,
-        hash: str = DEFAULT_HASH,
-        clock: Callable[[], float] = time.time,
-    ) -> RotatingBloomFilter:
-        """A new filter kept in `folder` (created; it must not hold a rotating filter yet)."""
-        config = _config(capacity, error_rate, generations, window, counting, layout, seed, hash)
-        path = Path(folder)
-        path.mkdir(parents=True, exist_ok=True)
-        if (path / MANIFEST).exists():
-            raise FileExistsError(f"{path} already holds a rotating filter; use open()")
-        self = cls.__new__(cls)
-        self._setup(config, clock, path)
-        self._start_generation()
-        return self
+    create = creator(
+        __init__,
+        """A new filter kept in the folder `path` (created; it must not hold a rotating filter
+        yet): the constructor with path=path.""",
+    )
 
     @classmethod
     def open(
@@ -231,7 +216,7 @@ class RotatingBloomFilter(Closing):
     def rotate(self) -> None:
         """Start a new generation now, dropping the oldest once there are G (keys only it held
         are forgotten: new again)."""
-        self._check_open()
+        self._usable()
         self._start_generation()
 
     def _rotate_due(self) -> None:
@@ -257,13 +242,13 @@ class RotatingBloomFilter(Closing):
         return self.add_many([key])[0]
 
     def __contains__(self, key: object) -> bool:
-        self._check_open()
+        self._usable()
         self._rotate_due()
         return any(key in gen for gen in self._gens)
 
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         """Test every key without writing; True if some generation holds it."""
-        self._check_open()
+        self._usable()
         batch = key_batch(keys)
         self._rotate_due()
         hits = [False] * len(batch)
@@ -274,7 +259,7 @@ class RotatingBloomFilter(Closing):
     def add_many(self, keys: Iterable[Key]) -> list[bool]:
         """Check-and-add every key, in order; element i is True if key i was new. The newest
         generation never takes more than its share: a batch that fills it rotates mid-way."""
-        self._check_open()
+        self._usable()
         batch = key_batch(keys)
         self._rotate_due()
         n_g = _generation_target(self._config)[0]
@@ -301,7 +286,7 @@ class RotatingBloomFilter(Closing):
         """Make key collectable again (counting mode): decrement it in the oldest generation
         that holds it, the one it was added to. False, changing nothing, if none holds it.
         Precondition: key is in the filter (see the module docstring)."""
-        self._check_open()
+        self._usable()
         if not self._config["counting"]:
             raise ConfigError(
                 "remove() needs a counting filter: RotatingBloomFilter(counting=True)"
@@ -313,7 +298,7 @@ class RotatingBloomFilter(Closing):
         return False
 
     def __len__(self) -> int:
-        self._check_open()
+        self._usable()
         return sum(len(gen) for gen in self._gens)
 
     # -- inspection and lifecycle --------------------------------------------------------------
@@ -333,7 +318,7 @@ class RotatingBloomFilter(Closing):
 
     def stats(self) -> FilterStats:
         """Bits are the bound G * m_g (every generation allocated), whatever is live now."""
-        self._check_open()
+        self._usable()
         c = self._config
         n_g, p_g = _generation_target(c)
         first = self._gens[-1].stats()
@@ -363,20 +348,9 @@ class RotatingBloomFilter(Closing):
         for gen in self._gens:
             gen.flush()
 
-    def close(self) -> None:
-        if getattr(self, "_closed", True):
-            return
-        self._closed = True
-        for gen in self._gens:
+    def _close(self) -> None:
+        for gen in getattr(self, "_gens", ()):  # none if the parameters were refused
             gen.close()
-
-    @property
-    def closed(self) -> bool:
-        return getattr(self, "_closed", True)
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ClosedError("the filter is closed")
 
     def __repr__(self) -> str:
         if self.closed:

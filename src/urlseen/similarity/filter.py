@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from urlseen import _core
-from urlseen.errors import ClosedError, ConfigError, FormatError, ReadOnlyError
+from urlseen._lifecycle import Closeable
+from urlseen.errors import ConfigError, FormatError, ReadOnlyError
 from urlseen.filters import _sizing
-from urlseen.filters.base import Closing, FilterStats, Key
+from urlseen.filters.base import FilterStats, Key, creator
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
 from urlseen.stores import _format
@@ -55,7 +56,7 @@ def _composite_key(values: Sequence[str]) -> str:
     return "".join(f"{len(v)}:{v}" for v in values)
 
 
-class SimilarityFilter(Closing):
+class SimilarityFilter(Closeable):
     """The patent's similarity filter: NEW or SIMILAR by URL features, with an audit log.
 
     Args:
@@ -72,6 +73,9 @@ class SimilarityFilter(Closing):
         url_db: where decisions are recorded: None (nowhere), a path (opened, or created if
             missing), or a UrlDB.
         record: "all" decisions (default) or only "new" ones (the patent's URL_DB).
+        path: keep the bits in a new state file there (memory-mapped), as create() does;
+            None (default): in memory.
+        overwrite: with path, replace an existing file (else FileExistsError).
 
     Raises:
         ConfigError: a bad parameter; the message names it.
@@ -85,6 +89,7 @@ class SimilarityFilter(Closing):
     """
 
     commits_after_callback = True  # add_many(before_commit=...): urlseen.dedup relies on it
+    _noun = "similarity filter"
 
     def __init__(
         self,
@@ -98,37 +103,24 @@ class SimilarityFilter(Closing):
         canonicalize: str = "w3lib",
         url_db: str | os.PathLike[str] | UrlDB | None = None,
         record: str = "all",
+        path: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
     ) -> None:
         params = make_params(
             capacity, error_rate, mode, index, features, query_in_tail, canonicalize
         )
         self._store: BufferStore | None = None
-        self._attach(MemoryStore(_nbytes(params), params), url_db, record)
+        if path is None:
+            store: BufferStore = MemoryStore(_nbytes(params), params)
+        else:
+            store = MappedFile.create(path, params, _nbytes(params), overwrite=overwrite)
+        self._attach(store, url_db, record)
 
     # -- construction -------------------------------------------------------------------
 
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        capacity: int,
-        error_rate: float = DEFAULT_ERROR_RATE,
-        *,
-        mode: str = DEFAULT_MODE,
-        index: str = "shared",
-        features: Sequence[str] = DEFAULT_FEATURES,
-        query_in_tail: bool = True,
-        canonicalize: str = "w3lib",
-        url_db: str | os.PathLike[str] | UrlDB | None = None,
-        record: str = "all",
-        overwrite: bool = False,
-    ) -> SimilarityFilter:
-        """A new filter whose bits live in a state file at path (memory-mapped)."""
-        params = make_params(
-            capacity, error_rate, mode, index, features, query_in_tail, canonicalize
-        )
-        store = MappedFile.create(path, params, _nbytes(params), overwrite=overwrite)
-        return cls._from_store(store, url_db, record)
+    create = creator(
+        __init__, """A new filter whose bits live in a state file at path (memory-mapped)."""
+    )
 
     @classmethod
     def open(
@@ -358,11 +350,6 @@ class SimilarityFilter(Closing):
         store = self._store
         return store.path if store is not None else None
 
-    @property
-    def closed(self) -> bool:
-        store = self._store
-        return store is None or store.buffer.closed
-
     def stats(self) -> FilterStats:
         """Capacity, count, bits, error rates and the mode's parameters."""
         self._live()
@@ -406,10 +393,10 @@ class SimilarityFilter(Closing):
         """Push a file-backed filter's bits and count to disk."""
         self._live().flush()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Release the bits (a file is sealed) and close a URL_DB this filter opened."""
         store = getattr(self, "_store", None)
-        if store is None or store.buffer.closed:
+        if store is None:  # refused before it held anything
             return
         try:
             if self._bits is not None:
@@ -420,9 +407,9 @@ class SimilarityFilter(Closing):
             store.close()
 
     def _live(self) -> BufferStore:
+        self._usable()
         store = self._store
-        if store is None or store.buffer.closed:
-            raise ClosedError("the similarity filter is closed")
+        assert store is not None  # set before the filter is usable
         return store
 
     def __repr__(self) -> str:

@@ -12,12 +12,15 @@ import contextlib
 import mmap
 from typing import Any
 
+from urlseen._lifecycle import Closeable
+
 _HUGE_PAGE = 2 * 1024 * 1024
 
 
-class MemoryStore:
+class MemoryStore(Closeable):
     """Bits in this process only; gone when the filter is closed or collected."""
 
+    _noun = "store"
     data_offset = 0
     count_offset = -1
     readonly = False
@@ -34,10 +37,12 @@ class MemoryStore:
         return self._params
 
     def stored_count(self) -> int:
+        self._usable()
         return 0
 
     def flush(self) -> None:
         """Nothing to persist."""
+        self._usable()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         self.buffer.close()

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from urlseen._lifecycle import Closeable
 from urlseen.errors import ReadOnlyError
 from urlseen.stores.library_protocol import (
     Changes,
@@ -19,9 +20,10 @@ from urlseen.stores.library_protocol import (
 _ABSENT = object()
 
 
-class MemoryLibrary:
+class MemoryLibrary(Closeable):
     """The FingerprintLibrary protocol on Python dicts; gone with the process."""
 
+    _noun = "library"
     path = None
 
     def __init__(self) -> None:
@@ -34,6 +36,7 @@ class MemoryLibrary:
         self._undo: list[tuple[dict[Any, Any], Any, Any]] = []  # this transaction's changes
 
     def present(self, fps: Sequence[bytes], *, batched: bool = True) -> set[bytes]:
+        self._usable()
         if not fps:
             return set()
         self.io.lookups += len(fps)
@@ -41,6 +44,7 @@ class MemoryLibrary:
         return {fp for fp in fps if fp in self._records}
 
     def records(self, fps: Iterable[bytes]) -> dict[bytes, Record]:
+        self._usable()
         out = {}
         for fp in set(fps):
             self.io.lookups += 1
@@ -52,6 +56,7 @@ class MemoryLibrary:
     def apply(self, changes: Changes) -> None:
         """All or nothing, like SQLite: updates of absent fingerprints do nothing, a present
         insert raises ValueError before anything changes."""
+        self._usable()
         if not changes:
             return
         now = to_millis(changes.now)
@@ -89,6 +94,7 @@ class MemoryLibrary:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """Changes applied inside are undone if the block raises (nesting joins the outer)."""
+        self._usable()
         if self.readonly:
             raise ReadOnlyError("the library was opened read-only")
         self._depth += 1
@@ -109,33 +115,30 @@ class MemoryLibrary:
             self._undo.clear()
 
     def count(self) -> int:
+        self._usable()
         return len(self._records)
 
     def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
+        self._usable()
         keys = list(self._records)
         for start in range(0, len(keys), chunk):
             yield keys[start : start + chunk]
 
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
+        self._usable()
         column = time_index(by)  # the record list has Record's layout
         limit = to_millis(timestamp)
         return [fp for fp, rec in self._records.items() if rec[column] < limit]
 
     def overflow(self, counters: Iterable[int]) -> dict[int, int]:
+        self._usable()
         return {c: self._overflow[c] for c in counters if c in self._overflow}
 
     def replace_overflow(self, counts: dict[int, int], meta: dict[str, str]) -> None:
+        self._usable()
         self._overflow = dict(counts)
         self._meta.update(meta)
 
     def get_meta(self, name: str) -> str | None:
+        self._usable()
         return self._meta.get(name)
-
-    def __enter__(self) -> MemoryLibrary:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Nothing to release."""

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from urlseen.errors import FormatError, StateInUseError
+from urlseen._lifecycle import Closeable
+from urlseen.errors import ClosedError, FormatError, StateInUseError
 from urlseen.stores import _format
 from urlseen.stores._format import FLAG_DATA_CRC, FLAG_OPEN, Header
 from urlseen.stores.base import BufferStore
@@ -56,9 +57,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class MappedFile:
+class MappedFile(Closeable):
     """An open state file: header checked, data mapped at data_offset."""
 
+    _noun = "state file"
     count_offset = _format.COUNT_OFFSET
 
     def __init__(self, path: Path, fd: int, header: Header, readonly: bool) -> None:
@@ -70,7 +72,11 @@ class MappedFile:
         self.data_offset = header.data_offset
         size = header.data_offset + header.data_length
         access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
-        self.buffer = mmap.mmap(fd, size, access=access)
+        try:
+            self.buffer = mmap.mmap(fd, size, access=access)
+        except BaseException:
+            self._closed = True  # the caller closes fd: the finalizer must not
+            raise
 
     @classmethod
     def create(
@@ -152,6 +158,10 @@ class MappedFile:
         return self.header.params
 
     def stored_count(self) -> int:
+        self._usable()
+        return self._live_count()
+
+    def _live_count(self) -> int:
         return int.from_bytes(self.buffer[self.count_offset : self.count_offset + 8], "little")
 
     def _data_crc(self) -> int:
@@ -165,6 +175,7 @@ class MappedFile:
         Returns False when there is no CRC to check (the file is open for writing, or was not
         closed cleanly); raises FormatError when the data does not match.
         """
+        self._usable()
         if not self.header.flags & FLAG_DATA_CRC:
             return False
         if self._data_crc() != self.header.data_crc:
@@ -173,17 +184,19 @@ class MappedFile:
 
     def flush(self) -> None:
         """Force the data and count to disk (msync): survives an OS crash from here on."""
+        self._usable()
         if not self.readonly:
             self.buffer.flush()
 
-    def close(self) -> None:
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(f"{self.path}: the {self._noun} is closed")
+
+    def _close(self) -> None:
         """Seal the file: data CRC, clean flag, msync; then unmap and unlock."""
-        if self.buffer.closed:
-            return
         try:
             if not self.readonly:
                 self.buffer.flush()  # data on disk before the header says it is clean
-                self.header.count = self.stored_count()
+                self.header.count = self._live_count()
                 self.header.data_crc = self._data_crc()
                 self.header.flags = (self.header.flags & ~FLAG_OPEN) | FLAG_DATA_CRC
                 live = self.header.encode_live()

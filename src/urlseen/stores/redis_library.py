@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
 from urlseen.stores.library_protocol import LibraryIO, Record, time_index
@@ -51,8 +52,9 @@ def bucket_bits(capacity: int, groups: int) -> int:
     return min(max((buckets - 1).bit_length(), 1), 32)
 
 
-class RedisLibrary(redis_store.Handle):
-    """A fingerprint library in Redis, shared by any number of processes.
+class RedisLibrary(Closeable):
+    """A fingerprint library in Redis, shared by any number of processes. close() forgets the
+    connection; the records stay in Redis.
 
     Args:
         redis: a Redis URL (redis://, rediss://, unix://, or redis-cluster://host:port for a

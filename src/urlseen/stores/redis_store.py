@@ -16,18 +16,9 @@ import time
 import uuid
 from collections.abc import Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from urlseen.errors import (
-    ClosedError,
-    ConfigError,
-    FormatError,
-    MissingDependencyError,
-    UrlseenError,
-)
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
+from urlseen.errors import ConfigError, FormatError, MissingDependencyError, UrlseenError
 
 RECEIPT_SECONDS = 120  # far longer than the retries take (~7 s); receipts cost ~1 B per URL
 RETRIES = 8  # backoff 0.05 s doubling to 2 s: ~7 s, a Redis failover's order of magnitude
@@ -36,28 +27,6 @@ T = TypeVar("T")
 
 class RemoteError(UrlseenError, ConnectionError):
     """Redis could not be reached (after retries) or answered with an error."""
-
-
-class Handle:
-    """A client's handle on something kept in Redis: close() forgets the connection (the data
-    stays in Redis), and any use after that raises ClosedError. A context manager."""
-
-    _closed = False
-    _noun = "filter"  # for the error message
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise ClosedError(f"the {self._noun} is closed")
-
-    def close(self) -> None:
-        """Forget the connection (the data stays in Redis)."""
-        self._closed = True
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _redis() -> Any:

@@ -28,9 +28,8 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 
-from urlseen.errors import ClosedError, FormatError, ReadOnlyError
+from urlseen.errors import FormatError, ReadOnlyError
 from urlseen.stores import _sqlite
 from urlseen.stores.library_protocol import (
     Changes,
@@ -67,10 +66,6 @@ CREATE TABLE overflow (counter INTEGER PRIMARY KEY, count INTEGER NOT NULL);
 """
 
 
-def _corrupt(path: str, exc: sqlite3.DatabaseError) -> FormatError:
-    return FormatError(f"{path}: not a readable urlseen library ({exc})")
-
-
 def _packed(fps: Sequence[bytes]) -> dict[str, object]:
     """The :fps and :count parameters of a batch statement (_ROWS)."""
     blob = b"".join(fps)
@@ -79,8 +74,14 @@ def _packed(fps: Sequence[bytes]) -> dict[str, object]:
     return {"fps": blob, "count": len(fps)}
 
 
-class SQLiteLibrary:
+class SQLiteLibrary(_sqlite.SQLiteStore):
     """The FingerprintLibrary protocol on a SQLite file (see the module docstring)."""
+
+    _noun = "library"
+    APPLICATION_ID = APPLICATION_ID
+    SCHEMA_VERSION = SCHEMA_VERSION
+    SCHEMA = _SCHEMA
+    _unreadable = _damaged = "not a readable urlseen library"
 
     def __init__(
         self,
@@ -92,47 +93,8 @@ class SQLiteLibrary:
         cache_kib: int = DEFAULT_CACHE_KIB,
         fingerprint: str = "md5",
     ) -> None:
-        self.path = str(path)
-        self.readonly = readonly
         self.io = LibraryIO()
         self._depth = 0
-        target = Path(path)
-        _sqlite.check_exists(target, create=create, readonly=readonly, what="library")
-        self._lock_fd = _sqlite.lock(target, create=create, readonly=readonly)
-        try:
-            self._connection: sqlite3.Connection | None = _sqlite.connect(target, readonly=readonly)
-            if create:  # before WAL mode: the page size is fixed once the file has a page
-                self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-                self._configure(durable, cache_kib)
-                self._create(fingerprint)
-                self._check()
-            else:  # check first: a refused file must be left exactly as it was
-                self._check()
-                self._configure(durable, cache_kib)
-        except BaseException as exc:
-            self._close_quietly()
-            if isinstance(exc, sqlite3.DatabaseError) and _sqlite.is_corruption(exc):
-                raise _corrupt(self.path, exc) from exc
-            raise
-
-    @property
-    def _db(self) -> sqlite3.Connection:
-        if self._connection is None:
-            raise ClosedError(f"{self.path}: the library is closed")
-        return self._connection
-
-    def _configure(self, durable: bool, cache_kib: int) -> None:
-        pragmas = (
-            f"cache_size=-{int(cache_kib)}",
-            f"wal_autocheckpoint={WAL_CHECKPOINT_PAGES}",
-            "mmap_size=0",
-        )
-        _sqlite.configure(self._db, readonly=self.readonly, durable=durable, pragmas=pragmas)
-
-    def _create(self, fingerprint: str) -> None:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        _sqlite.mark(db, APPLICATION_ID, SCHEMA_VERSION, _SCHEMA)
         meta = {
             "format": "urlseen-library",
             "fingerprint": fingerprint,
@@ -140,11 +102,17 @@ class SQLiteLibrary:
             "records": "0",
             "counters": "",
         }
-        db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-        db.execute("COMMIT")
+        pragmas = (
+            f"cache_size=-{int(cache_kib)}",
+            f"wal_autocheckpoint={WAL_CHECKPOINT_PAGES}",
+            "mmap_size=0",
+        )
+        super().__init__(
+            path, create=create, readonly=readonly, durable=durable, new_meta=meta,
+            pragmas=pragmas, page_size=PAGE_SIZE,
+        )  # fmt: skip
 
-    def _check(self) -> None:
-        _sqlite.check_mark(self._db, self.path, APPLICATION_ID, SCHEMA_VERSION, "library")
+    def _check_tables(self) -> None:
         try:
             fmt, records = self.get_meta("format"), self.get_meta("records")
         except sqlite3.OperationalError as exc:  # e.g. no such table
@@ -154,15 +122,6 @@ class SQLiteLibrary:
             ) from exc
         if fmt != "urlseen-library" or records is None:
             raise FormatError(f"{self.path}: a urlseen library without its metadata")
-
-    def _close_quietly(self) -> None:
-        """Release after a failed open: no checkpoint, and every handle exactly once."""
-        db, self._connection = getattr(self, "_connection", None), None
-        fd, self._lock_fd = getattr(self, "_lock_fd", -1), -1
-        _sqlite.close_quietly(db, fd)
-
-    def _errors(self) -> contextlib.AbstractContextManager[None]:
-        return _sqlite.corruption_as(lambda exc: _corrupt(self.path, exc))
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -321,22 +280,3 @@ class SQLiteLibrary:
     def files(self) -> list[str]:
         """The database file and its WAL (for the experiment's page-cache eviction)."""
         return [p for p in (self.path, self.path + "-wal") if os.path.exists(p)]
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
-
-    def __enter__(self) -> SQLiteLibrary:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        db = getattr(self, "_connection", None)
-        try:
-            if db is not None and not self.readonly:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            self._close_quietly()

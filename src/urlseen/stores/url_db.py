@@ -17,15 +17,13 @@ is ever looked up in it on the hot path. The two share the SQLite conventions:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from urlseen.errors import ClosedError, FormatError, ReadOnlyError
+from urlseen.errors import FormatError, ReadOnlyError
 from urlseen.stores import _sqlite
 from urlseen.stores.library_protocol import from_millis, to_millis
 
@@ -79,7 +77,7 @@ class UrlDB(Protocol):
     def close(self) -> None: ...
 
 
-class SQLiteUrlDB:
+class SQLiteUrlDB(_sqlite.SQLiteStore):
     """URL_DB in a SQLite file (see the module docstring).
 
     Args:
@@ -93,6 +91,13 @@ class SQLiteUrlDB:
         StateInUseError: another process has it open for writing.
     """
 
+    _noun = "URL_DB"
+    APPLICATION_ID = APPLICATION_ID
+    SCHEMA_VERSION = SCHEMA_VERSION
+    SCHEMA = _SCHEMA
+    _unreadable = "not a readable URL_DB"
+    _damaged = "damaged URL_DB"
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -101,45 +106,13 @@ class SQLiteUrlDB:
         readonly: bool = False,
         durable: bool = False,
     ) -> None:
-        self.path = str(path)
-        self.readonly = readonly
-        self._connection: sqlite3.Connection | None = None
-        self._lock_fd = -1
-        target = Path(path)
-        _sqlite.check_exists(target, create=create, readonly=readonly, what="URL_DB")
-        self._lock_fd = _sqlite.lock(target, create=create, readonly=readonly)
-        try:
-            self._connection = _sqlite.connect(target, readonly=readonly)
-            if create:
-                self._create()
-            else:  # check first: a refused file is left exactly as it was
-                self._check()
-            self._configure(durable)
-        except BaseException as exc:
-            self._close_quietly()
-            if isinstance(exc, sqlite3.DatabaseError) and _sqlite.is_corruption(exc):
-                raise FormatError(f"{self.path}: not a readable URL_DB ({exc})") from exc
-            raise
+        super().__init__(
+            path, create=create, readonly=readonly, durable=durable,
+            new_meta={"format": FORMAT_NAME},
+        )  # fmt: skip
 
-    @property
-    def _db(self) -> sqlite3.Connection:
-        if self._connection is None:
-            raise ClosedError(f"{self.path}: the URL_DB is closed")
-        return self._connection
-
-    def _configure(self, durable: bool) -> None:
-        _sqlite.configure(self._db, readonly=self.readonly, durable=durable)
-
-    def _create(self) -> None:
+    def _check_tables(self) -> None:
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        _sqlite.mark(db, APPLICATION_ID, SCHEMA_VERSION, _SCHEMA)
-        db.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT_NAME,))
-        db.execute("COMMIT")
-
-    def _check(self) -> None:
-        db = self._db
-        _sqlite.check_mark(db, self.path, APPLICATION_ID, SCHEMA_VERSION, "URL_DB")
         try:
             row = db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
             db.execute("SELECT seq, url, features, decision, matched, at_ms FROM decisions LIMIT 0")
@@ -147,16 +120,6 @@ class SQLiteUrlDB:
             raise FormatError(f"{self.path}: marked as a URL_DB but lacks its tables") from exc
         if row is None or row[0] != FORMAT_NAME:
             raise FormatError(f"{self.path}: a URL_DB without its metadata")
-
-    def _close_quietly(self) -> None:
-        db, self._connection = self._connection, None
-        fd, self._lock_fd = self._lock_fd, -1
-        _sqlite.close_quietly(db, fd)
-
-    def _errors(self) -> contextlib.AbstractContextManager[None]:
-        return _sqlite.corruption_as(
-            lambda exc: FormatError(f"{self.path}: damaged URL_DB ({exc})")
-        )
 
     def record(self, decisions: Sequence[Decision]) -> None:
         """Append a batch of decisions in one transaction (all or nothing)."""
@@ -224,17 +187,3 @@ class SQLiteUrlDB:
                     ("new" if new else "similar",),
                 ).fetchone()
         return int(row[0])
-
-    @property
-    def closed(self) -> bool:
-        return self._connection is None
-
-    def close(self) -> None:
-        """Close the file (a clean WAL checkpoint) and release the writer's lock."""
-        self._close_quietly()
-
-    def __enter__(self) -> SQLiteUrlDB:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
