@@ -16,7 +16,7 @@ import click
 
 from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
-from urlseen.cli._common import cli_errors, flag, human, open_filter
+from urlseen.cli._common import cli_errors, flag, human, open_filter, sizing_options
 from urlseen.dedup import DedupSummary, dedup
 from urlseen.linekeys import LineKeyer
 from urlseen.streams import input_lines, open_output, total_bytes
@@ -113,17 +113,6 @@ def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def _error_rate_help() -> str:
-    rates = ", ".join(
-        f"{k.name} {k.error_rate:g}" for k in kinds.KINDS.values() if k.error_rate is not None
-    )
-    return (
-        "False-positive rate at capacity: for bloom-like filters the share of new URLs "
-        "dropped as seen; for exact the share that costs a library look-up (never a wrong "
-        f"answer) [default: {rates}]."
-    )
-
-
 @click.command("dedup")
 @click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
@@ -164,16 +153,7 @@ def _error_rate_help() -> str:
     show_default=True,
     help="Seen-test: " + "; ".join(f"{k.name}: {k.summary}" for k in kinds.KINDS.values()),
 )
-@click.option(
-    "--capacity",
-    type=click.IntRange(min=1),
-    help=f"Distinct URLs the filter is sized for [default: {kinds.DEFAULT_CAPACITY}].",
-)
-@click.option(
-    "--error-rate",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    help=_error_rate_help(),
-)
+@sizing_options
 @click.option(
     "--remove",
     type=click.Path(dir_okay=False, allow_dash=True),
