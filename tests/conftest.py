@@ -117,10 +117,12 @@ def redis_name(redis_url: str, request: pytest.FixtureRequest):
 
     import redis
 
+    from urlseen.stores.redis_store import escape
+
     name = f"test-{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
     yield name
     client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"urlseen:{{{name}*", count=1000))
+    keys = list(client.scan_iter(match=f"urlseen:{{{escape(name)}*", count=1000))
     if keys:
         client.delete(*keys)
 

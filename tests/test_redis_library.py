@@ -164,6 +164,8 @@ def test_a_resent_batch_gets_the_same_answer(make, monkeypatch):
 
     def lossy(keys, args):
         answer = real(keys=keys, args=args)
+        if args[0] == "ack":  # acknowledging the claim's answers: not a batch
+            return answer
         calls["n"] += 1
         if calls["n"] % 2:
             raise redis.exceptions.ConnectionError("reply lost")

@@ -8,6 +8,11 @@ tested, then added to; an exact filter (`commits_after_callback`) does both in o
 writes the lines from its before_commit callback. The filter therefore never gets ahead of the
 output: a run killed at any moment and run again on the same input prints every distinct line
 at least once across the two runs, and at most one batch (`batch_size` lines) twice.
+
+A filter that holds its answers until they are acknowledged (a shared one: `acknowledge()`)
+is switched to explicit acknowledgement for the run, and acknowledged once a batch's new lines
+are written and flushed: a process killed before that leaves the answers claimed, and the next
+run (or another process) that meets those URLs after the lease prints them.
 """
 
 from __future__ import annotations
@@ -134,6 +139,9 @@ def dedup(
     keyer = keyer or LineKeyer()
     summary = DedupSummary(skipped=keyer.counts)
     start = time.perf_counter()
+    acknowledge = getattr(seen, "acknowledge", None)
+    if acknowledge is not None:
+        seen.auto_acknowledge = False  # type: ignore[attr-defined]  # answers wait for the output
     for batch in _batches(lines, batch_size):
         raw = [_strip_newline(line) for line in batch]
         keyed = [(line, keyer.key(line)) for line in raw]
@@ -150,6 +158,9 @@ def dedup(
                 fresh_keys = [key for key, fresh in zip(keys, flags, strict=True) if fresh]
                 if fresh_keys:
                     seen.add_many(fresh_keys)
+        if acknowledge is not None:
+            out.flush()
+            acknowledge()  # the batch's new lines are out: release their claims
         written = sum(flags)
         summary.lines += len(batch)
         summary.new += written

@@ -104,11 +104,14 @@ def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
             Path: click.Path(dir_okay=False),
         }.get(option.type, str)
         default = "" if option.default is None else f" [default: {option.default}]"
+        takers += " with --redis" if option.shared else ""
+        value: dict[str, Any] = (
+            {"is_flag": True, "default": None}  # a flag: None unless given
+            if option.type is bool
+            else {"type": click.Choice(option.choices) if option.choices else kind_of_value}
+        )
         command = click.option(
-            flag(option.name),
-            option.name,
-            type=click.Choice(option.choices) if option.choices else kind_of_value,
-            help=f"{takers}: {option.help}{default}",
+            flag(option.name), option.name, help=f"{takers}: {option.help}{default}", **value
         )(command)
     return command
 

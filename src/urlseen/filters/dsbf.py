@@ -15,6 +15,11 @@ a split is lost), the leaf is sealed, the rest copied, then the tree swaps the l
 children atomically, only for the lock's holder (a splitter whose lock expired cannot install
 stale children). Writers that hit a sealed leaf reload the tree; if its splitter died, they
 finish the split.
+
+In Redis each URL answered new is claimed in its leaf until acknowledged (stores/redis_claims.py),
+so it reaches a caller even if the client it was answered to dies first; a split copies the
+sealed leaf's claims into the children. Every call checks the filter's instance id: a tree or
+leaf whose keys vanished stops the client with FilterLostError instead of a wait.
 """
 
 from __future__ import annotations
@@ -28,14 +33,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from urlseen import _core
-from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters.base import FilterStats, Key, key_batch
-from urlseen.stores.redis_store import RemoteError
+from urlseen.stores.redis_claims import Claimant, Claims, Patience
+from urlseen.stores.redis_store import LOST_HELP, FilterLostError, RemoteError, new_instance
 from urlseen.stores.splittable import (
     FP_BYTES,
-    MOVED,
+    MISSING,
+    LeafAnswer,
     LeafOp,
     LeafStore,
     MemoryLeafStore,
@@ -43,7 +49,7 @@ from urlseen.stores.splittable import (
     Tree,
 )
 
-FORMAT = "urlseen-dsbf/2"  # /1 named its params n, f, m, b, u, c, cap
+FORMAT = "urlseen-dsbf/3"  # /2: no instance id, no claims; /1 named its params n, f, m, b, u, c
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_MS = 30_000  # a split lock's lease, renewed after every copied chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
@@ -56,7 +62,7 @@ def _new_seed() -> int:
     return secrets.randbits(64)
 
 
-class SplittableBloomFilter(Closeable):
+class SplittableBloomFilter(Claimant):
     """A Bloom filter that grows by splitting full leaves: FP rate <= error_rate at any size.
 
     Args:
@@ -70,12 +76,16 @@ class SplittableBloomFilter(Closeable):
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
             "standard" (k bits anywhere in the leaf; leaf_capacity by the exact Bloom formula).
         seed: the MapHash / fingerprint seed.
+        lease: (Redis) seconds an answer "new" stays claimed until acknowledged (default 10).
+        allow_eviction: (Redis) use a server whose maxmemory-policy may evict keys.
 
     Attributes (from the stored parameters): capacity, error_rate, leaf_bits, fanout, seed, k
     (bits per URL in its leaf) and leaf_capacity (the URLs a leaf holds at error_rate: a leaf
     that reaches it splits).
 
     An existing shared filter keeps its own parameters; passing different ones is an error.
+    Answers are acknowledged just before add_many returns them; with auto_acknowledge = False
+    they stay claimed until acknowledge().
 
     Example:
         >>> seen = SplittableBloomFilter(capacity=10_000, error_rate=0.001, leaf_bits=1 << 16)
@@ -95,7 +105,10 @@ class SplittableBloomFilter(Closeable):
         layout: str | None = None,
         seed: int | None = None,
         store: LeafStore | None = None,
+        lease: float | None = None,
+        allow_eviction: bool = False,
     ) -> None:
+        self._claims = Claims(lease)
         if store is None:
             if redis is None:
                 store = MemoryLeafStore()
@@ -103,6 +116,7 @@ class SplittableBloomFilter(Closeable):
                 from urlseen.stores.redis_leaves import RedisLeafStore
 
                 store = RedisLeafStore(redis, name)
+                store.check_eviction(allow_eviction)
         self._store = store
         self.name = name
         tree = store.load()
@@ -120,11 +134,13 @@ class SplittableBloomFilter(Closeable):
                 0 if seed is None else seed,
             )
             root = Split(_new_seed(), tuple(str(i) for i in range(params["first_leaves"])))
-            store.make_leaves(root.children, params)
-            store.create(params, root)
+            store.create(params, root)  # of two creators at once, one wins
             tree = store.load()
             assert tree is not None
         _check_params(tree.params, name)
+        if not tree.ready:  # its creator may have died before making the first leaves
+            store.make_leaves(tree.splits["root"].children, tree.params)
+            store.mark_ready()
         for field, value in given.items():
             if value is not None and value != tree.params[field]:
                 raise ConfigError(
@@ -136,6 +152,7 @@ class SplittableBloomFilter(Closeable):
         self.capacity, self.error_rate = p["capacity"], p["error_rate"]
         self.leaf_bits, self.fanout, self.seed = p["leaf_bits"], p["fanout"], p["seed"]
         self.k, self.leaf_capacity = p["k"], p["leaf_capacity"]
+        self._instance = p["instance"]
         self.splits_done = 0
 
     @staticmethod
@@ -143,7 +160,7 @@ class SplittableBloomFilter(Closeable):
         """Whether Redis holds a splittable filter called name."""
         from urlseen.stores.redis_leaves import RedisLeafStore
 
-        return RedisLeafStore(redis, name).load() is not None
+        return RedisLeafStore(redis, name).holds_kind()
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -164,9 +181,13 @@ class SplittableBloomFilter(Closeable):
 
     def _reload(self) -> None:
         tree = self._store.load()
-        if tree is None:
-            raise FormatError(f"splittable filter {self.name!r} was deleted")
+        if tree is None or tree.params.get("instance") != self._instance:
+            what = "is gone" if tree is None else "belongs to another filter of the same name"
+            raise FilterLostError(f"splittable filter {self.name!r}: its tree {what}; {LOST_HELP}")
         self._tree = tree
+
+    def _lost_leaf(self, leaf: str) -> FilterLostError:
+        return FilterLostError(f"splittable filter {self.name!r}: leaf {leaf} is gone; {LOST_HELP}")
 
     # -- the seen-test ---------------------------------------------------------------------
 
@@ -176,10 +197,26 @@ class SplittableBloomFilter(Closeable):
         if not keys:
             return []
         fps, values = self._fingerprints(keys)
-        answers: list[bool | None] = [None] * len(keys)
-        pending = list(range(len(keys)))
+        if op != LeafOp.ADD:
+            return self._each_leaf(fps, values, op, 0)
+        claims = self._claims
+        with claims.batch(self._abandon) as priority:
+            answers = self._each_leaf(fps, values, op, priority)
+        if claims.auto:
+            self.acknowledge()
+        return answers
+
+    def _each_leaf(
+        self, fps: list[bytes], values: list[int], op: LeafOp, priority: int
+    ) -> list[bool]:
+        """One LeafOp on each fingerprint in the leaf the tree routes it to, until every leaf
+        has answered: through splits (rerouted), and for ADD through other clients' claims
+        (asked again, about one lease at most)."""
+        answers = [False] * len(fps)
+        pending = list(range(len(fps)))
         deadline = time.monotonic() + REROUTE_SECONDS
         stuck_wait = 0.005
+        patience: Patience | None = None
         room = max(1, self.leaf_capacity // 16)  # keys per leaf per round (see leaf_write_limit)
         while pending:
             groups: dict[str, list[int]] = defaultdict(list)
@@ -188,45 +225,62 @@ class SplittableBloomFilter(Closeable):
                 group = groups[self._route(values[i])]
                 (group if op != LeafOp.ADD or len(group) < room else later).append(i)
             replies = self._store.check_and_add(
-                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()}, op
+                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()},
+                op,
+                self._claims.args(priority),
             )
             moved: list[int] = []
+            waiting: list[int] = []
             full: list[str] = []
+            missing: list[str] = []
             for leaf, idx in groups.items():
                 reply = replies[leaf]
-                if reply is MOVED:
+                if not isinstance(reply, LeafAnswer):
                     moved.extend(idx)
+                    if reply is MISSING:
+                        missing.append(leaf)
                     continue
                 for i, new in zip(idx, reply.new, strict=True):
                     answers[i] = new
-                if op == LeafOp.ADD and reply.count >= self.leaf_capacity:
-                    full.append(leaf)
+                waiting.extend(idx[j] for j in reply.pending)
+                if op == LeafOp.ADD:
+                    self._claims.hold([fps[i] for i in idx if answers[i]], priority)
+                    if reply.count >= self.leaf_capacity:
+                        full.append(leaf)
             for leaf in full:
                 self._split(leaf)
-            if not moved:
-                pending = later
-                continue
-            version = self._tree.version
-            self._reload()
-            if self._tree.version == version:  # a sealed leaf still in the tree: a split
-                for leaf in {self._route(values[i]) for i in moved}:  # is on, or died
-                    self._split(leaf)
-                if time.monotonic() > deadline:
-                    raise RemoteError(
-                        f"splittable filter {self.name!r}: a split did not finish within "
-                        f"{REROUTE_SECONDS:.0f} s"
-                    )
-                time.sleep(stuck_wait)
-                stuck_wait = min(stuck_wait * 2, 0.5)
-            pending = sorted(moved + later)
-        return [bool(a) for a in answers]
+            if waiting:
+                patience = patience or Patience(self._claims.lease)
+                if not patience.wait():  # claims that outlive this wait: answered seen
+                    waiting = []
+            if moved:
+                version = self._tree.version
+                self._reload()
+                live = {leaf for leaf, _ in self._tree.leaves()}
+                for leaf in missing:
+                    if leaf in live:  # not split and expired: lost
+                        raise self._lost_leaf(leaf)
+                if self._tree.version == version and not missing:  # a sealed leaf still in
+                    for leaf in {self._route(values[i]) for i in moved}:  # the tree: a split
+                        self._split(leaf)  # is on, or died
+                    if time.monotonic() > deadline:
+                        raise RemoteError(
+                            f"splittable filter {self.name!r}: a split did not finish within "
+                            f"{REROUTE_SECONDS:.0f} s"
+                        )
+                    time.sleep(stuck_wait)
+                    stuck_wait = min(stuck_wait * 2, 0.5)
+            pending = sorted(moved + later + waiting)
+        return answers
 
     def add(self, key: Key) -> bool:
         """Check-and-add one URL (use add_many for throughput)."""
         return self._run([key], LeafOp.ADD)[0]
 
     def add_many(self, keys: Iterable[Key]) -> list[bool]:
-        """Check-and-add a batch; True where new. Atomic per URL across all clients."""
+        """Check-and-add a batch; True where new. Atomic per URL across all clients; waits
+        (about one lease at most) for URLs another client answered new and has not
+        acknowledged."""
         return self._run(keys, LeafOp.ADD)
 
     def __contains__(self, key: object) -> bool:
@@ -234,6 +288,13 @@ class SplittableBloomFilter(Closeable):
 
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         return [not absent for absent in self._run(keys, LeafOp.CONTAINS)]
+
+    def _release(self, fps: list[bytes], abandon: bool) -> int:
+        if not fps:
+            return 0
+        values = list(struct.unpack(f"<{len(fps)}Q", b"".join(fps)))
+        op = LeafOp.ABANDON if abandon else LeafOp.ACK
+        return self._each_leaf(fps, values, op, 0).count(False)
 
     # -- splitting --------------------------------------------------------------------------
 
@@ -258,6 +319,7 @@ class SplittableBloomFilter(Closeable):
         if copied is None or end < 0 or self._copy(leaf, split, copied, end, token) is None:
             store.drop(children)
             return False
+        store.copy_claims(leaf, split)  # sealed: no new claims; acknowledgements come again
         if not store.swap(leaf, token, split):
             store.drop(children)
             return False
@@ -280,7 +342,9 @@ class SplittableBloomFilter(Closeable):
             values = struct.unpack(f"<{len(data) // FP_BYTES}Q", data)
             for j, value in enumerate(values):
                 groups[split.child(value)].append(data[j * FP_BYTES : (j + 1) * FP_BYTES])
-            store.check_and_add(groups, LeafOp.COPY)
+            for child, reply in store.check_and_add(groups, LeafOp.COPY).items():
+                if not isinstance(reply, LeafAnswer):  # fresh children take every copy
+                    raise self._lost_leaf(child)
             start += len(data)
             if not store.refresh(leaf, token, LOCK_MS, split.children):
                 return None
@@ -295,6 +359,9 @@ class SplittableBloomFilter(Closeable):
         self._reload()
         order = self._tree.leaves()
         infos = self._store.leaf_info([leaf for leaf, _ in order])
+        for (leaf, _), info in zip(order, infos, strict=True):
+            if info is None:  # a leaf of the tree is never deleted (a split retires it later)
+                raise self._lost_leaf(leaf)
         return [
             {"leaf": leaf, "depth": depth, "count": info.count,
              "fill": info.count / self.leaf_capacity, "state": info.state,
@@ -383,7 +450,8 @@ def _params(
             "smaller leaves"
         )
     return {
-        "format": FORMAT, "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "format": FORMAT, "instance": new_instance(),
+        "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
         "leaf_bits": leaf_bits, "fanout": fanout, "layout": layout, "seed": seed,
         "k": size.k, "leaf_capacity": size.leaf_capacity, "first_leaves": size.first_leaves,
         "leaf_write_limit": write_limit,
@@ -405,6 +473,7 @@ def _check_params(p: dict[str, Any], name: str) -> None:
         any(not isinstance(p.get(field), int) for field in _INT_PARAMS)
         or p.get("layout") not in _sizing.LAYOUTS
         or p.get("hash_id") != _core.HASH_XXH3_128
+        or not isinstance(p.get("instance"), str)
         or not isinstance(p.get("error_rate"), float)
     ):
         raise FormatError(f"{name!r}: not a urlseen splittable filter this version can read")

@@ -8,7 +8,8 @@ library made by either can be opened by the other.
 
 With a shared library (stores/redis_library.RedisLibrary) this is the fleet's exact filter: the
 library's atomic insert-if-absent decides each URL, so among all processes each distinct URL is
-new exactly once.
+new exactly once, and reaches a caller even if the process it was answered to dies before its
+caller has it (claims until acknowledge(): stores/redis_claims.py).
 """
 
 from __future__ import annotations
@@ -136,6 +137,25 @@ class FingerprintLibraryFilter(Closeable):
     def forget_older_than(self, timestamp: float) -> int:
         """Shared library only: forget URLs first seen before timestamp; how many."""
         return self._shared_library("forget").forget_older_than(timestamp)
+
+    @property
+    def auto_acknowledge(self) -> bool:
+        """Shared library: True (default) if add_many acknowledges its answers before it
+        returns them; False keeps them claimed until acknowledge(). Local: always True."""
+        return self._shared is None or self._shared.auto_acknowledge
+
+    @auto_acknowledge.setter
+    def auto_acknowledge(self, value: bool) -> None:
+        if self._shared is not None:
+            self._shared.auto_acknowledge = value
+
+    def acknowledge(self) -> int:
+        """Every answer given so far has reached the caller (and is persisted, if the caller
+        persists them): a shared library releases their claims (how many another client had
+        taken over meanwhile). A local library commits each batch in add_many: nothing to do."""
+        with self._lock:
+            self._usable()
+            return 0 if self._shared is None else self._shared.acknowledge()
 
     def _shared_library(self, what: str) -> RedisLibrary:
         with self._lock:

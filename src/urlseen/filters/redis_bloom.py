@@ -4,41 +4,57 @@ The bits are a Redis string holding exactly the bytes a local BloomFilter of the
 parameters would hold. The client hashes and computes positions in C (urlseen._core.byte_masks)
 and sends a whole batch to a Lua script (stores/lua/bloom_batch.lua) that tests and sets the
 bits atomically: among all clients, a URL is reported new exactly once (false positives aside,
-as for any Bloom filter). One round trip per batch, against one per bit (GETBIT/SETBIT) or one
-per URL.
+as for any Bloom filter), and reaches a caller even if its client dies before the caller has
+it (claims with leases: stores/redis_claims.py). One round trip per batch, against one per bit
+(GETBIT/SETBIT) or one per URL, plus one to acknowledge a batch that had new URLs.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from urlseen import _core
-from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.bloom import DEFAULT_HASH, HASHES, _params
 from urlseen.stores import redis_store
-from urlseen.stores.redis_store import RECEIPT_SECONDS
+from urlseen.stores.redis_claims import Claimant, Claims, settle
+from urlseen.stores.redis_store import LOST_HELP, FilterLostError, retrying
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB
-FORMAT = "urlseen-redis-bloom/1"
+FORMAT = "urlseen-redis-bloom/2"  # /1: no kind record, no instance id, no claims
+KIND = "bloom"
+FP_BYTES = 16  # a claim's field: the key's digest
+RELEASE_CHUNK = 65536  # fingerprints per acknowledging call
+_CONTAINS, _ADD, _ACK, _ABANDON = "0", "1", "3", "4"  # bloom_batch.lua's operations
 
 
-class RedisBloomFilter(Closeable):
+class RedisBloomFilter(Claimant):
     """A Bloom filter whose bits live in Redis, shared by any number of processes. close()
     forgets the connection; the bits stay in Redis.
 
     Args:
         redis: a Redis URL ("redis://host:6379/0") or a redis-py client.
-        name: the filter's name; its keys are urlseen:{name}:bits and urlseen:{name}:meta
-            (one hash tag: Redis Cluster keeps them in one slot).
+        name: the filter's name (non-empty UTF-8, no braces, '#' or control characters);
+            its keys are urlseen:{name}:kind, :meta, :bits and :claims, the name escaped in
+            the hash tag (Redis Cluster keeps them in one slot).
         capacity, error_rate, layout, seed, hash: as for BloomFilter; used when the filter
             does not exist yet. An existing filter keeps its own parameters; passing
             different ones raises ConfigError.
+        lease: seconds an answer "new" stays claimed by this client until acknowledged
+            (default 10): if this client dies first, the next client that meets the URL after
+            the lease gets it as new.
+        allow_eviction: use a server whose maxmemory-policy may evict the filter's keys
+            (refused by default: EvictionPolicyError).
+
+    Answers are acknowledged just before add_many returns them; set auto_acknowledge = False
+    to keep them claimed until acknowledge() (after the caller has persisted them).
+
+    Raises FilterLostError from a batch when the filter's keys vanished from Redis since it
+    was opened (never re-created silently).
 
     Example:
         >>> seen = RedisBloomFilter("redis://127.0.0.1:6379/0", "crawl", capacity=10**7)
@@ -56,13 +72,19 @@ class RedisBloomFilter(Closeable):
         layout: str = "blocked",
         seed: int = 0,
         hash: str = DEFAULT_HASH,
+        lease: float | None = None,
+        allow_eviction: bool = False,
     ) -> None:
-        self._client = redis_store.connect(redis)
         self.name = redis_store.check_name(name)
+        self._claims = Claims(lease)
+        self._client = redis_store.connect(redis)
+        self._what = f"bloom filter {name!r}"
         self._bits = redis_store.key(name, "bits")
         self._meta = redis_store.key(name, "meta")
-        self._script = redis_store.load_script(self._client, "bloom_batch.lua")
-        stored = self._load_params()
+        self._claims_key = redis_store.key(name, "claims")
+        self._script = redis_store.load_script(self._client, "bloom_batch.lua", claims=True)
+        redis_store.check_eviction(self._client, allow_eviction, self._what)
+        stored = self._record()
         if stored is None:
             if capacity is None:
                 raise ConfigError(f"no filter {name!r} in Redis: give a capacity to create it")
@@ -74,82 +96,110 @@ class RedisBloomFilter(Closeable):
                     f"{wanted['nbits']} bits exceed one Redis string (2**32 bits); lower the "
                     "capacity or raise the error rate"
                 )
-            stored = self._create(wanted)
+            wanted = {**wanted, "format": FORMAT, "instance": redis_store.new_instance()}
+            stored = self._record(wanted)
+            assert stored is not None
         else:
             given = {"capacity": capacity, "error_rate": error_rate}
             redis_store.check_given(stored, given, f"filter {name!r}")
         self._params = stored
         self.nbits, self.k = int(stored["nbits"]), int(stored["k"])
+        self._nbytes = (self.nbits + 7) // 8
+        self._instance = stored["instance"]
         self._layout = _LAYOUT_CODES[stored["layout"]]
         self._hash = HASHES[stored["hash"]]
         self.seed = int(stored["seed"])
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
-        """Whether Redis holds a filter called name."""
-        client, meta = (
-            redis_store.connect(redis),
-            redis_store.key(redis_store.check_name(name), "meta"),
-        )
-        return redis_store.params_exist(client, meta)
+        """Whether Redis holds a Bloom filter called name."""
+        return redis_store.holds(redis_store.connect(redis), redis_store.check_name(name), KIND)
 
-    def _load_params(self) -> dict[str, Any] | None:
-        params = redis_store.load_params(self._client, self._meta, FORMAT, "Redis Bloom filter")
-        if params is None:
-            return None
-        if params.get("layout") not in _LAYOUT_CODES or params.get("hash") not in HASHES:
-            raise FormatError(f"Redis key {self._meta}: unknown layout or hash")
-        return params
+    def _record(self, create: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The stored parameters (created from `create`, bits allocated, if none)."""
+        allocate = None if create is None else (self._bits, (create["nbits"] + 7) // 8)
 
-    def _create(self, params: dict[str, Any]) -> dict[str, Any]:
-        params = {**params, "format": FORMAT}
-        nbytes = (params["nbits"] + 7) // 8
-        text = json.dumps(params, sort_keys=True)
+        def validate(params: dict[str, Any]) -> None:
+            if params.get("layout") not in _LAYOUT_CODES or params.get("hash") not in HASHES:
+                raise FormatError(f"Redis key {self._meta}: unknown layout or hash")
 
-        def create() -> Any:
-            # HSETNX: when two processes create the same filter at once, one wins and both
-            # use its parameters. The bits are allocated up front (one SETRANGE of the last
-            # byte) so that Redis's memory shows the filter's real size from the start.
-            if self._client.hsetnx(self._meta, "params", text):
-                self._client.setrange(self._bits, nbytes - 1, b"\0")
-            return self._client.hget(self._meta, "params")
-
-        winner: dict[str, Any] = json.loads(redis_store.retrying(create, "create"))
-        return winner
+        return redis_store.record(
+            self._client, self.name, KIND, self._meta, FORMAT, "Redis Bloom filter", validate,
+            create, allocate,
+        )  # fmt: skip
 
     # -- the seen-test ------------------------------------------------------------------
 
-    def _run(self, keys: Iterable[Key], add: bool) -> list[bool]:
+    def _call(self, op: str, masks: bytes, fps: bytes, claim: list[Any], what: str) -> bytes:
+        """One bloom_batch.lua call (KEYS[3], the receipt, is unused by these operations)."""
+        keys = [self._bits, self._meta, self._meta, self._claims_key]
+        args = [masks, op, 0, self._params["layout"], fps, FP_BYTES, "", self._instance,
+                self._nbytes, *claim]  # fmt: skip
+        answer: bytes = retrying(
+            lambda: self._script(keys=keys, args=args), f"{self._what}: {what}"
+        )
+        return answer
+
+    def _masks(self, keys: list[Key]) -> bytes:
+        return _core.byte_masks(keys, self.nbits, self.k, self._layout, self.seed, self._hash)
+
+    def add(self, key: Key) -> bool:
+        """Check-and-add one URL (one round trip: use add_many for throughput)."""
+        return self.add_many([key])[0]
+
+    def add_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Check-and-add a batch atomically, in one round trip; True where new. Waits (about
+        one lease at most) for URLs another client answered new and has not acknowledged."""
         self._usable()
         keys = key_batch(keys)
         if not keys:
             return []
-        masks = _core.byte_masks(keys, self.nbits, self.k, self._layout, self.seed, self._hash)
-        receipt = redis_store.receipt_key(self.name)
-        args = [masks, "1" if add else "0", RECEIPT_SECONDS, self._params["layout"]]
-        answer = redis_store.retrying(
-            lambda: self._script(keys=[self._bits, self._meta, receipt], args=args),
-            "check-and-add" if add else "contains",
-        )
-        return [c == 0x31 for c in answer]  # b"1": some bit was 0
+        masks = self._masks(keys)
+        fps = _core.digests(keys, self._hash, self.seed)
+        claims = self._claims
+        with claims.batch(self._abandon) as priority:
 
-    def add(self, key: Key) -> bool:
-        """Check-and-add one URL (one round trip: use add_many for throughput)."""
-        return self._run([key], add=True)[0]
+            def ask(idx: list[int]) -> bytes:
+                whole = len(idx) == len(keys)
+                part = masks if whole else self._masks([keys[i] for i in idx])
+                answer = self._call(_ADD, part, b"".join(fps[i] for i in idx),
+                                    claims.args(priority), "check-and-add")  # fmt: skip
+                claims.hold([fps[i] for i, c in zip(idx, answer, strict=True) if c == 0x31],
+                            priority)  # fmt: skip
+                return answer
 
-    def add_many(self, keys: Iterable[Key]) -> list[bool]:
-        """Check-and-add a batch atomically, in one round trip; True where new."""
-        return self._run(keys, add=True)
+            answers = settle(ask, len(keys), claims.lease)
+        if claims.auto:
+            self.acknowledge()
+        return answers
+
+    def _release(self, fps: list[bytes], abandon: bool) -> int:
+        op, lost = _ABANDON if abandon else _ACK, 0
+        for start in range(0, len(fps), RELEASE_CHUNK):
+            part = b"".join(fps[start : start + RELEASE_CHUNK])
+            answer = self._call(op, b"", part, self._claims.args(0), "acknowledge")
+            lost += answer.count(b"0")
+        return lost
 
     def __contains__(self, key: object) -> bool:
-        return not self._run([key], add=False)[0]  # type: ignore[list-item]
+        return self.contains_many([key])[0]  # type: ignore[list-item]
 
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
-        return [not absent for absent in self._run(keys, add=False)]
+        """Whether each key is in the filter (read only: claims do not matter)."""
+        self._usable()
+        keys = key_batch(keys)
+        if not keys:
+            return []
+        answer = self._call(_CONTAINS, self._masks(keys), b"", self._claims.args(0), "contains")
+        return [c == 0x30 for c in answer]  # b"0": every bit was set
 
     def __len__(self) -> int:
         self._usable()
-        count = redis_store.retrying(lambda: self._client.hget(self._meta, "count"), "count")
+        count, instance = retrying(
+            lambda: self._client.hmget(self._meta, "count", "instance"), f"{self._what}: count"
+        )
+        if instance is None or instance.decode() != self._instance:
+            raise FilterLostError(f"{self._what}: {self._meta} is gone or replaced; " + LOST_HELP)
         return int(count or 0)
 
     def stats(self) -> FilterStats:
@@ -168,7 +218,7 @@ class RedisBloomFilter(Closeable):
     def popcount(self) -> int:
         """Set bits (BITCOUNT, counted by the server)."""
         self._usable()
-        return int(redis_store.retrying(lambda: self._client.bitcount(self._bits), "popcount"))
+        return int(retrying(lambda: self._client.bitcount(self._bits), f"{self._what}: popcount"))
 
     def memory_usage(self) -> int:
         """Bytes Redis uses for the bits and the metadata (MEMORY USAGE)."""
@@ -177,12 +227,14 @@ class RedisBloomFilter(Closeable):
         def usage() -> int:
             return sum(int(self._client.memory_usage(k) or 0) for k in (self._bits, self._meta))
 
-        return redis_store.retrying(usage, "memory usage")
+        return retrying(usage, f"{self._what}: memory usage")
 
     def destroy(self) -> None:
         """Delete the filter's keys from Redis (its receipts expire on their own)."""
         self._usable()
-        redis_store.retrying(lambda: self._client.delete(self._bits, self._meta), "destroy")
+        parts = (self._bits, self._meta, self._claims_key, redis_store.key(self.name, "kind"))
+        retrying(lambda: self._client.delete(*parts), f"{self._what}: destroy")
+        self._claims.take()  # nothing left to release
         self.close()
 
     def __repr__(self) -> str:

@@ -38,6 +38,7 @@ class Option:
     low: int | None = None  # bounds: whole numbers for every option so far
     high: int | None = None
     default: Any = None  # None: the filter chooses (the help says how)
+    shared: bool = False  # only for a filter shared through Redis
 
 
 @dataclass(frozen=True)
@@ -100,29 +101,36 @@ def _options() -> dict[str, Option]:
                    choices=("shared", "prime", "regions"), default="shared"),
             Option("url_db", "Record every decision (URL, features, new or similar) in this "
                    "SQLite file.", Path),
+            Option("lease", "Seconds a URL answered new stays claimed until its output is "
+                   "written: if this process dies first, the next process that meets it after "
+                   "the lease prints it [default: 10].", float, low=0, high=86400, shared=True),
+            Option("allow_eviction", "Use a Redis server whose maxmemory-policy may evict the "
+                   "filter's keys (refused by default); a lost key then stops the run with an "
+                   "error.", bool, shared=True),
         )
     }  # fmt: skip
 
 
 OPTIONS: dict[str, Option] = _options()
+SHARED = tuple(name for name, option in OPTIONS.items() if option.shared)
 
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
         Kind("bloom", "probabilistic: drops about --error-rate of new URLs; smallest",
-             "file", 1e-6, SMALL_BATCH, ("layout",), openers.open_bloom,
+             "file", 1e-6, SMALL_BATCH, ("layout", *SHARED), openers.open_bloom,
              openers.shared_bloom, describers.describe_shared_bloom),
         Kind("exact", "IMP-CBFilter: counting filter + fingerprint library on disk; never "
-             "drops a new URL", "folder", 1e-3, LIBRARY_BATCH, ("cache_entries",),
+             "drops a new URL", "folder", 1e-3, LIBRARY_BATCH, ("cache_entries", *SHARED),
              openers.open_exact, openers.shared_library, describers.describe_shared_library,
              marker="library.sqlite"),
         Kind("library", "the fingerprint library alone (the IMP-CBFilter paper's baseline)",
-             "folder", None, LIBRARY_BATCH, (), openers.open_library,
+             "folder", None, LIBRARY_BATCH, SHARED, openers.open_library,
              openers.shared_library, describers.describe_shared_library,
              marker="library.sqlite"),
         Kind("dsbf", "splittable Bloom filter: keeps its error rate as the crawl outgrows "
              "capacity; shared through Redis", "", 1e-3, LIBRARY_BATCH,
-             ("leaf_bits", "layout"), openers.open_dsbf, openers.shared_dsbf,
+             ("leaf_bits", "layout", *SHARED), openers.open_dsbf, openers.shared_dsbf,
              describers.describe_shared_dsbf),
         Kind("mdbf", "multi-dimensional Bloom filter: groups of two bit vectors", "file",
              1e-6, LIBRARY_BATCH, ("groups", "query"), openers.open_mdbf),
@@ -189,6 +197,9 @@ def open_filter(
             f"{spell('redis')} and {spell('state')} exclude each other: a filter is either "
             "shared through Redis or kept in a state, not both"
         )
+    for key in given:
+        if OPTIONS[key].shared and redis is None:
+            raise OptionError(f"{spell(key)} applies to a filter shared through {spell('redis')}")
     if redis is not None and row.open_shared is None:
         shared = [k.name for k in KINDS.values() if k.open_shared is not None]
         raise OptionError(

@@ -87,7 +87,7 @@ def describe_shared_bloom(url: str, name: str) -> dict[str, Any] | None:
 
     if not RedisBloomFilter.exists(url, name):
         return None
-    with RedisBloomFilter(url, name) as seen:
+    with RedisBloomFilter(url, name, allow_eviction=True) as seen:  # read only
         stats = seen.stats()
         return {
             **_head(url, name, stats),
@@ -108,7 +108,7 @@ def describe_shared_dsbf(url: str, name: str) -> dict[str, Any] | None:
 
     if not SplittableBloomFilter.exists(url, name):
         return None
-    with SplittableBloomFilter(redis=url, name=name) as seen:
+    with SplittableBloomFilter(redis=url, name=name, allow_eviction=True) as seen:  # read only
         stats = seen.stats()
         leaves = seen.leaves()
         d = stats.details

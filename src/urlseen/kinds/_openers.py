@@ -230,6 +230,14 @@ def open_dsbf(request: Request) -> SeenFilter:
 # -- shared through Redis -------------------------------------------------------------------
 
 
+def _sharing(request: Request) -> dict[str, Any]:
+    """What every shared filter takes besides its sizing: its lease and the eviction override."""
+    return {
+        "lease": request.value("lease"),
+        "allow_eviction": bool(request.value("allow_eviction")),
+    }
+
+
 def shared_bloom(request: Request) -> SeenFilter:
     from urlseen.filters.redis_bloom import RedisBloomFilter
 
@@ -237,8 +245,10 @@ def shared_bloom(request: Request) -> SeenFilter:
     assert url is not None
     if not RedisBloomFilter.exists(url, name):
         sizing = (request.value("capacity"), request.value("error_rate"))
-        return RedisBloomFilter(url, name, *sizing, layout=request.value("layout"))
-    seen = RedisBloomFilter(url, name)
+        return RedisBloomFilter(
+            url, name, *sizing, layout=request.value("layout"), **_sharing(request)
+        )
+    seen = RedisBloomFilter(url, name, **_sharing(request))
     stats = seen.stats()
     stored = {
         "capacity": stats.capacity,
@@ -257,9 +267,9 @@ def shared_library(request: Request) -> SeenFilter:
     url, name = request.redis, request.name
     assert url is not None
     if not RedisLibrary.exists(url, name):
-        library = RedisLibrary(url, name, request.value("capacity"))
+        library = RedisLibrary(url, name, request.value("capacity"), **_sharing(request))
     else:
-        library = RedisLibrary(url, name)
+        library = RedisLibrary(url, name, **_sharing(request))
         stored = {"capacity": library.params["capacity"]}
         checked(request, library, stored, "shared library", keeper="library")
     return FingerprintLibraryFilter(library=library)
@@ -278,8 +288,9 @@ def shared_dsbf(request: Request) -> SeenFilter:
             name=name,
             leaf_bits=request.value("leaf_bits"),
             layout=request.value("layout"),
+            **_sharing(request),
         )
-    seen = SplittableBloomFilter(redis=url, name=name)
+    seen = SplittableBloomFilter(redis=url, name=name, **_sharing(request))
     stats = seen.stats()
     stored = {
         "capacity": stats.capacity,

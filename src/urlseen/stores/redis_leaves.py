@@ -1,61 +1,107 @@
 """A SplittableBloomFilter's tree and leaves in Redis, single server or Cluster.
 
-Keys of filter `name`:
-- `urlseen:{name}:tree`: the tree hash (params, version, nodes, split locks; dsbf_tree.lua);
-- per leaf, under its own hash tag `{name:leaf:ID}` so that leaves spread over a Cluster's
-  slots while each leaf's script touches one slot: `:meta` (state, count), `:bits` (the leaf's
-  Bloom filter, a bitmap string of leaf_bits bits) and `:fps` (its fingerprints, packed: 8 bytes per
-  URL in one string grown in allocator-sized steps, against ~70 bytes per member of a SET).
-Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode, with
-a receipt per leaf and batch so that a batch resent after a lost reply gets the same answer.
+Keys of filter `name` (E: the name escaped, redis_store.escape):
+- `urlseen:{E}:kind`: the kind record ("dsbf"), `urlseen:{E}:tree`: the tree hash (params,
+  instance, version, nodes, split locks; dsbf_tree.lua);
+- per leaf, under its own hash tag `{E:leaf:ID}` so that leaves spread over a Cluster's
+  slots while each leaf's script touches one slot: `:meta` (state, count, instance), `:bits`
+  (the leaf's Bloom filter, a bitmap string of leaf_bits bits), `:fps` (its fingerprints,
+  packed: 8 bytes per URL in one string grown in allocator-sized steps, against ~70 bytes per
+  member of a SET) and `:claims` (stores/redis_claims.py).
+Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode; its
+claims answer a call sent again after a lost reply as the first time, and a split's copies
+leave receipts. Every call checks the filter's instance id: a leaf or tree that vanished is
+an error (FilterLostError), never a leaf made anew.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import struct
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from urlseen import _core
-from urlseen.errors import FormatError
+from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
 from urlseen.stores.redis_store import RECEIPT_SECONDS, retrying
-from urlseen.stores.splittable import MOVED, LeafAnswer, LeafInfo, LeafOp, Split, Tree
+from urlseen.stores.splittable import (
+    FP_BYTES,
+    MISSING,
+    MOVED,
+    PENDING,
+    LeafAnswer,
+    LeafInfo,
+    LeafOp,
+    LeafReply,
+    Split,
+    Tree,
+)
 
 _LAYOUTS = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 CLUSTER_THREADS = 8  # per-leaf script calls in flight at once on a Redis Cluster
+KIND = "dsbf"
 
 
 class RedisLeafStore:
     """LeafStore on a redis-py client (redis.Redis or redis.RedisCluster)."""
 
     def __init__(self, redis: Any, name: str, receipt_seconds: int = RECEIPT_SECONDS) -> None:
-        self.client = redis_store.connect(redis)
         self.name = redis_store.check_name(name)
+        self.client = redis_store.connect(redis)
         self.tree_key = redis_store.key(name, "tree")
+        self.kind_key = redis_store.key(name, "kind")
         self.receipt_seconds = receipt_seconds
-        self._cluster = type(self.client).__name__ == "RedisCluster"
+        self._what = f"splittable filter {name!r}"
+        self._escaped = redis_store.escape(name)
+        self._cluster = redis_store.is_cluster(self.client)
         self._tree_script = redis_store.load_script(self.client, "dsbf_tree.lua")
         self._leaf_script = redis_store.load_script(self.client, "dsbf_leaf.lua")
-        self._batch_script = redis_store.load_script(self.client, "bloom_batch.lua")
+        self._batch_script = redis_store.load_script(self.client, "bloom_batch.lua", claims=True)
         self._params: dict[str, Any] | None = None
+        self._instance = ""
         self._executor: ThreadPoolExecutor | None = None
 
-    def _keys(self, leaf: str) -> tuple[str, str, str]:
-        tag = f"{self.name}:leaf:{leaf}"
+    def check_eviction(self, allow: bool) -> None:
+        redis_store.check_eviction(self.client, allow, self._what)
+
+    def _keys(self, leaf: str) -> tuple[str, str, str, str]:
+        tag = f"{self._escaped}:leaf:{leaf}"
         return (
-            redis_store.key(tag, "meta"),
-            redis_store.key(tag, "bits"),
-            redis_store.key(tag, "fps"),
+            redis_store.tagged(tag, "meta"),
+            redis_store.tagged(tag, "bits"),
+            redis_store.tagged(tag, "fps"),
+            redis_store.tagged(tag, "claims"),
         )
 
-    def _tree(self, *args: Any) -> Any:
-        return retrying(lambda: self._tree_script(keys=[self.tree_key], args=list(args)), "tree")
+    def _tree(self, op: str, *args: Any) -> Any:
+        argv = [op, self._instance, *args]
+        return retrying(
+            lambda: self._tree_script(keys=[self.tree_key, self.kind_key], args=argv),
+            f"{self._what}: {op}",
+        )
+
+    def holds_kind(self) -> bool:
+        """Whether the name holds a splittable filter (its kind record says so)."""
+        return redis_store.holds(self.client, self.name, KIND)
 
     def load(self) -> Tree | None:
-        raw: dict[bytes, bytes] = retrying(lambda: self.client.hgetall(self.tree_key), "tree")
+        def read() -> tuple[Any, dict[bytes, bytes]]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(self.kind_key)
+            pipe.hgetall(self.tree_key)
+            kind, raw = pipe.execute()
+            return kind, raw
+
+        kind, raw = retrying(read, f"{self._what}: load")
+        if kind is not None and kind.decode() != KIND:
+            raise ConfigError(
+                f"Redis holds a {kind.decode()} filter named {self.name!r}, not a dsbf: a name "
+                "holds one kind of filter (choose another name, or the kind it holds)"
+            )
         if not raw:
             return None
         try:
@@ -66,46 +112,71 @@ class RedisLeafStore:
                 if k.startswith(b"node:") and v != b"leaf"
             }
             version = int(raw[b"version"])
+            instance = raw[b"instance"].decode()
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
             raise FormatError(f"Redis key {self.tree_key}: not a urlseen splittable tree") from exc
-        self._params = params
-        return Tree(version, params, splits)
+        if kind is None:
+            raise FormatError(
+                f"Redis key {self.tree_key}: a splittable filter without a kind record, made "
+                "by an older urlseen: destroy it or use a new name"
+            )
+        self._params, self._instance = params, instance
+        return Tree(version, params, splits, ready=b"ready" in raw)
 
     def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]:
         text = json.dumps(dict(params), sort_keys=True)
-        won: dict[str, Any] = json.loads(
-            self._tree("create", text, root.describe(), len(root.children))
+        argv = ["create", params["instance"], text, root.describe(), len(root.children)]
+        kind, won = retrying(
+            lambda: self._tree_script(keys=[self.tree_key, self.kind_key], args=argv),
+            f"{self._what}: create",
         )
-        self._params = won
-        return won
+        if kind.decode() != KIND:
+            raise ConfigError(
+                f"Redis holds a {kind.decode() or 'foreign'} filter named {self.name!r}, not "
+                "a dsbf: a name holds one kind of filter"
+            )
+        self._params = json.loads(won)
+        self._instance = self._params["instance"]
+        return self._params
+
+    def mark_ready(self) -> None:
+        self._tree("ready")
 
     def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
         nbytes = params["leaf_bits"] // 8
         for leaf in leaves:
-            keys = list(self._keys(leaf))
-            retrying(functools.partial(self._leaf_script, keys=keys, args=["make", nbytes]), "make")
+            keys, args = list(self._keys(leaf)), ["make", nbytes, params["instance"]]
+            retrying(
+                functools.partial(self._leaf_script, keys=keys, args=args), f"{self._what}: make"
+            )
 
     def new_leaf_ids(self, count: int) -> list[str]:
         last = int(self._tree("ids", count))
         return [str(i) for i in range(last - count + 1, last + 1)]
 
-    def _leaf_call(self, leaf: str, fps: list[bytes], op: LeafOp) -> tuple[list[str], list[Any]]:
+    def _leaf_call(
+        self, leaf: str, fps: list[bytes], op: LeafOp, claim: Sequence[Any]
+    ) -> tuple[list[str], list[Any]]:
         p = self._params
         assert p is not None, "load or create the tree first"
-        masks = _core.byte_masks(
-            fps, p["leaf_bits"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
-        )
-        meta, bits, fps_key = self._keys(leaf)
-        receipt = redis_store.receipt_key(f"{self.name}:leaf:{leaf}")
-        ttl = 0 if op == LeafOp.CONTAINS else self.receipt_seconds
-        args = [masks, int(op), ttl, p["layout"], b"".join(fps), p["leaf_write_limit"]]
-        return [bits, meta, receipt, fps_key], args
+        masks = b""
+        if op in (LeafOp.CONTAINS, LeafOp.ADD, LeafOp.COPY):
+            masks = _core.byte_masks(
+                fps, p["leaf_bits"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
+            )
+        meta, bits, fps_key, claims = self._keys(leaf)
+        # A receipt only for COPY: claims answer a resent ADD; the others write nothing to keep
+        receipt = redis_store.tagged(f"{self._escaped}:leaf:{leaf}", f"receipt:{uuid.uuid4().hex}")
+        ttl = self.receipt_seconds if op == LeafOp.COPY else 0
+        args = [masks, int(op), ttl, p["layout"], b"".join(fps), FP_BYTES, p["leaf_write_limit"],
+                self._instance, p["leaf_bits"] // 8, *claim]  # fmt: skip
+        return [bits, meta, receipt, claims, fps_key], args
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], op: LeafOp
-    ) -> dict[str, LeafAnswer | None]:
-        calls = {leaf: self._leaf_call(leaf, fps, op) for leaf, fps in groups.items() if fps}
-        what = "contains" if op == LeafOp.CONTAINS else "check-and-add"
+        self, groups: Mapping[str, list[bytes]], op: LeafOp, claim: Sequence[Any] = ("", 0, 0, 1)
+    ) -> dict[str, LeafReply]:
+        calls = {leaf: self._leaf_call(leaf, fps, op, claim) for leaf, fps in groups.items() if fps}
+        what = f"{self._what}: {op.name.lower()}"
         if len(calls) == 1:
             ((keys, args),) = calls.values()
             replies = [retrying(functools.partial(self._batch_script, keys=keys, args=args), what)]
@@ -127,13 +198,15 @@ class RedisLeafStore:
                 return list(pipe.execute())
 
             replies = retrying(pipelined, what)
-        out: dict[str, LeafAnswer | None] = {}
+        out: dict[str, LeafReply] = {}
         for (leaf, fps), reply in zip(((k, groups[k]) for k in calls), replies, strict=True):
-            if reply == b"M":
-                out[leaf] = MOVED
+            if reply in (b"M", b"X"):
+                out[leaf] = MOVED if reply == b"M" else MISSING
                 continue
             n = len(fps)
-            out[leaf] = LeafAnswer([c == 0x31 for c in reply[:n]], int(reply[n:] or 0))
+            answers = reply[:n]
+            pending = [j for j, c in enumerate(answers) if c == PENDING]
+            out[leaf] = LeafAnswer([c == 0x31 for c in answers], int(reply[n:] or 0), pending)
         return out
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -144,18 +217,36 @@ class RedisLeafStore:
         return self._executor
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
-        meta, _, fps = self._keys(leaf)
-        count = retrying(lambda: self.client.hget(meta, "count"), "read leaf")
+        meta, _, fps, _ = self._keys(leaf)
+        count = retrying(lambda: self.client.hget(meta, "count"), f"{self._what}: read leaf")
         end = min(end, 8 * int(count or 0))  # the string's tail is room to grow, not data
         if end <= start:
             return b""
-        data: bytes = retrying(lambda: self.client.getrange(fps, start, end - 1), "read leaf")
+        data: bytes = retrying(
+            lambda: self.client.getrange(fps, start, end - 1), f"{self._what}: read leaf"
+        )
         return data
 
+    def copy_claims(self, leaf: str, split: Split) -> None:
+        """Copy the sealed leaf's claims into the split's children (before the swap), so
+        that claims not yet acknowledged, and those of clients that died, stay claims."""
+        claims = self._keys(leaf)[3]
+        held = retrying(lambda: self.client.hgetall(claims), f"{self._what}: copy claims")
+        parts: dict[str, dict[bytes, bytes]] = {}
+        for fp, value in held.items():
+            (fingerprint,) = struct.unpack("<Q", fp)
+            parts.setdefault(split.child(fingerprint), {})[fp] = value
+        self._each_leaf(
+            list(parts), lambda pipe, child: pipe.hset(self._keys(child)[3], mapping=parts[child])
+        )
+
     def seal(self, leaf: str) -> int:
-        meta, bits, fps = self._keys(leaf)
+        meta, bits, fps, _ = self._keys(leaf)
         return int(
-            retrying(lambda: self._leaf_script(keys=[meta, bits, fps], args=["seal"]), "seal")
+            retrying(
+                lambda: self._leaf_script(keys=[meta, bits, fps], args=["seal", self._instance]),
+                f"{self._what}: seal",
+            )
         )
 
     def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]:
@@ -180,7 +271,7 @@ class RedisLeafStore:
                 call(pipe, leaf)
             return list(pipe.execute())
 
-        return retrying(run, "leaves") if leaves else []
+        return retrying(run, f"{self._what}: leaves") if leaves else []
 
     def retire(self, leaf: str, grace_seconds: float) -> None:
         ms = max(1, int(grace_seconds * 1000))
@@ -191,14 +282,16 @@ class RedisLeafStore:
 
     def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]:
         def ask(pipe: Any, leaf: str) -> None:
-            meta, _, fps = self._keys(leaf)
-            pipe.hmget(meta, "state", "count")
+            meta, _, fps, _ = self._keys(leaf)
+            pipe.hmget(meta, "state", "count", "instance")
             pipe.strlen(fps)
 
         replies = self._each_leaf(leaves, ask)
         out: list[LeafInfo | None] = []
-        for (state, count), length in zip(replies[0::2], replies[1::2], strict=True):
-            out.append(None if state is None else LeafInfo(state.decode(), int(count), length))
+        for (state, count, instance), length in zip(replies[0::2], replies[1::2], strict=True):
+            mine = state is not None and instance is not None
+            mine = mine and instance.decode() == self._instance
+            out.append(LeafInfo(state.decode(), int(count), length) if mine else None)
         return out
 
     def memory_usage(self, leaves: Sequence[str]) -> int:
@@ -207,10 +300,10 @@ class RedisLeafStore:
         def usage() -> int:
             return sum(int(self.client.memory_usage(k) or 0) for k in keys)
 
-        return retrying(usage, "memory usage")
+        return retrying(usage, f"{self._what}: memory usage")
 
     def destroy(self) -> None:
         tree = self.load()
         leaves = [] if tree is None else [leaf for leaf, _ in tree.leaves()]
         self.drop(leaves)
-        retrying(lambda: self.client.delete(self.tree_key), "destroy")
+        retrying(lambda: self.client.delete(self.tree_key, self.kind_key), f"{self._what}: destroy")

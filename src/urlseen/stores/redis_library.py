@@ -16,26 +16,31 @@ SADD of a 40-hex digest. Buckets fall into `groups` hash tags: a Redis Cluster s
 groups over its masters, and a batch costs one script call per group there (one call in all on
 a single server). Each URL's claim is atomic; on a Cluster a batch as a whole is not.
 
+Each URL answered new is also claimed (stores/redis_claims.py) until the caller acknowledges
+it, so it reaches a caller even if this client dies first; each group holds the library's
+instance id, checked by every call, so a library whose keys vanished fails (FilterLostError)
+instead of starting again from empty.
+
 Durability is Redis's: a server that fsyncs every write (appendonly yes, appendfsync always)
 and is killed comes back with every URL that claim() reported new.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
 from urlseen.stores.library_protocol import LibraryIO, Record, time_index
-from urlseen.stores.redis_store import RECEIPT_SECONDS
+from urlseen.stores.redis_claims import Claimant, Claims, settle
+from urlseen.stores.redis_store import LOST_HELP, RECEIPT_SECONDS, FilterLostError, retrying
 
-FORMAT = "urlseen-redis-library/1"
+FORMAT = "urlseen-redis-library/2"  # /1: no kind record, no instance id, no claims
+KIND = "library"
 FP_BYTES = 16
 PER_BUCKET = 48  # records per bucket at capacity: under the listpack limit (128) up to ~2.5x
 DEFAULT_GROUPS = 16
@@ -52,27 +57,31 @@ def bucket_bits(capacity: int, groups: int) -> int:
     return min(max((buckets - 1).bit_length(), 1), 32)
 
 
-class RedisLibrary(Closeable):
+class RedisLibrary(Claimant):
     """A fingerprint library in Redis, shared by any number of processes. close() forgets the
     connection; the records stay in Redis.
 
     Args:
         redis: a Redis URL (redis://, rediss://, unix://, or redis-cluster://host:port for a
             Redis Cluster) or a redis-py client.
-        name: the library's name (its keys are urlseen:{name}:library and
-            urlseen:{name#g}:... for each group g); no braces, "#" or newlines.
+        name: the library's name (its keys are urlseen:{name}:kind, :library and
+            urlseen:{name#g}:... for each group g, the name escaped in the hash tags);
+            non-empty UTF-8, no braces, '#' or control characters.
         capacity: distinct URLs it is sized for (sets the bucket count; more still work, at
             more memory per URL once buckets outgrow Redis's compact encoding). Used when the
             library does not exist yet; default 10,000,000.
         fingerprint: "md5" (default, as in the IMP-CBFilter paper) or "xxh3_128"; an existing
             library keeps its own.
         groups: hash tags the buckets spread over (Redis Cluster slots); default 16.
+        lease: seconds an answer "new" stays claimed until acknowledged (default 10).
+        allow_eviction: use a server whose maxmemory-policy may evict keys (else refused).
 
     Of the FingerprintLibrary protocol it has present, records, count, fingerprints,
     older_than, get_meta and close; writes go through its own atomic batch operations (claim,
     release, forget, forget_older_than) instead of transaction()/apply(), which several
     writers could not make atomic, and it keeps no counter overflow table (no local counters
-    use it). Times have one-second resolution.
+    use it). Times have one-second resolution. claim() acknowledges its answers before it
+    returns them unless auto_acknowledge is False (then: acknowledge()).
 
     Example:
         >>> lib = RedisLibrary("redis://127.0.0.1:6379/0", "crawl")  # doctest: +SKIP
@@ -92,14 +101,20 @@ class RedisLibrary(Closeable):
         *,
         fingerprint: str | None = None,
         groups: int | None = None,
+        lease: float | None = None,
+        allow_eviction: bool = False,
     ) -> None:
-        self.name = _check_name(name)
+        self.name = redis_store.check_name(name)
+        self._claims = Claims(lease)
         self._client = redis_store.connect(redis)
-        self._cluster = type(self._client).__name__ == "RedisCluster"
-        self._script = redis_store.load_script(self._client, "library_batch.lua")
+        self._what = f"library {name!r}"
+        self._cluster = redis_store.is_cluster(self._client)
+        self._script = redis_store.load_script(self._client, "library_batch.lua", claims=True)
         self._meta = redis_store.key(name, "library")
+        self._prefix = f"urlseen:{{{redis_store.escape(name)}#"
         self.io = LibraryIO()
         self.readonly = False
+        redis_store.check_eviction(self._client, allow_eviction, self._what)
         stored = self._load()
         if stored is None:
             stored = self._create(capacity, fingerprint, groups)
@@ -110,29 +125,50 @@ class RedisLibrary(Closeable):
         self.fingerprint: str = stored["fingerprint"]
         self.groups: int = stored["groups"]
         self.bits: int = stored["bucket_bits"]
-        self._prefix = f"urlseen:{{{name}#"
+        self._instance = stored["instance"]
+        self._mark_groups()
 
     # -- parameters ---------------------------------------------------------------------
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
         """Whether Redis holds a library called name."""
-        client, meta = redis_store.connect(redis), redis_store.key(_check_name(name), "library")
-        return redis_store.params_exist(client, meta)
+        return redis_store.holds(redis_store.connect(redis), redis_store.check_name(name), KIND)
 
-    def _load(self) -> dict[str, Any] | None:
+    def _load(self, create: dict[str, Any] | None = None) -> dict[str, Any] | None:
         noun = "fingerprint library"
-        params = redis_store.load_params(self._client, self._meta, FORMAT, noun)
-        if params is None:
-            return None
-        ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
-            isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity")
-        )
-        if not ok:
-            raise FormatError(f"Redis key {self._meta}: not a urlseen {noun}")
-        if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
-            raise FormatError(f"Redis key {self._meta}: parameters out of range")
-        return params
+
+        def validate(params: dict[str, Any]) -> None:
+            ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
+                isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity")
+            )
+            if not ok:
+                raise FormatError(f"Redis key {self._meta}: not a urlseen {noun}")
+            if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
+                raise FormatError(f"Redis key {self._meta}: parameters out of range")
+
+        return redis_store.record(self._client, self.name, KIND, self._meta, FORMAT, noun,
+                                  validate, create)  # fmt: skip
+
+    def _mark_groups(self) -> None:
+        """Write the instance id into every group (once, by whoever opens the library first:
+        until the library is marked ready no client has written to a group, so a group marked
+        later is a group whose data vanished)."""
+
+        def ready() -> bool:
+            return bool(self._client.hexists(self._meta, "ready"))
+
+        if retrying(ready, f"{self._what}: open"):
+            return
+
+        def mark() -> None:
+            pipe = self._client.pipeline(transaction=False)
+            for g in range(self.groups):
+                pipe.hsetnx(f"{self._prefix}{g}}}:n", "instance", self._instance)
+            pipe.execute()
+            self._client.hset(self._meta, "ready", 1)
+
+        retrying(mark, f"{self._what}: create")
 
     def _create(
         self, capacity: int | None, fingerprint: str | None, groups: int | None
@@ -153,11 +189,10 @@ class RedisLibrary(Closeable):
             "groups": groups,
             "bucket_bits": bucket_bits(capacity, groups),
             "created": int(time.time()),
+            "instance": redis_store.new_instance(),
         }
-        text = json.dumps(params, sort_keys=True)
-        # HSETNX: of two processes creating it at once, one wins; both then load the winner's
-        redis_store.retrying(lambda: self._client.hsetnx(self._meta, "params", text), "create")
-        loaded = self._load()
+        # Of two processes creating it at once, one wins; both then use the winner's
+        loaded = self._load(params)
         assert loaded is not None
         return loaded
 
@@ -177,8 +212,7 @@ class RedisLibrary(Closeable):
 
     # -- the batch script ----------------------------------------------------------------
 
-    def _run(self, mode: str, fps: Sequence[bytes], now: float | None = None) -> list[bool]:
-        """One script call per CALL_KEYS fingerprints (per group on a cluster), in order."""
+    def _check(self, fps: Sequence[bytes]) -> list[bytes]:
         self._usable()
         if isinstance(fps, (bytes, bytearray, str)):
             raise TypeError("expected a sequence of 16-byte fingerprints, not a single value")
@@ -186,46 +220,97 @@ class RedisLibrary(Closeable):
         for fp in fps:
             if not isinstance(fp, bytes) or len(fp) != FP_BYTES:
                 raise TypeError(f"a fingerprint is 16 bytes, not {fp!r:.40}")
-        if not fps:
-            return []
-        stamp = str(min(max(int(time.time() if now is None else now), 0), 2**32 - 1))
-        answers: list[bool] = [False] * len(fps)
+        return fps
+
+    def _calls(self, fps: Sequence[bytes], idx: Sequence[int]) -> list[tuple[str, list[int]]]:
+        """The script calls for fingerprints fps[i], i in idx: (receipt prefix, positions in
+        idx), CALL_KEYS at most each, one group per call on a cluster."""
         if self._cluster:
             parts: defaultdict[int, list[int]] = defaultdict(list)
-            for i, fp in enumerate(fps):
-                parts[self._bucket(fp) % self.groups].append(i)
-            calls = [(f"{self._prefix}{g}}}:receipt:", idx) for g, idx in sorted(parts.items())]
+            for pos, i in enumerate(idx):
+                parts[self._bucket(fps[i]) % self.groups].append(pos)
+            groups = [(f"{self._prefix}{g}}}:receipt:", p) for g, p in sorted(parts.items())]
         else:
-            calls = [(redis_store.key(self.name, "receipt:"), list(range(len(fps))))]
-        for receipt_prefix, idx in calls:
-            for start in range(0, len(idx), CALL_KEYS):
-                chunk = idx[start : start + CALL_KEYS]
-                receipt = receipt_prefix + uuid.uuid4().hex
-                args: list[Any] = [
-                    mode, b"".join(fps[i] for i in chunk), self._prefix, self.groups, self.bits,
-                    stamp, RECEIPT_SECONDS,
-                ]  # fmt: skip
+            groups = [(redis_store.key(self.name, "receipt:"), list(range(len(idx))))]
+        return [
+            (prefix, positions[start : start + CALL_KEYS])
+            for prefix, positions in groups
+            for start in range(0, len(positions), CALL_KEYS)
+        ]
 
-                def call(receipt: str = receipt, args: list[Any] = args) -> Any:
-                    return self._script(keys=[receipt], args=args)
+    def _send(
+        self,
+        mode: str,
+        fps: Sequence[bytes],
+        idx: Sequence[int],
+        stamp: str,
+        claim: Callable[[], list[Any]],
+        hold: Callable[[list[bytes]], None] | None = None,
+    ) -> bytes:
+        """One script call per part of _calls: one answer byte per fps[i], i in idx, in order.
+        hold gets the fingerprints each call answered new, as soon as it answers."""
+        answers = bytearray(len(idx))
+        for receipt_prefix, positions in self._calls(fps, idx):
+            receipt = receipt_prefix + uuid.uuid4().hex
+            chunk = b"".join(fps[idx[p]] for p in positions)
+            args: list[Any] = [
+                mode, chunk, self._prefix, self.groups, self.bits, stamp, RECEIPT_SECONDS,
+                self._instance, *claim(),
+            ]  # fmt: skip
 
-                answer = redis_store.retrying(call, mode)
-                if len(answer) != len(chunk):
-                    raise FormatError(f"library script answered {len(answer)} of {len(chunk)}")
-                for i, c in zip(chunk, answer, strict=True):
-                    answers[i] = c == 0x31
-                self.io.round_trips += 1
+            def call(receipt: str = receipt, args: list[Any] = args) -> Any:
+                return self._script(keys=[receipt], args=args)
+
+            answer = retrying(call, f"{self._what}: {mode}")
+            if len(answer) != len(positions):
+                raise FormatError(f"library script answered {len(answer)} of {len(positions)}")
+            for p, c in zip(positions, answer, strict=True):
+                answers[p] = c
+            if hold is not None:
+                hold([fps[idx[p]] for p, c in zip(positions, answer, strict=True) if c == 0x31])
+            self.io.round_trips += 1
+        return bytes(answers)
+
+    def _run(self, mode: str, fps: Sequence[bytes]) -> list[bool]:
+        """A batch that claims nothing (contains, release, forget): True where "1"."""
+        fps = self._check(fps)
+        answer = self._send(mode, fps, range(len(fps)), "0", lambda: self._claims.args(0))
         self.io.lookups += len(fps)
         if mode != "contains":
             self.io.writes += len(fps)
-        return answers
+        return [c == 0x31 for c in answer]
 
     def claim(self, fps: Sequence[bytes], now: float | None = None) -> list[bool]:
         """Insert each fingerprint if absent, in order: True where it was new (refs = 1,
         first and last seen = now); a present one gets one more reference and last seen = now.
-        Atomic per fingerprint among all clients: exactly one caller ever gets True for it
-        (until it is forgotten)."""
-        return self._run("claim", fps, now)
+        Atomic per fingerprint among all clients: exactly one caller gets True for it (until
+        it is forgotten), unless its claimer died or stalled past its lease before
+        acknowledging (see stores/redis_claims.py). Waits (about one lease at most) for
+        fingerprints another client claimed and has not acknowledged."""
+        fps = self._check(fps)
+        if not fps:
+            return []
+        stamp = str(min(max(int(time.time() if now is None else now), 0), 2**32 - 1))
+        claims = self._claims
+        with claims.batch(self._abandon) as priority:
+
+            def ask(idx: list[int]) -> bytes:
+                return self._send("claim", fps, idx, stamp, lambda: claims.args(priority),
+                                  lambda new: claims.hold(new, priority))  # fmt: skip
+
+            answers = settle(ask, len(fps), claims.lease)
+        self.io.lookups += len(fps)
+        self.io.writes += len(fps)
+        if claims.auto:
+            self.acknowledge()
+        return answers
+
+    def _release(self, fps: list[bytes], abandon: bool) -> int:
+        if not fps:
+            return 0
+        mode = "abandon" if abandon else "ack"
+        answer = self._send(mode, fps, range(len(fps)), "0", lambda: self._claims.args(0))
+        return answer.count(b"0")
 
     def contains(self, fps: Sequence[bytes]) -> list[bool]:
         """Whether each fingerprint is in the library (read only)."""
@@ -258,7 +343,7 @@ class RedisLibrary(Closeable):
                 pipe.hget(*self._where(fp))
             return list(pipe.execute())
 
-        values = redis_store.retrying(read, "records") if wanted else []
+        values = retrying(read, "records") if wanted else []
         self.io.lookups += len(wanted)
         self.io.round_trips += 1
         return {fp: _record(v) for fp, v in zip(wanted, values, strict=True) if v is not None}
@@ -267,9 +352,7 @@ class RedisLibrary(Closeable):
         """Every non-empty bucket with its fields, a few hundred buckets at a time."""
         self._usable()
         pattern = f"{_glob_escape(self._prefix)}*}}:f:*"
-        keys = redis_store.retrying(
-            lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan"
-        )
+        keys = retrying(lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan")
         for start in range(0, len(keys), 512):
             part = keys[start : start + 512]
 
@@ -279,7 +362,7 @@ class RedisLibrary(Closeable):
                     pipe.hgetall(key)
                 return list(pipe.execute())
 
-            contents = redis_store.retrying(read, "scan")
+            contents = retrying(read, "scan")
             yield [
                 (int(key.rsplit(b":", 1)[1]), fields)
                 for key, fields in zip(part, contents, strict=True)
@@ -316,13 +399,19 @@ class RedisLibrary(Closeable):
         """Records in the library (one counter per group)."""
         self._usable()
 
-        def read() -> int:
+        def read() -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
             for g in range(self.groups):
-                pipe.hget(f"{self._prefix}{g}}}:n", "count")
-            return sum(int(v or 0) for v in pipe.execute())
+                pipe.hmget(f"{self._prefix}{g}}}:n", "count", "instance")
+            return list(pipe.execute())
 
-        return redis_store.retrying(read, "count")
+        total = 0
+        for g, (count, instance) in enumerate(retrying(read, f"{self._what}: count")):
+            if instance is None or instance.decode() != self._instance:
+                marker = f"{self._prefix}{g}}}:n"
+                raise FilterLostError(f"{self._what}: {marker} is gone or replaced; {LOST_HELP}")
+            total += int(count or 0)
+        return total
 
     def get_meta(self, name: str) -> str | None:
         value = self.params.get(name)
@@ -341,9 +430,7 @@ class RedisLibrary(Closeable):
             scale = nbuckets / len(picked)
         else:
             pattern = f"{_glob_escape(self._prefix)}*"
-            keys = redis_store.retrying(
-                lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan"
-            )
+            keys = retrying(lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan")
             scale = 1.0
 
         def usage() -> int:
@@ -353,21 +440,25 @@ class RedisLibrary(Closeable):
             meta, *rest = (int(v or 0) for v in pipe.execute())
             return meta + round(sum(rest) * scale)
 
-        return redis_store.retrying(usage, "memory usage")
+        return retrying(usage, "memory usage")
 
     def destroy(self) -> None:
-        """Delete every key of the library (receipts expire on their own)."""
+        """Delete every key of the library, its groups first, its record last (a destroy
+        that stops part way leaves a library that says it lost data, never one that looks
+        whole)."""
         self._usable()
         pattern = f"{_glob_escape(self._prefix)}*"
 
         def delete() -> None:
-            keys = [self._meta, *self._client.scan_iter(match=pattern, count=1000)]
+            keys = list(self._client.scan_iter(match=pattern, count=1000))
             pipe = self._client.pipeline(transaction=False)
             for key in keys:
                 pipe.delete(key)
             pipe.execute()
+            self._client.delete(self._meta, redis_store.key(self.name, "kind"))
 
-        redis_store.retrying(delete, "destroy")
+        retrying(delete, f"{self._what}: destroy")
+        self._claims.take()  # nothing left to release
         self.close()
 
     @property
@@ -387,13 +478,6 @@ def _record(value: bytes) -> Record:
     return Record(refs, float(first), float(last))
 
 
-def _check_name(name: object) -> str:
-    name = redis_store.check_name(name)
-    if "#" in name:
-        raise ConfigError(f"a library name has no '#' (it separates the group): {name!r}")
-    return name
-
-
 def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
@@ -401,7 +485,7 @@ def _glob_escape(text: str) -> str:
 def describe_redis_library(url: str, name: str) -> dict[str, object]:
     """What `urlseen info --redis URL --name NAME` prints for a shared library; the memory is
     exact up to 4096 buckets, an estimate from 1024 of them beyond."""
-    library = RedisLibrary(url, name)
+    library = RedisLibrary(url, name, allow_eviction=True)  # read only: nothing to lose
     count = library.count()
     used = library.memory_usage(sample=None if library.bits <= 12 else 1024)
     return {

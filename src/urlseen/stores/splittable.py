@@ -2,7 +2,8 @@
 
 A store does the few operations that must be atomic, so that of clients racing on one URL only
 one is told it is new and no split loses a URL: check-and-add a batch of fingerprints in one
-leaf, seal a leaf, and change the tree under a fenced split lock. The
+leaf (claiming those it answers new, in Redis: stores/redis_claims.py), seal a leaf, and change
+the tree under a fenced split lock. The
 filter (filters/dsbf.py) does everything else: routing, sizing, when and how to split. The
 Redis form is stores/redis_leaves.py; this in-memory form has the same semantics, one lock
 standing in for Redis's one-script-at-a-time, so tests of the algorithm need no server.
@@ -21,6 +22,8 @@ from urlseen import _core
 
 FP_BYTES = 8  # a leaf keeps a 64-bit fingerprint per URL, enough to re-insert it on a split
 MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
+MISSING = "missing"  # ... for a leaf that does not exist (expired after a split, or lost)
+PENDING = 0x50  # a Redis leaf's answer byte (b"P") for a URL another client's claim holds
 _M64 = (1 << 64) - 1
 
 
@@ -39,6 +42,11 @@ class LeafOp(IntEnum):
     COPY = 2
     """A split copying fingerprints into a child: set, and count every key as new (none may
     be dropped as a false positive, or a later split would lose it)."""
+    ACK = 3
+    """Release the caller's claims of these fingerprints (True where still the caller's). A
+    sealed leaf releases them and answers MOVED: its claims may be in its children too."""
+    ABANDON = 4
+    """End the lease of the caller's claims now (its caller never got the answers)."""
 
 
 def loc_hash(fingerprint: int, seed: int) -> int:
@@ -84,6 +92,7 @@ class Tree:
     version: int
     params: dict[str, Any]
     splits: dict[str, Split]
+    ready: bool = True  # False until the first leaves exist (a creator may have died first)
 
     def leaves(self) -> list[tuple[str, int]]:
         """Every leaf and its depth, in tree order (children of the root have depth 1)."""
@@ -100,10 +109,15 @@ class Tree:
 
 @dataclass(frozen=True)
 class LeafAnswer:
-    """One leaf's part of a batch: per key True where new (absent), and the leaf's count."""
+    """One leaf's part of a batch: per key True where new (absent), the leaf's count, and
+    the positions of keys another client's claim holds (ask again: stores/redis_claims.py)."""
 
     new: list[bool]
     count: int
+    pending: list[int] = field(default_factory=list)
+
+
+LeafReply = LeafAnswer | None | str  # an answer, MOVED or MISSING
 
 
 @dataclass(frozen=True)
@@ -123,15 +137,19 @@ class LeafStore(Protocol):
 
     def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]: ...
 
+    def mark_ready(self) -> None: ...
+
     def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None: ...
 
     def new_leaf_ids(self, count: int) -> list[str]: ...
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], op: LeafOp
-    ) -> dict[str, LeafAnswer | None]: ...
+        self, groups: Mapping[str, list[bytes]], op: LeafOp, claim: Sequence[Any] = ...
+    ) -> dict[str, LeafReply]: ...
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes: ...
+
+    def copy_claims(self, leaf: str, split: Split) -> None: ...
 
     def seal(self, leaf: str) -> int: ...
 
@@ -193,7 +211,10 @@ class MemoryLeafStore:
             if "params" not in self._tree:
                 return None
             return Tree(
-                self._tree["version"], dict(self._tree["params"]), dict(self._tree["splits"])
+                self._tree["version"],
+                dict(self._tree["params"]),
+                dict(self._tree["splits"]),
+                ready=self._tree["ready"],
             )
 
     def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]:
@@ -201,9 +222,13 @@ class MemoryLeafStore:
             if "params" not in self._tree:
                 self._tree.update(
                     params=dict(params), version=1, next=len(root.children) - 1,
-                    splits={"root": root},
+                    splits={"root": root}, ready=False,
                 )  # fmt: skip
             return dict(self._tree["params"])
+
+    def mark_ready(self) -> None:
+        with self._guard:
+            self._tree["ready"] = True
 
     def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
         with self._guard:
@@ -219,13 +244,21 @@ class MemoryLeafStore:
             return [str(i) for i in range(last - count + 1, last + 1)]
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], op: LeafOp
-    ) -> dict[str, LeafAnswer | None]:
-        out: dict[str, LeafAnswer | None] = {}
+        self, groups: Mapping[str, list[bytes]], op: LeafOp, claim: Sequence[Any] = ()
+    ) -> dict[str, LeafReply]:
+        """Claims need other clients: in one process every answer reaches its caller, so
+        there are none (ACK and ABANDON answer True)."""
+        out: dict[str, LeafReply] = {}
         with self._guard:
             for leaf, fps in groups.items():
                 entry = self._live(leaf)
-                if entry is None or (op != LeafOp.CONTAINS and entry.state != "active"):
+                if entry is None:
+                    out[leaf] = MISSING
+                    continue
+                if op in (LeafOp.ACK, LeafOp.ABANDON):
+                    out[leaf] = LeafAnswer([True] * len(fps), len(entry.fps) // FP_BYTES)
+                    continue
+                if op != LeafOp.CONTAINS and entry.state != "active":
                     out[leaf] = MOVED
                     continue
                 limit = self._tree["params"]["leaf_write_limit"]
@@ -246,6 +279,9 @@ class MemoryLeafStore:
         with self._guard:
             entry = self._live(leaf)
             return b"" if entry is None else bytes(entry.fps[start:end])
+
+    def copy_claims(self, leaf: str, split: Split) -> None:
+        """No claims in one process."""
 
     def seal(self, leaf: str) -> int:
         with self._guard:

@@ -1,42 +1,96 @@
 -- bloom_batch.lua: test (and, unless the operation is CONTAINS, set) the bits of a batch of
--- keys in one atomic step, for urlseen's RedisBloomFilter and the leaves of its SplittableBloomFilter.
+-- keys in one atomic step, for urlseen's RedisBloomFilter and the leaves of its
+-- SplittableBloomFilter; with ADD, claim each key answered new (claims.lua, put in front).
 --
 -- KEYS[1]: the bits (a string; byte j bit i is filter bit 8j + i, as in a local filter)
--- KEYS[2]: the metadata hash (field "count": keys reported new)
--- KEYS[3]: this batch's receipt: the answer is kept there for ARGV[3] seconds, so that a
---          client that lost the reply can send the same batch again and get the same answer
---          (no URL is ever reported seen because its first report was lost)
--- KEYS[4]: (a DSBF leaf only) the leaf's fingerprints, 8 bytes per key reported new, in order
+-- KEYS[2]: the metadata hash (fields "count": keys reported new, "instance": the filter's
+--          random id, set at creation; a leaf's also "state")
+-- KEYS[3]: this batch's receipt (COPY only): the answer is kept there for ARGV[3] seconds, so
+--          a split that lost a reply sends the same batch again and does not copy it twice
+-- KEYS[4]: the claims hash (claims.lua)
+-- KEYS[5]: (a DSBF leaf only) the leaf's fingerprints, 8 bytes per key reported new, in order
 -- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
 -- ARGV[2]: the operation (urlseen.stores.splittable.LeafOp): "0" CONTAINS, test only; "1" ADD,
---          test and set; "2" COPY, set and count every key as new (a split copying
---          fingerprints into a new leaf: none may be dropped as a false positive)
--- ARGV[5]: (a DSBF leaf only) the batch's fingerprints, 8 bytes per key, in order
--- ARGV[6]: (a DSBF leaf only) its write limit: at this count a leaf takes no more writes until
+--          test and set, and claim; "2" COPY, set and count every key as new (a split copying
+--          fingerprints into a new leaf: none may be dropped as a false positive); "3" ACK and
+--          "4" ABANDON: delete, or end the lease of, the caller's claims of the fingerprints
+-- ARGV[5]: the batch's fingerprints, ARGV[6] bytes per key, in order (the claims' fields; a
+--          DSBF leaf stores them too)
+-- ARGV[7]: (a DSBF leaf only) its write limit: at this count a leaf takes no more writes until
 --          split
--- Returns one character per key: "1" if some bit was 0 (new / absent), "0" otherwise. A DSBF
--- leaf appends its count after the answers, and returns "M" (moved) instead when it no longer
--- takes writes (sealed by a split, or at its write limit) or no longer exists: the client reloads the
--- tree, and waits for the split or does it.
-local done = redis.call('GET', KEYS[3])
-if done then return done end
-
-local CONTAINS, ADD, COPY = '0', '1', '2'
+-- ARGV[8]: the instance the client opened; ARGV[9]: the length of the bits in bytes
+-- ARGV[10..13]: the claims' owner, priority, call id and lease in ms (claims.lua)
+-- Returns one character per key: ADD "1" new, "0" seen, "P" pending (claims.lua); CONTAINS
+-- "1" absent, "0" present; COPY "1"; ACK/ABANDON "1" if the claim was still the caller's. A
+-- DSBF leaf appends its count after the answers, and returns "M" (moved) instead when it no
+-- longer takes writes (sealed by a split, or at its write limit), or "X" when it does not exist
+-- or belongs to another instance (expired after a split, or lost: the client asks the tree).
+-- Data that vanished is an error reply "URLSEEN-LOST ...", before anything is written.
+local CONTAINS, ADD, COPY, ACK, ABANDON = '0', '1', '2', '3', '4'
 local op = ARGV[2]
-local data, add, ttl = ARGV[1], op ~= CONTAINS, tonumber(ARGV[3])
-local force, leaf, leaf_count = op == COPY, KEYS[4] ~= nil, 0
+local data, ttl = ARGV[1], tonumber(ARGV[3])
+local add = op == ADD or op == COPY
+local force, leaf, leaf_count = op == COPY, KEYS[5] ~= nil, 0
+local fps, fp_size = ARGV[5], tonumber(ARGV[6])
+
+if ttl > 0 then
+  local done = redis.call('GET', KEYS[3])
+  if done then return done end
+end
+local meta = redis.call('HMGET', KEYS[2], 'instance', 'state', 'count')
+if meta[1] ~= ARGV[8] then
+  if leaf then return 'X' end
+  if not meta[1] then
+    return redis.error_reply('URLSEEN-LOST ' .. KEYS[2] .. ' is gone')
+  end
+  return redis.error_reply('URLSEEN-LOST ' .. KEYS[2] .. ' belongs to another filter of the '
+                           .. 'same name, created since')
+end
+if redis.call('STRLEN', KEYS[1]) ~= tonumber(ARGV[9]) then
+  return redis.error_reply('URLSEEN-LOST ' .. KEYS[1] .. ' is gone or damaged')
+end
+local sealed = false
 if leaf then
-  local meta = redis.call('HMGET', KEYS[2], 'state', 'count')
-  if not meta[1] or (add and meta[1] ~= 'active') then return 'M' end
-  leaf_count = tonumber(meta[2])
-  if op == ADD and leaf_count >= tonumber(ARGV[6]) then
+  leaf_count = tonumber(meta[3])
+  sealed = meta[2] ~= 'active'
+  if add and sealed then return 'M' end
+  if op == ADD and leaf_count >= tonumber(ARGV[7]) then
     return 'M' -- at its write limit: a split is due; the client waits for it (or does it)
   end
+  if 8 * leaf_count > redis.call('STRLEN', KEYS[5]) then
+    return redis.error_reply('URLSEEN-LOST ' .. KEYS[5] .. ' is gone or damaged')
+  end
 end
+local sub = string.sub
+local claims
+if op ~= CONTAINS and op ~= COPY then
+  claims = claims_context(ARGV[10], ARGV[11], ARGV[12], ARGV[13])
+end
+if op == ACK or op == ABANDON then
+  local out = {}
+  for i = 1, #fps / fp_size do
+    out[i] = claim_release(claims, KEYS[4], sub(fps, fp_size * (i - 1) + 1, fp_size * i),
+                           op == ABANDON)
+  end
+  if sealed then return 'M' end -- its claims may be copied to the children: ask them too
+  return table.concat(out) .. (leaf and leaf_count or '')
+end
+
+-- A key whose bits were all set: seen, unless its claim says otherwise (ADD only).
+local function present(i)
+  if op ~= ADD then return '0' end
+  return claim_present(claims, KEYS[4], sub(fps, fp_size * (i - 1) + 1, fp_size * i))
+end
+-- A key with a bit that was 0 (or COPY): new; ADD claims it.
+local function absent(i)
+  if op == ADD then claim_new(claims, KEYS[4], sub(fps, fp_size * (i - 1) + 1, fp_size * i)) end
+  return '1'
+end
+
 local band, bor, byte = bit.band, bit.bor, string.byte
 local CHUNK = 1000 -- BITFIELD operations per call (unpack is limited to ~8000 values)
 
--- A leaf's fingerprints fill the first 8 * count bytes of KEYS[4]; the rest is room to grow.
+-- A leaf's fingerprints fill the first 8 * count bytes of KEYS[5]; the rest is room to grow.
 -- Below 1 MiB, APPEND and SETRANGE grow a string greedily to twice its size (~6 bytes wasted
 -- per 8 kept), so there the string is rebuilt with SET, which allocates exactly, to a size of
 -- its own allocator class (jemalloc: 4 classes per power of two), at least 1/8 larger each
@@ -51,17 +105,17 @@ local function grown_size(need, have)
 end
 
 local function append_fingerprints(fps, used)
-  local have = redis.call('STRLEN', KEYS[4])
+  local have = redis.call('STRLEN', KEYS[5])
   if used + #fps <= have or used + #fps > 1048576 then
-    redis.call('SETRANGE', KEYS[4], used, fps)
+    redis.call('SETRANGE', KEYS[5], used, fps)
     return
   end
   local size = grown_size(used + #fps, have)
-  local old = used > 0 and redis.call('GETRANGE', KEYS[4], 0, used - 1) or ''
-  redis.call('SET', KEYS[4], old .. fps .. string.rep('\0', size - used - #fps))
+  local old = used > 0 and redis.call('GETRANGE', KEYS[5], 0, used - 1) or ''
+  redis.call('SET', KEYS[5], old .. fps .. string.rep('\0', size - used - #fps))
 end
 
-local function finish(out, fresh, cur, changed)
+local function finish(out, grew, fresh, cur, changed)
   for s = 1, #changed, CHUNK do
     local cmd, last = {}, math.min(s + CHUNK - 1, #changed)
     for i = s, last do
@@ -76,11 +130,11 @@ local function finish(out, fresh, cur, changed)
   local suffix = ''
   if leaf then
     if fresh > 0 then
-      local fps, sub = {}, string.sub
+      local kept = {}
       for i = 1, #out do
-        if out[i] == '1' then fps[#fps + 1] = sub(ARGV[5], 8 * i - 7, 8 * i) end
+        if grew[i] then kept[#kept + 1] = sub(fps, 8 * i - 7, 8 * i) end
       end
-      append_fingerprints(table.concat(fps), leaf_count * 8)
+      append_fingerprints(table.concat(kept), leaf_count * 8)
     end
     suffix = leaf_count + fresh
   end
@@ -92,7 +146,7 @@ end
 if ARGV[4] == 'blocked' then
   -- Per key: c, its block's byte offset (4 bytes), c (offset in block, mask) pairs. One GETRANGE
   -- of the 64-byte block per key whose bytes this batch has not written yet.
-  local out, cur, changed, fresh = {}, {}, {}, 0
+  local out, grew, cur, changed, fresh = {}, {}, {}, {}, 0
   local pos, len = 1, #data
   while pos <= len do
     local c, b1, b2, b3, b4 = byte(data, pos, pos + 4)
@@ -109,8 +163,10 @@ if ARGV[4] == 'blocked' then
       if band(v, m) ~= m then new = true end
     end
     new = new or force
+    local i = #out + 1
     if new and add then
       fresh = fresh + 1
+      grew[i] = true
       for j = pos, pos + 2 * c - 1, 2 do
         local rel, m = byte(data, j, j + 1)
         local off = base + rel
@@ -122,10 +178,10 @@ if ARGV[4] == 'blocked' then
         cur[off] = bor(v, m)
       end
     end
-    out[#out + 1] = new and '1' or '0'
+    out[i] = new and absent(i) or present(i)
     pos = pos + 2 * c
   end
-  return finish(out, fresh, cur, changed)
+  return finish(out, grew, fresh, cur, changed)
 end
 
 local keys, order, seen = {}, {}, {}
@@ -160,7 +216,7 @@ for s = 1, #order, CHUNK do
   for i = s, last do cur[order[i]] = vals[i - s + 1] end
 end
 
-local out, dirty, changed, fresh = {}, {}, {}, 0
+local out, grew, dirty, changed, fresh = {}, {}, {}, {}, 0
 for i = 1, #keys do
   local rec, new = keys[i], force
   for j = 1, #rec, 2 do
@@ -171,6 +227,7 @@ for i = 1, #keys do
   end
   if new and add then
     fresh = fresh + 1
+    grew[i] = true
     for j = 1, #rec, 2 do
       local off = rec[j]
       local v = bor(cur[off], rec[j + 1])
@@ -183,7 +240,7 @@ for i = 1, #keys do
       end
     end
   end
-  out[i] = new and '1' or '0'
+  out[i] = new and absent(i) or present(i)
 end
 
-return finish(out, fresh, cur, changed)
+return finish(out, grew, fresh, cur, changed)

@@ -1,19 +1,27 @@
 -- dsbf_tree.lua: the tree of a SplittableBloomFilter, one Redis hash (KEYS[1]), changed only
 -- here so that every change is atomic and bumps "version" (clients cache the tree).
 --
--- Fields: params (JSON), version, next (the last leaf id handed out), node:<id> ("leaf", or
--- "split <seed> <child>,<child>,..." once the node routes to children), and split:<id>
--- ("<token> <deadline ms> <children>") while a client holds the split lock of leaf <id>.
--- The lock lives here, beside the node it protects, so that the swap can check it: a splitter
--- whose lock expired and was taken over can never install its children (fencing).
+-- Fields: params (JSON), instance (the filter's random id, also written into every leaf),
+-- ready (set once the first leaves exist), version, next (the last leaf id handed out),
+-- node:<id> ("leaf", or "split <seed> <child>,<child>,..." once the node routes to children),
+-- and split:<id> ("<token> <deadline ms> <children>") while a client holds the split lock of
+-- leaf <id>. The lock lives here, beside the node it protects, so that the swap can check it: a
+-- splitter whose lock expired and was taken over can never install its children (fencing).
 --
--- ARGV[1] is the operation:
---   create  params root-description first_leaves -> the params that won (created if absent)
---   ids     count                      -> the last of count fresh leaf ids
---   lock    leaf token ms              -> {"ok", children of an expired attempt} | {"busy"} | {"done"}
---   refresh leaf token ms children     -> 1 if token still holds the lock (deadline extended)
---   swap    leaf token description children... -> the new version, or 0 (lock lost / done)
---   unlock  leaf token                 -> 1 if released
+-- KEYS[2]: the name's kind record (record.lua), set with the tree.
+-- ARGV[1] is the operation, ARGV[2] the instance the client opened (create: the new one); every
+-- operation but create answers the error "URLSEEN-LOST ..." when the tree is gone or another
+-- filter's.
+--   create  instance params root-description first_leaves -> {kind, params}: the params that
+--           won (created if the name was free); kind "" when the name holds data without a
+--           kind record, another kind's name when it holds another kind
+--   ready   instance                   -> 1 (the first leaves exist)
+--   ids     instance count             -> the last of count fresh leaf ids
+--   lock    instance leaf token ms     -> {"ok", children of an expired attempt} | {"busy"} | {"done"}
+--   refresh instance leaf token ms children -> 1 if token still holds the lock (deadline extended)
+--   swap    instance leaf token description children... -> the new version, or 0 (lock lost /
+--           done)
+--   unlock  instance leaf token        -> 1 if released
 local op, tree = ARGV[1], KEYS[1]
 
 local function now_ms()
@@ -29,17 +37,31 @@ local function holder(leaf)
 end
 
 if op == 'create' then
-  local params = redis.call('HGET', tree, 'params')
-  if params then return params end
-  local first_leaves = tonumber(ARGV[4])
-  redis.call('HSET', tree, 'params', ARGV[2], 'version', 1, 'next', first_leaves - 1,
-             'node:root', ARGV[3])
+  local kind = redis.call('GET', KEYS[2])
+  if kind then return {kind, redis.call('HGET', tree, 'params') or ''} end
+  if redis.call('EXISTS', tree) == 1 then return {'', redis.call('HGET', tree, 'params') or ''} end
+  local first_leaves = tonumber(ARGV[5])
+  redis.call('SET', KEYS[2], 'dsbf')
+  redis.call('HSET', tree, 'params', ARGV[3], 'instance', ARGV[2], 'version', 1,
+             'next', first_leaves - 1, 'node:root', ARGV[4])
   for i = 0, first_leaves - 1 do redis.call('HSET', tree, 'node:' .. i, 'leaf') end
-  return ARGV[2]
+  return {'dsbf', ARGV[3]}
+end
+
+local instance = redis.call('HGET', tree, 'instance')
+if instance ~= ARGV[2] then
+  if not instance then return redis.error_reply('URLSEEN-LOST ' .. tree .. ' is gone') end
+  return redis.error_reply('URLSEEN-LOST ' .. tree .. ' belongs to another filter of the '
+                           .. 'same name, created since')
+end
+
+if op == 'ready' then
+  redis.call('HSET', tree, 'ready', 1)
+  return 1
 elseif op == 'ids' then
-  return redis.call('HINCRBY', tree, 'next', tonumber(ARGV[2]))
+  return redis.call('HINCRBY', tree, 'next', tonumber(ARGV[3]))
 elseif op == 'lock' then
-  local leaf, token, ms = ARGV[2], ARGV[3], tonumber(ARGV[4])
+  local leaf, token, ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
   if redis.call('HGET', tree, 'node:' .. leaf) ~= 'leaf' then return {'done'} end
   local held, deadline, children = holder(leaf)
   local now = now_ms()
@@ -47,21 +69,21 @@ elseif op == 'lock' then
   redis.call('HSET', tree, 'split:' .. leaf, token .. ' ' .. (now + ms) .. ' ')
   return {'ok', children or ''}
 elseif op == 'refresh' then
-  local leaf, token, ms = ARGV[2], ARGV[3], tonumber(ARGV[4])
+  local leaf, token, ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
   if holder(leaf) ~= token then return 0 end
-  redis.call('HSET', tree, 'split:' .. leaf, token .. ' ' .. (now_ms() + ms) .. ' ' .. ARGV[5])
+  redis.call('HSET', tree, 'split:' .. leaf, token .. ' ' .. (now_ms() + ms) .. ' ' .. ARGV[6])
   return 1
 elseif op == 'swap' then
-  local leaf, token = ARGV[2], ARGV[3]
+  local leaf, token = ARGV[3], ARGV[4]
   if holder(leaf) ~= token or redis.call('HGET', tree, 'node:' .. leaf) ~= 'leaf' then
     return 0
   end
-  redis.call('HSET', tree, 'node:' .. leaf, ARGV[4])
-  for i = 5, #ARGV do redis.call('HSET', tree, 'node:' .. ARGV[i], 'leaf') end
+  redis.call('HSET', tree, 'node:' .. leaf, ARGV[5])
+  for i = 6, #ARGV do redis.call('HSET', tree, 'node:' .. ARGV[i], 'leaf') end
   redis.call('HDEL', tree, 'split:' .. leaf)
   return redis.call('HINCRBY', tree, 'version', 1)
 elseif op == 'unlock' then
-  if holder(ARGV[2]) ~= ARGV[3] then return 0 end
-  return redis.call('HDEL', tree, 'split:' .. ARGV[2])
+  if holder(ARGV[3]) ~= ARGV[4] then return 0 end
+  return redis.call('HDEL', tree, 'split:' .. ARGV[3])
 end
 return redis.error_reply('dsbf_tree.lua: unknown operation ' .. tostring(op))

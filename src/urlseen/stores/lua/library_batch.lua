@@ -1,24 +1,33 @@
 -- library_batch.lua: one batch of fingerprints against urlseen's Redis fingerprint library
--- (RedisLibrary), in one atomic step.
+-- (RedisLibrary), in one atomic step; claim mode also claims each fingerprint answered new
+-- (claims.lua, put in front).
 --
 -- Records live in bucket hashes: bucket b = the top ARGV[5] bits of the fingerprint, group
 -- g = b % ARGV[4]; key ARGV[3] .. g .. "}:f:" .. b (the group is the hash tag, so a Redis
 -- Cluster spreads groups over its slots and one call touches one group's slot). The hash field
 -- is the fingerprint minus the whole bytes the bucket number already holds; the value is 12
 -- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds).
--- Each group counts its records in ARGV[3] .. g .. "}:n" (field "count").
+-- Each group has a hash ARGV[3] .. g .. "}:n" (fields "count": its records, "instance": the
+-- library's random id, written when the library was made) and a claims hash ARGV[3] .. g ..
+-- "}:c" (claims.lua; field: the whole fingerprint).
 --
--- KEYS[1]: this batch's receipt (same slot as the groups touched): the answer of a writing
---          batch is kept there ARGV[7] seconds, so a batch resent after a lost reply gets the
---          same answer (a URL reported new is never reported seen because the reply was lost)
+-- KEYS[1]: this batch's receipt (same slot as the groups touched): the answer of a claim,
+--          release or forget is kept there ARGV[7] seconds, so a batch resent after a lost
+--          reply gets the same answer and changes nothing twice (should the receipt be gone, a
+--          resent claim still answers its new fingerprints new: claims.lua)
 -- ARGV[1]: mode: "claim" (insert if absent, else one more reference), "contains" (read only),
---          "release" (one reference less; the record goes at zero), "forget" (remove)
+--          "release" (one reference less; the record goes at zero), "forget" (remove), "ack"
+--          and "abandon" (delete, or end the lease of, the caller's claims)
 -- ARGV[2]: the fingerprints, 16 bytes each, concatenated
--- ARGV[6]: now, Unix seconds
--- Returns one character per fingerprint: "1" claim: new / others: was present; "0" otherwise.
+-- ARGV[6]: now, Unix seconds; ARGV[8]: the instance the client opened
+-- ARGV[9..12]: the claims' owner, priority, call id and lease in ms (claims.lua)
+-- Returns one character per fingerprint: claim: "1" new, "0" seen, "P" pending (claims.lua);
+-- contains, release, forget: "1" was present, "0" not; ack, abandon: "1" the claim was still
+-- the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
+-- anything is written.
 local mode = ARGV[1]
-local writes = mode ~= 'contains'
-if writes then
+local receipts = mode == 'claim' or mode == 'release' or mode == 'forget'
+if receipts then
   local done = redis.call('GET', KEYS[1])
   if done then return done end
 end
@@ -31,38 +40,73 @@ local scale = 2 ^ (32 - bits)
 local drop = floor(bits / 8)
 local MAXREFS = 4294967295
 
-local out, counts = {}, {}
-for pos = 1, #data, 16 do
+local function group_of(pos)
   local b1, b2, b3, b4 = byte(data, pos, pos + 3)
   local bucket = floor((((b1 * 256 + b2) * 256 + b3) * 256 + b4) / scale)
-  local g = bucket % groups
-  local key = prefix .. g .. '}:f:' .. bucket
-  local field = sub(data, pos + drop, pos + 15)
-  local value = redis.call('HGET', key, field)
+  return bucket % groups, bucket
+end
+
+local checked = {}
+for pos = 1, #data, 16 do
+  local g = group_of(pos)
+  if not checked[g] then
+    checked[g] = true
+    local marker = prefix .. g .. '}:n'
+    local instance = redis.call('HGET', marker, 'instance')
+    if instance ~= ARGV[8] then
+      if not instance then
+        return redis.error_reply('URLSEEN-LOST ' .. marker .. ' is gone')
+      end
+      return redis.error_reply('URLSEEN-LOST ' .. marker .. ' belongs to another library of '
+                               .. 'the same name')
+    end
+  end
+end
+
+local claims
+if mode == 'claim' or mode == 'ack' or mode == 'abandon' then
+  claims = claims_context(ARGV[9], ARGV[10], ARGV[11], ARGV[12])
+end
+
+local out, counts = {}, {}
+for pos = 1, #data, 16 do
+  local g, bucket = group_of(pos)
+  local fp = sub(data, pos, pos + 15)
   local answer = '0'
-  if mode == 'claim' then
-    if value then
-      local refs, first, last = unpack('<I4I4I4', value)
-      if refs < MAXREFS then refs = refs + 1 end
-      if now > last then last = now end
-      redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last))
-    else
-      redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now))
-      counts[g] = (counts[g] or 0) + 1
+  if mode == 'ack' or mode == 'abandon' then
+    answer = claim_release(claims, prefix .. g .. '}:c', fp, mode == 'abandon')
+  else
+    local key = prefix .. g .. '}:f:' .. bucket
+    local field = sub(data, pos + drop, pos + 15)
+    local value = redis.call('HGET', key, field)
+    if mode == 'claim' then
+      if value then
+        answer = claim_present(claims, prefix .. g .. '}:c', fp)
+        if answer ~= 'P' then
+          local refs, first, last = unpack('<I4I4I4', value)
+          if refs < MAXREFS then refs = refs + 1 end
+          if now > last then last = now end
+          redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last))
+        end
+      else
+        claim_new(claims, prefix .. g .. '}:c', fp)
+        redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now))
+        counts[g] = (counts[g] or 0) + 1
+        answer = '1'
+      end
+    elseif value then
       answer = '1'
-    end
-  elseif value then
-    answer = '1'
-    local refs = 0
-    if mode == 'release' then
-      local first, last
-      refs, first, last = unpack('<I4I4I4', value)
-      refs = refs - 1
-      if refs > 0 then redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last)) end
-    end
-    if refs <= 0 and writes then
-      redis.call('HDEL', key, field)
-      counts[g] = (counts[g] or 0) - 1
+      local refs = 0
+      if mode == 'release' then
+        local first, last
+        refs, first, last = unpack('<I4I4I4', value)
+        refs = refs - 1
+        if refs > 0 then redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last)) end
+      end
+      if refs <= 0 and mode ~= 'contains' then
+        redis.call('HDEL', key, field)
+        counts[g] = (counts[g] or 0) - 1
+      end
     end
   end
   out[#out + 1] = answer
@@ -72,5 +116,5 @@ for g, delta in pairs(counts) do
   if delta ~= 0 then redis.call('HINCRBY', prefix .. g .. '}:n', 'count', delta) end
 end
 local answer = table.concat(out)
-if writes and ttl > 0 then redis.call('SET', KEYS[1], answer, 'EX', ttl) end
+if receipts and ttl > 0 then redis.call('SET', KEYS[1], answer, 'EX', ttl) end
 return answer

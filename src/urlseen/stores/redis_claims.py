@@ -1,0 +1,196 @@
+"""Claims with leases: how a shared filter keeps each answer "new" until its caller has it.
+
+The seen-test in Redis records a URL as seen in the same atomic step that answers it new. If
+the client dies before its caller has the answer (killed at any instruction, a batch that fails
+half way), the URL would be seen forever and never delivered. So the step also writes a *claim*
+for each URL it answers new (stores/lua/claims.lua): the client's id, its batch's priority and
+a lease deadline, in a hash in the same slot as the URL's data. The client deletes its claims
+when the caller acknowledges the answers (`acknowledge()`; by default, just before add_many
+returns them). A URL found seen is answered by its claim:
+
+- no claim (acknowledged), or the asker's own: seen;
+- another client's claim whose lease ended (that client died or stalled before acknowledging):
+  the asker takes the claim over and gets the URL as new;
+- another client's live claim from an older batch: *pending*; the asker asks again (a bounded
+  poll, about one lease) until it is acknowledged (seen) or its lease ends (taken over, new);
+- another client's live claim from a younger batch: seen (its claimer delivers it, or its claim
+  outlives it for the next asker). Waiting only on older batches means no two clients ever wait
+  on each other.
+
+So a URL answered new reaches a caller: its claimer's, or, if the claimer died or stalled past
+its lease before acknowledging, the next client that meets it (a rerun, another member of the
+fleet). It is answered new twice only then: at most the claims a client held unacknowledged
+when it died or stalled (with explicit acknowledgement after each batch, one batch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from urlseen._lifecycle import Closeable
+from urlseen.errors import ConfigError
+
+LEASE_SECONDS = 10.0
+MAX_LEASE_SECONDS = 86_400.0
+
+
+def check_lease(lease: object) -> float:
+    if (
+        isinstance(lease, bool)
+        or not isinstance(lease, (int, float))
+        or not math.isfinite(lease)
+        or not 0 < lease <= MAX_LEASE_SECONDS
+    ):
+        raise ConfigError(f"lease must be seconds in (0, {MAX_LEASE_SECONDS:g}], not {lease!r}")
+    return float(lease)
+
+
+class Claims:
+    """One client's side of the claims: its id, its lease, and the fingerprints it answered new
+    and has not released yet (in the order the filter hands them out).
+
+    auto: acknowledge each batch's answers just before add_many returns them (True, the
+    default); False keeps them claimed until the caller calls the filter's acknowledge(), for a
+    caller that persists the answers first (`urlseen dedup` writes and flushes its output).
+    """
+
+    def __init__(self, lease: float | None = None) -> None:
+        self.lease = LEASE_SECONDS if lease is None else check_lease(lease)
+        self.lease_ms = max(1, round(self.lease * 1000))
+        self.owner = uuid.uuid4().hex[:16]
+        self.auto = True
+        self.unacked: list[bytes] = []
+        self._oldest: int | None = None
+        self._calls = itertools.count(1)
+
+    def priority(self) -> int:
+        """The priority of a new batch: its start (Unix ms), or that of the oldest batch whose
+        claims are still held, so a client's claims are never older than its own waiting."""
+        now = int(time.time() * 1000)
+        return now if self._oldest is None else min(self._oldest, now)
+
+    def args(self, priority: int) -> list[Any]:
+        """A script call's claim arguments: owner, priority, a fresh call id, lease (ms)."""
+        return [self.owner, priority, next(self._calls), self.lease_ms]
+
+    def hold(self, fps: list[bytes], priority: int) -> None:
+        """Remember fingerprints just answered new (claimed by this client)."""
+        if fps:
+            self.unacked.extend(fps)
+            self._oldest = priority if self._oldest is None else min(self._oldest, priority)
+
+    def take(self) -> list[bytes]:
+        """Every fingerprint held, forgotten here (the caller releases them in Redis)."""
+        fps, self.unacked, self._oldest = self.unacked, [], None
+        return fps
+
+    def close(self, abandon: Callable[[list[bytes]], Any]) -> None:
+        """The filter closes: answers never acknowledged are abandoned (best effort), so the
+        next client to meet them takes them at once instead of after the lease."""
+        if self.unacked:
+            with contextlib.suppress(Exception):
+                abandon(self.take())
+
+    @contextlib.contextmanager
+    def batch(self, abandon: Callable[[list[bytes]], Any]) -> Iterator[int]:
+        """One batch, at its priority. If it fails, the claims it made are abandoned (their
+        lease ends now, best effort: else it ends on its own), for its caller never got them."""
+        mark = len(self.unacked)
+        try:
+            yield self.priority()
+        except BaseException:
+            failed = self.unacked[mark:]
+            del self.unacked[mark:]
+            if not self.unacked:
+                self._oldest = None
+            if failed:
+                with contextlib.suppress(Exception):
+                    abandon(failed)
+            raise
+
+
+class Claimant(Closeable):
+    """A filter (or store) that claims its answers: auto_acknowledge, acknowledge(), and a
+    close that abandons answers never acknowledged. A subclass sets _claims and _instance (once
+    it is open) and releases claims in Redis in _release."""
+
+    _claims: Claims
+    _instance: str = ""
+
+    def _release(self, fps: list[bytes], abandon: bool) -> int:
+        """Release (or abandon) this client's claims of fps; how many were no longer its."""
+        raise NotImplementedError
+
+    @property
+    def auto_acknowledge(self) -> bool:
+        """True (default): answers are acknowledged just before they are returned. False: they
+        stay claimed until acknowledge() (see urlseen.stores.redis_claims)."""
+        return self._claims.auto
+
+    @auto_acknowledge.setter
+    def auto_acknowledge(self, value: bool) -> None:
+        self._claims.auto = bool(value)
+
+    def acknowledge(self) -> int:
+        """Every answer given so far has reached the caller (and is persisted, if the caller
+        persists them): release their claims. Returns how many another client had taken over
+        meanwhile (their lease had ended: those URLs were answered new twice)."""
+        self._usable()
+        return self._release(self._claims.take(), abandon=False)
+
+    def _abandon(self, fps: list[bytes]) -> None:
+        self._release(fps, abandon=True)
+
+    def _close(self) -> None:
+        if self._instance:  # else it never opened: nothing claimed
+            self._claims.close(self._abandon)
+
+
+class Patience:
+    """How long a batch asks again about pending URLs: a little over one lease (by then every
+    claim it waits on was acknowledged or expired, unless its claimer has a longer lease: those
+    keys are then answered seen, their claim outliving them for the next asker)."""
+
+    def __init__(self, lease: float) -> None:
+        self._until = time.monotonic() + 1.5 * lease + 0.5
+        self._delay = 0.002
+
+    def wait(self) -> bool:
+        """Sleep a little before the next ask; False once patience is over."""
+        left = self._until - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(self._delay, left))
+        self._delay = min(self._delay * 2, 0.1)
+        return True
+
+
+PENDING = 0x50  # b"P": the script's answer for a URL another client's older claim holds
+
+
+def settle(ask: Callable[[list[int]], bytes], count: int, lease: float) -> list[bool]:
+    """Answers for keys 0..count-1: ask(indices) returns one byte per index (b"1" new, b"0"
+    seen, b"P" pending); pending ones are asked again until they settle or patience ends
+    (then: seen)."""
+    answers = [False] * count
+    todo = list(range(count))
+    patience: Patience | None = None
+    while todo:
+        pending = []
+        for i, c in zip(todo, ask(todo), strict=True):
+            if c == PENDING:
+                pending.append(i)
+            else:
+                answers[i] = c == 0x31
+        todo = pending
+        if todo:
+            patience = patience or Patience(lease)
+            if not patience.wait():
+                break
+    return answers
