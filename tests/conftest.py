@@ -208,18 +208,27 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory):
 
 
 class PrivateRedis:
-    """A redis-server of this test's own, persisting every write (appendfsync always), that the
-    test can kill with SIGKILL and start again on the same port and files."""
+    """A redis-server of this test's own, persisting every write (appendfsync always; with
+    persist=False nothing: a restart comes back empty), that the test can kill with SIGKILL and
+    start again on the same port and files. `config`: more redis-server options, e.g.
+    ("--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")."""
 
-    def __init__(self, folder) -> None:
+    def __init__(self, folder, *config: str, persist: bool = True) -> None:
         import socket
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.folder = folder
+        self.config = config
+        self.persist = persist
         self.proc = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self):
+        import redis
+
+        return redis.Redis(port=self.port)
 
     def start(self) -> None:
         import subprocess
@@ -227,10 +236,11 @@ class PrivateRedis:
 
         import redis
 
+        durability = ("--appendonly", "yes", "--appendfsync", "always") if self.persist else (
+            "--appendonly", "no")  # fmt: skip
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-             "--dir", str(self.folder)],
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", *durability,
+             "--save", "", "--dir", str(self.folder), *self.config],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         for _ in range(200):
@@ -249,16 +259,41 @@ class PrivateRedis:
         self.proc.wait(timeout=10)
 
 
-@pytest.fixture
-def private_redis(tmp_path, redis_url):  # redis_url: skip (or fail in CI) without Redis
+def _need_redis_server() -> None:
     import shutil
 
     if not shutil.which("redis-server"):
         if in_ci():
             pytest.fail("redis-server is needed for the outage tests in CI")
         pytest.skip("redis-server not installed: no outage tests")
+
+
+@pytest.fixture
+def private_redis(tmp_path, redis_url):  # redis_url: skip (or fail in CI) without Redis
+    _need_redis_server()
     server = PrivateRedis(tmp_path)
     server.start()
     yield server
     if server.proc is not None and server.proc.poll() is None:
         server.kill()
+
+
+@pytest.fixture
+def redis_servers(tmp_path, redis_url):
+    """Start private redis-servers: redis_servers(*config, persist=True) -> a started
+    PrivateRedis; each one is killed after the test."""
+    _need_redis_server()
+    servers: list[PrivateRedis] = []
+
+    def start(*config: str, persist: bool = True) -> PrivateRedis:
+        folder = tmp_path / f"redis-{len(servers)}"
+        folder.mkdir()
+        server = PrivateRedis(folder, *config, persist=persist)
+        servers.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in servers:
+        if server.proc is not None and server.proc.poll() is None:
+            server.kill()

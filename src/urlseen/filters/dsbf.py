@@ -51,7 +51,7 @@ from urlseen.stores.splittable import (
 
 FORMAT = "urlseen-dsbf/3"  # /2: no instance id, no claims; /1 named its params n, f, m, b, u, c
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
-LOCK_MS = 30_000  # a split lock's lease, renewed after every copied chunk
+LOCK_LEASES = 3  # a split lock lasts 3 leases (30 s by default), renewed after each chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
@@ -76,7 +76,9 @@ class SplittableBloomFilter(Claimant):
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
             "standard" (k bits anywhere in the leaf; leaf_capacity by the exact Bloom formula).
         seed: the MapHash / fingerprint seed.
-        lease: (Redis) seconds an answer "new" stays claimed until acknowledged (default 10).
+        lease: (Redis) seconds an answer "new" stays claimed until acknowledged (default 10);
+            a split's lock lasts three leases (renewed as the split goes on), so the leaf of a
+            splitter that died waits that long before another client finishes its split.
         allow_eviction: (Redis) use a server whose maxmemory-policy may evict keys.
 
     Attributes (from the stored parameters): capacity, error_rate, leaf_bits, fanout, seed, k
@@ -253,6 +255,7 @@ class SplittableBloomFilter(Claimant):
                 patience = patience or Patience(self._claims.lease)
                 if not patience.wait():  # claims that outlive this wait: answered seen
                     waiting = []
+                self._renew()
             if moved:
                 version = self._tree.version
                 self._reload()
@@ -289,19 +292,19 @@ class SplittableBloomFilter(Claimant):
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         return [not absent for absent in self._run(keys, LeafOp.CONTAINS)]
 
-    def _release(self, fps: list[bytes], abandon: bool) -> int:
+    def _release(self, fps: list[bytes], how: str) -> int:
         if not fps:
             return 0
         values = list(struct.unpack(f"<{len(fps)}Q", b"".join(fps)))
-        op = LeafOp.ABANDON if abandon else LeafOp.ACK
-        return self._each_leaf(fps, values, op, 0).count(False)
+        return self._each_leaf(fps, values, LeafOp[how.upper()], 0).count(False)
 
     # -- splitting --------------------------------------------------------------------------
 
     def _split(self, leaf: str) -> bool:
         """Split a full leaf, unless another client holds its lock; True if this one did."""
         store, token = self._store, uuid.uuid4().hex
-        status, stale = store.lock(leaf, token, LOCK_MS)
+        lock_ms = LOCK_LEASES * self._claims.lease_ms
+        status, stale = store.lock(leaf, token, lock_ms)
         if status != "ok":
             if status == "done":
                 self._reload()
@@ -310,7 +313,7 @@ class SplittableBloomFilter(Claimant):
         # An error below leaves the lock held: it lists the children, and whoever takes it
         # over once it expires drops them before splitting again.
         children = store.new_leaf_ids(self.fanout)
-        if not store.refresh(leaf, token, LOCK_MS, children):
+        if not store.refresh(leaf, token, lock_ms, children):
             return False
         store.make_leaves(children, self._tree.params)
         split = Split(_new_seed(), tuple(children))
@@ -346,7 +349,7 @@ class SplittableBloomFilter(Claimant):
                 if not isinstance(reply, LeafAnswer):  # fresh children take every copy
                     raise self._lost_leaf(child)
             start += len(data)
-            if not store.refresh(leaf, token, LOCK_MS, split.children):
+            if not store.refresh(leaf, token, LOCK_LEASES * self._claims.lease_ms, split.children):
                 return None
         return start
 

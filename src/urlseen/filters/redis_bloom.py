@@ -29,7 +29,8 @@ FORMAT = "urlseen-redis-bloom/2"  # /1: no kind record, no instance id, no claim
 KIND = "bloom"
 FP_BYTES = 16  # a claim's field: the key's digest
 RELEASE_CHUNK = 65536  # fingerprints per acknowledging call
-_CONTAINS, _ADD, _ACK, _ABANDON = "0", "1", "3", "4"  # bloom_batch.lua's operations
+_CONTAINS, _ADD = "0", "1"  # bloom_batch.lua's operations
+_RELEASE = {"ack": "3", "abandon": "4", "renew": "5"}
 
 
 class RedisBloomFilter(Claimant):
@@ -168,16 +169,16 @@ class RedisBloomFilter(Claimant):
                             priority)  # fmt: skip
                 return answer
 
-            answers = settle(ask, len(keys), claims.lease)
+            answers = settle(ask, len(keys), claims.lease, self._renew)
         if claims.auto:
             self.acknowledge()
         return answers
 
-    def _release(self, fps: list[bytes], abandon: bool) -> int:
-        op, lost = _ABANDON if abandon else _ACK, 0
+    def _release(self, fps: list[bytes], how: str) -> int:
+        op, lost = _RELEASE[how], 0
         for start in range(0, len(fps), RELEASE_CHUNK):
             part = b"".join(fps[start : start + RELEASE_CHUNK])
-            answer = self._call(op, b"", part, self._claims.args(0), "acknowledge")
+            answer = self._call(op, b"", part, self._claims.args(0), how)
             lost += answer.count(b"0")
         return lost
 

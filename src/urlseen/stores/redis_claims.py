@@ -68,6 +68,7 @@ class Claims:
         self.unacked: list[bytes] = []
         self._oldest: int | None = None
         self._calls = itertools.count(1)
+        self._renewed = time.monotonic()
 
     def priority(self) -> int:
         """The priority of a new batch: its start (Unix ms), or that of the oldest batch whose
@@ -90,6 +91,14 @@ class Claims:
         fps, self.unacked, self._oldest = self.unacked, [], None
         return fps
 
+    def renewal(self) -> list[bytes]:
+        """While a batch waits on other clients' claims, its own must not run out: every third
+        of a lease, the fingerprints whose leases to renew (all held; none if not due yet)."""
+        if time.monotonic() - self._renewed < self.lease / 3:
+            return []
+        self._renewed = time.monotonic()
+        return list(self.unacked)
+
     def close(self, abandon: Callable[[list[bytes]], Any]) -> None:
         """The filter closes: answers never acknowledged are abandoned (best effort), so the
         next client to meet them takes them at once instead of after the lease."""
@@ -102,6 +111,7 @@ class Claims:
         """One batch, at its priority. If it fails, the claims it made are abandoned (their
         lease ends now, best effort: else it ends on its own), for its caller never got them."""
         mark = len(self.unacked)
+        self._renewed = time.monotonic()
         try:
             yield self.priority()
         except BaseException:
@@ -123,8 +133,9 @@ class Claimant(Closeable):
     _claims: Claims
     _instance: str = ""
 
-    def _release(self, fps: list[bytes], abandon: bool) -> int:
-        """Release (or abandon) this client's claims of fps; how many were no longer its."""
+    def _release(self, fps: list[bytes], how: str) -> int:
+        """Release this client's claims of fps, how: "ack" (delete), "abandon" (end the lease
+        now) or "renew" (start a new lease); how many were no longer its."""
         raise NotImplementedError
 
     @property
@@ -142,10 +153,16 @@ class Claimant(Closeable):
         persists them): release their claims. Returns how many another client had taken over
         meanwhile (their lease had ended: those URLs were answered new twice)."""
         self._usable()
-        return self._release(self._claims.take(), abandon=False)
+        return self._release(self._claims.take(), "ack")
 
     def _abandon(self, fps: list[bytes]) -> None:
-        self._release(fps, abandon=True)
+        self._release(fps, "abandon")
+
+    def _renew(self) -> None:
+        """Renew the held claims' leases if due (called while a batch waits)."""
+        fps = self._claims.renewal()
+        if fps:
+            self._release(fps, "renew")
 
     def _close(self) -> None:
         if self._instance:  # else it never opened: nothing claimed
@@ -174,10 +191,12 @@ class Patience:
 PENDING = 0x50  # b"P": the script's answer for a URL another client's older claim holds
 
 
-def settle(ask: Callable[[list[int]], bytes], count: int, lease: float) -> list[bool]:
+def settle(
+    ask: Callable[[list[int]], bytes], count: int, lease: float, renew: Callable[[], None]
+) -> list[bool]:
     """Answers for keys 0..count-1: ask(indices) returns one byte per index (b"1" new, b"0"
     seen, b"P" pending); pending ones are asked again until they settle or patience ends
-    (then: seen)."""
+    (then: seen), renewing the asker's own claims meanwhile."""
     answers = [False] * count
     todo = list(range(count))
     patience: Patience | None = None
@@ -193,4 +212,5 @@ def settle(ask: Callable[[list[int]], bytes], count: int, lease: float) -> list[
             patience = patience or Patience(lease)
             if not patience.wait():
                 break
+            renew()
     return answers

@@ -298,18 +298,17 @@ class RedisLibrary(Claimant):
                 return self._send("claim", fps, idx, stamp, lambda: claims.args(priority),
                                   lambda new: claims.hold(new, priority))  # fmt: skip
 
-            answers = settle(ask, len(fps), claims.lease)
+            answers = settle(ask, len(fps), claims.lease, self._renew)
         self.io.lookups += len(fps)
         self.io.writes += len(fps)
         if claims.auto:
             self.acknowledge()
         return answers
 
-    def _release(self, fps: list[bytes], abandon: bool) -> int:
+    def _release(self, fps: list[bytes], how: str) -> int:
         if not fps:
             return 0
-        mode = "abandon" if abandon else "ack"
-        answer = self._send(mode, fps, range(len(fps)), "0", lambda: self._claims.args(0))
+        answer = self._send(how, fps, range(len(fps)), "0", lambda: self._claims.args(0))
         return answer.count(b"0")
 
     def contains(self, fps: Sequence[bytes]) -> list[bool]:

@@ -47,6 +47,8 @@ class LeafOp(IntEnum):
     sealed leaf releases them and answers MOVED: its claims may be in its children too."""
     ABANDON = 4
     """End the lease of the caller's claims now (its caller never got the answers)."""
+    RENEW = 5
+    """Start a new lease for the caller's claims (it is still waiting inside its batch)."""
 
 
 def loc_hash(fingerprint: int, seed: int) -> int:
@@ -247,7 +249,7 @@ class MemoryLeafStore:
         self, groups: Mapping[str, list[bytes]], op: LeafOp, claim: Sequence[Any] = ()
     ) -> dict[str, LeafReply]:
         """Claims need other clients: in one process every answer reaches its caller, so
-        there are none (ACK and ABANDON answer True)."""
+        there are none (ACK, ABANDON and RENEW answer True)."""
         out: dict[str, LeafReply] = {}
         with self._guard:
             for leaf, fps in groups.items():
@@ -255,7 +257,7 @@ class MemoryLeafStore:
                 if entry is None:
                     out[leaf] = MISSING
                     continue
-                if op in (LeafOp.ACK, LeafOp.ABANDON):
+                if op in (LeafOp.ACK, LeafOp.ABANDON, LeafOp.RENEW):
                     out[leaf] = LeafAnswer([True] * len(fps), len(entry.fps) // FP_BYTES)
                     continue
                 if op != LeafOp.CONTAINS and entry.state != "active":

@@ -12,8 +12,9 @@
 -- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
 -- ARGV[2]: the operation (urlseen.stores.splittable.LeafOp): "0" CONTAINS, test only; "1" ADD,
 --          test and set, and claim; "2" COPY, set and count every key as new (a split copying
---          fingerprints into a new leaf: none may be dropped as a false positive); "3" ACK and
---          "4" ABANDON: delete, or end the lease of, the caller's claims of the fingerprints
+--          fingerprints into a new leaf: none may be dropped as a false positive); "3" ACK,
+--          "4" ABANDON, "5" RENEW: delete, end the lease of, or start a new lease of the
+--          caller's claims of the fingerprints (claims.lua)
 -- ARGV[5]: the batch's fingerprints, ARGV[6] bytes per key, in order (the claims' fields; a
 --          DSBF leaf stores them too)
 -- ARGV[7]: (a DSBF leaf only) its write limit: at this count a leaf takes no more writes until
@@ -21,12 +22,13 @@
 -- ARGV[8]: the instance the client opened; ARGV[9]: the length of the bits in bytes
 -- ARGV[10..13]: the claims' owner, priority, call id and lease in ms (claims.lua)
 -- Returns one character per key: ADD "1" new, "0" seen, "P" pending (claims.lua); CONTAINS
--- "1" absent, "0" present; COPY "1"; ACK/ABANDON "1" if the claim was still the caller's. A
--- DSBF leaf appends its count after the answers, and returns "M" (moved) instead when it no
+-- "1" absent, "0" present; COPY "1"; ACK/ABANDON/RENEW "1" if the claim was still the
+-- caller's. A DSBF leaf appends its count after the answers, and returns "M" (moved) instead when it no
 -- longer takes writes (sealed by a split, or at its write limit), or "X" when it does not exist
 -- or belongs to another instance (expired after a split, or lost: the client asks the tree).
 -- Data that vanished is an error reply "URLSEEN-LOST ...", before anything is written.
-local CONTAINS, ADD, COPY, ACK, ABANDON = '0', '1', '2', '3', '4'
+local CONTAINS, ADD, COPY = '0', '1', '2'
+local RELEASE = {['3'] = 'ack', ['4'] = 'abandon', ['5'] = 'renew'}
 local op = ARGV[2]
 local data, ttl = ARGV[1], tonumber(ARGV[3])
 local add = op == ADD or op == COPY
@@ -66,11 +68,11 @@ local claims
 if op ~= CONTAINS and op ~= COPY then
   claims = claims_context(ARGV[10], ARGV[11], ARGV[12], ARGV[13])
 end
-if op == ACK or op == ABANDON then
+if RELEASE[op] then
   local out = {}
   for i = 1, #fps / fp_size do
     out[i] = claim_release(claims, KEYS[4], sub(fps, fp_size * (i - 1) + 1, fp_size * i),
-                           op == ABANDON)
+                           RELEASE[op])
   end
   if sealed then return 'M' end -- its claims may be copied to the children: ask them too
   return table.concat(out) .. (leaf and leaf_count or '')

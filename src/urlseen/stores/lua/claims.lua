@@ -64,17 +64,19 @@ local function claim_present(c, key, fp)
   return '0'
 end
 
--- Acknowledge (delete) or abandon (end the lease now) the asker's own claim of fp: '1' if it
--- was still the asker's, '0' if it was gone or taken over by another client.
-local function claim_release(c, key, fp, abandon)
+-- Release the asker's own claim of fp, how: "ack" deletes it, "abandon" ends its lease now,
+-- "renew" starts a new lease (a client still waiting inside its batch). '1' if it was still
+-- the asker's, '0' if it was gone or taken over by another client.
+local function claim_release(c, key, fp, how)
   local value = redis.call('HGET', key, fp)
   if not value then return '0' end
   local owner, prio, call = claims_parse(value)
   if owner ~= c.owner then return '0' end
-  if abandon then
-    redis.call('HSET', key, fp, owner .. ' ' .. prio .. ' ' .. call .. ' 0')
-  else
+  if how == 'ack' then
     redis.call('HDEL', key, fp)
+  else
+    local deadline = how == 'renew' and string.match(c.mine, '(%d+)$') or '0'
+    redis.call('HSET', key, fp, owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline)
   end
   return '1'
 end

@@ -17,7 +17,8 @@
 --           kind record, another kind's name when it holds another kind
 --   ready   instance                   -> 1 (the first leaves exist)
 --   ids     instance count             -> the last of count fresh leaf ids
---   lock    instance leaf token ms     -> {"ok", children of an expired attempt} | {"busy"} | {"done"}
+--   lock    instance leaf token ms     -> {"ok", children of an expired attempt} | {"busy"} |
+--           {"done"}
 --   refresh instance leaf token ms children -> 1 if token still holds the lock (deadline extended)
 --   swap    instance leaf token description children... -> the new version, or 0 (lock lost /
 --           done)

@@ -16,14 +16,15 @@
 --          reply gets the same answer and changes nothing twice (should the receipt be gone, a
 --          resent claim still answers its new fingerprints new: claims.lua)
 -- ARGV[1]: mode: "claim" (insert if absent, else one more reference), "contains" (read only),
---          "release" (one reference less; the record goes at zero), "forget" (remove), "ack"
---          and "abandon" (delete, or end the lease of, the caller's claims)
+--          "release" (one reference less; the record goes at zero), "forget" (remove), "ack",
+--          "abandon", "renew" (delete, end the lease of, or start a new lease of the caller's
+--          claims: claims.lua)
 -- ARGV[2]: the fingerprints, 16 bytes each, concatenated
 -- ARGV[6]: now, Unix seconds; ARGV[8]: the instance the client opened
 -- ARGV[9..12]: the claims' owner, priority, call id and lease in ms (claims.lua)
 -- Returns one character per fingerprint: claim: "1" new, "0" seen, "P" pending (claims.lua);
--- contains, release, forget: "1" was present, "0" not; ack, abandon: "1" the claim was still
--- the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
+-- contains, release, forget: "1" was present, "0" not; ack, abandon, renew: "1" the claim was
+-- still the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
 -- anything is written.
 local mode = ARGV[1]
 local receipts = mode == 'claim' or mode == 'release' or mode == 'forget'
@@ -64,7 +65,8 @@ for pos = 1, #data, 16 do
 end
 
 local claims
-if mode == 'claim' or mode == 'ack' or mode == 'abandon' then
+local releasing = mode == 'ack' or mode == 'abandon' or mode == 'renew'
+if mode == 'claim' or releasing then
   claims = claims_context(ARGV[9], ARGV[10], ARGV[11], ARGV[12])
 end
 
@@ -73,8 +75,8 @@ for pos = 1, #data, 16 do
   local g, bucket = group_of(pos)
   local fp = sub(data, pos, pos + 15)
   local answer = '0'
-  if mode == 'ack' or mode == 'abandon' then
-    answer = claim_release(claims, prefix .. g .. '}:c', fp, mode == 'abandon')
+  if releasing then
+    answer = claim_release(claims, prefix .. g .. '}:c', fp, mode)
   else
     local key = prefix .. g .. '}:f:' .. bucket
     local field = sub(data, pos + drop, pos + 15)
