@@ -76,6 +76,22 @@ def dev_urls(dev_urls_optional: list[str] | None) -> list[str]:
     return dev_urls_optional
 
 
+def fleet_streams(folder: Path, lines: int, window: int, workers: int = 4) -> list[Path]:
+    """Overlapping input files for a fleet, from the dev set's first `lines` lines: worker w
+    reads `window` lines starting at w * (lines - window) / (workers - 1)."""
+    import itertools
+
+    with gzip.open(require_dev_urls_path(), "rb") as source:
+        head = list(itertools.islice(source, lines))
+    step = (lines - window) // (workers - 1)
+    paths = []
+    for w in range(workers):
+        path = folder / f"worker{w}.txt"
+        path.write_bytes(b"".join(head[w * step : w * step + window]))
+        paths.append(path)
+    return paths
+
+
 @pytest.fixture
 def state_path(tmp_path: Path) -> Path:
     """A path for a state file that does not exist yet, in a fresh directory."""

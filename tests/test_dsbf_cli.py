@@ -3,8 +3,6 @@ CLI processes on real URLs through splits, the tree view, and usage errors."""
 
 from __future__ import annotations
 
-import gzip
-import itertools
 import json
 import subprocess
 import sys
@@ -13,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import invoke
-from conftest import require_dev_urls_path
+from conftest import fleet_streams
 from urlseen.filters.dsbf import SplittableBloomFilter
 
 WORKERS = 4
@@ -23,16 +21,7 @@ WINDOW = 36_000  # worker w reads lines [w * 8,000, w * 8,000 + WINDOW): overlap
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    with gzip.open(require_dev_urls_path(), "rb") as source:
-        lines = list(itertools.islice(source, LINES))
-    folder = tmp_path_factory.mktemp("dsbf-fleet")
-    step = (LINES - WINDOW) // (WORKERS - 1)
-    paths = []
-    for w in range(WORKERS):
-        path = folder / f"worker{w}.txt"
-        path.write_bytes(b"".join(lines[w * step : w * step + WINDOW]))
-        paths.append(path)
-    return paths
+    return fleet_streams(tmp_path_factory.mktemp("dsbf-fleet"), LINES, WINDOW, WORKERS)
 
 
 def test_a_fleet_of_dedup_processes_prints_each_url_at_most_once(streams, redis_url, redis_name):

@@ -13,8 +13,6 @@ URLSEEN_KILL_SEED replays the kill moments of a failed run.
 
 from __future__ import annotations
 
-import gzip
-import itertools
 import os
 import random
 import signal
@@ -27,7 +25,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import require_dev_urls_path
+from conftest import fleet_streams
 from urlseen.stores import redis_store
 
 WORKERS = 4
@@ -72,16 +70,7 @@ seen.close()
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    with gzip.open(require_dev_urls_path(), "rb") as source:
-        lines = list(itertools.islice(source, SLICE))
-    folder = tmp_path_factory.mktemp("kills")
-    step = (SLICE - WINDOW) // (WORKERS - 1)
-    paths = []
-    for w in range(WORKERS):
-        path = folder / f"worker{w}.txt"
-        path.write_bytes(b"".join(lines[w * step : w * step + WINDOW]))
-        paths.append(path)
-    return paths
+    return fleet_streams(tmp_path_factory.mktemp("kills"), SLICE, WINDOW, WORKERS)
 
 
 @dataclass

@@ -4,8 +4,6 @@ Redis server, on a 3-master Redis Cluster, and across a Redis kill and restart."
 
 from __future__ import annotations
 
-import gzip
-import itertools
 import subprocess
 import sys
 import threading
@@ -13,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_dev_urls_path
+from conftest import fleet_streams
 from urlseen.stores.redis_library import RedisLibrary
 
 WORKERS = 4
@@ -23,16 +21,7 @@ WINDOW = 50_000  # worker w reads lines [w * 10,000, w * 10,000 + WINDOW)
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    with gzip.open(require_dev_urls_path(), "rb") as source:
-        lines = list(itertools.islice(source, LINES))
-    folder = tmp_path_factory.mktemp("fleet")
-    paths = []
-    step = (LINES - WINDOW) // (WORKERS - 1)
-    for w in range(WORKERS):
-        path = folder / f"worker{w}.txt"
-        path.write_bytes(b"".join(lines[w * step : w * step + WINDOW]))
-        paths.append(path)
-    return paths
+    return fleet_streams(tmp_path_factory.mktemp("fleet"), LINES, WINDOW, WORKERS)
 
 
 def _run_fleet(url: str, name: str, inputs: list[Path], *extra: str) -> list[list[bytes]]:
