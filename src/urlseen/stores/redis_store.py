@@ -234,10 +234,6 @@ def key(name: str, part: str) -> str:
     return tagged(escape(name), part)
 
 
-def receipt_key(name: str) -> str:
-    return key(name, f"receipt:{uuid.uuid4().hex}")
-
-
 # -- the record: kind, parameters, instance -------------------------------------------------
 
 

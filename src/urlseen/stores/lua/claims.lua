@@ -26,9 +26,20 @@ end
 -- owner, prio, call, lease_ms: this call's side (ARGV of the script)
 local function claims_context(owner, prio, call, lease_ms)
   local now = claims_now()
-  return {owner = owner, prio = tonumber(prio), call = call, now = now,
+  return {owner = owner, prio = tonumber(prio), call = call, now = now, tag = owner .. ' ',
           mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. (now + tonumber(lease_ms)),
-          fresh = {}}
+          fresh = {}, empty = {}}
+end
+
+-- Whether the claims hash `key` held no claim when this call first touched it: then every
+-- claim in it is this call's own (c.fresh), and no URL needs its claim read.
+local function claims_empty(c, key)
+  local empty = c.empty[key]
+  if empty == nil then
+    empty = redis.call('EXISTS', key) == 0
+    c.empty[key] = empty
+  end
+  return empty
 end
 
 local function claims_parse(value)
@@ -38,6 +49,7 @@ end
 
 -- A URL absent from the data: this call answers it new and claims it.
 local function claim_new(c, key, fp)
+  claims_empty(c, key)
   redis.call('HSET', key, fp, c.mine)
   c.fresh[fp] = true
 end
@@ -45,6 +57,7 @@ end
 -- A URL present in the data: '0', '1' or 'P' (above).
 local function claim_present(c, key, fp)
   if c.fresh[fp] then return '0' end -- answered new earlier in this call: a repeat
+  if claims_empty(c, key) then return '0' end
   local value = redis.call('HGET', key, fp)
   if not value then return '0' end
   local owner, prio, call, deadline = claims_parse(value)
@@ -69,12 +82,11 @@ end
 -- the asker's, '0' if it was gone or taken over by another client.
 local function claim_release(c, key, fp, how)
   local value = redis.call('HGET', key, fp)
-  if not value then return '0' end
-  local owner, prio, call = claims_parse(value)
-  if owner ~= c.owner then return '0' end
+  if not value or string.sub(value, 1, #c.tag) ~= c.tag then return '0' end
   if how == 'ack' then
     redis.call('HDEL', key, fp)
   else
+    local owner, prio, call = claims_parse(value)
     local deadline = how == 'renew' and string.match(c.mine, '(%d+)$') or '0'
     redis.call('HSET', key, fp, owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline)
   end

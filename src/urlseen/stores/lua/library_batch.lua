@@ -70,20 +70,25 @@ if mode == 'claim' or releasing then
   claims = claims_context(ARGV[9], ARGV[10], ARGV[11], ARGV[12])
 end
 
-local out, counts = {}, {}
+local out, counts, claim_keys = {}, {}, {}
 for pos = 1, #data, 16 do
   local g, bucket = group_of(pos)
   local fp = sub(data, pos, pos + 15)
+  local claim_key = claim_keys[g]
+  if not claim_key then
+    claim_key = prefix .. g .. '}:c'
+    claim_keys[g] = claim_key
+  end
   local answer = '0'
   if releasing then
-    answer = claim_release(claims, prefix .. g .. '}:c', fp, mode)
+    answer = claim_release(claims, claim_key, fp, mode)
   else
     local key = prefix .. g .. '}:f:' .. bucket
     local field = sub(data, pos + drop, pos + 15)
     local value = redis.call('HGET', key, field)
     if mode == 'claim' then
       if value then
-        answer = claim_present(claims, prefix .. g .. '}:c', fp)
+        answer = claim_present(claims, claim_key, fp)
         if answer ~= 'P' then
           local refs, first, last = unpack('<I4I4I4', value)
           if refs < MAXREFS then refs = refs + 1 end
@@ -91,7 +96,7 @@ for pos = 1, #data, 16 do
           redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last))
         end
       else
-        claim_new(claims, prefix .. g .. '}:c', fp)
+        claim_new(claims, claim_key, fp)
         redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now))
         counts[g] = (counts[g] or 0) + 1
         answer = '1'
