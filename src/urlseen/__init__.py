@@ -41,6 +41,7 @@ from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.similarity import SimilarityFilter
 from urlseen.stores.mmapfile import UncleanShutdownWarning
 from urlseen.stores.redis_library import RedisLibrary
+from urlseen.stores.redis_store import EvictionPolicyError, FilterLostError, RemoteError
 
 try:
     __version__ = version("urlseen")
@@ -54,7 +55,9 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "CountersRebuiltWarning",
+    "EvictionPolicyError",
     "ExactFilter",
+    "FilterLostError",
     "FilterStats",
     "FingerprintLibraryFilter",
     "FormatError",
@@ -66,6 +69,7 @@ __all__ = [
     "ReadOnlyError",
     "RedisBloomFilter",
     "RedisLibrary",
+    "RemoteError",
     "RotatingBloomFilter",
     "SeenFilter",
     "SimilarityFilter",

@@ -246,7 +246,8 @@ class SplittableBloomFilter(Claimant):
                     answers[i] = new
                 waiting.extend(idx[j] for j in reply.pending)
                 if op == LeafOp.ADD:
-                    self._claims.hold([fps[i] for i in idx if answers[i]], priority)
+                    if self._store.claims:
+                        self._claims.hold([fps[i] for i in idx if answers[i]], priority)
                     if reply.count >= self.leaf_capacity:
                         full.append(leaf)
             for leaf in full:

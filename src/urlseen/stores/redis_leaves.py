@@ -49,6 +49,8 @@ KIND = "dsbf"
 class RedisLeafStore:
     """LeafStore on a redis-py client (redis.Redis or redis.RedisCluster)."""
 
+    claims = True
+
     def __init__(self, redis: Any, name: str, receipt_seconds: int = RECEIPT_SECONDS) -> None:
         self.name = redis_store.check_name(name)
         self.client = redis_store.connect(redis)

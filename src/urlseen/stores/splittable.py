@@ -132,8 +132,11 @@ class LeafInfo:
 class LeafStore(Protocol):
     """The atomic operations of a splittable filter's storage (see module docstring).
 
-    check_and_add does one LeafOp to every key of a batch, leaf by leaf.
+    check_and_add does one LeafOp to every key of a batch, leaf by leaf. claims: whether
+    answers "new" are claimed until acknowledged (several clients: stores/redis_claims.py).
     """
+
+    claims: bool
 
     def load(self) -> Tree | None: ...
 
@@ -185,6 +188,8 @@ class _Leaf:
 
 class MemoryLeafStore:
     """The store in this process's memory: for single-process use and tests."""
+
+    claims = False  # one process: every answer reaches its caller
 
     def __init__(self) -> None:
         self._guard = threading.RLock()
