@@ -266,3 +266,16 @@ def test_a_database_that_is_no_number_is_refused_not_read_as_0():
 def test_a_plain_server_named_as_a_cluster_is_a_clear_error(redis_url):
     with pytest.raises(RemoteError, match=r"not enabled|cluster"):
         redis_store.connect("redis-cluster://" + redis_url.split("://", 1)[1].split("/")[0])
+
+
+def test_every_primary_of_a_cluster_is_asked_its_eviction_policy(redis_cluster_url):
+    client = redis_store.connect(redis_cluster_url)
+    assert redis_store.eviction_policies(client) == {"noeviction"}
+    primaries = client.get_primaries()
+    target = primaries[-1]
+    client.config_set("maxmemory-policy", "allkeys-lfu", target_nodes=target)
+    try:
+        with pytest.raises(EvictionPolicyError, match="allkeys-lfu"):
+            _open("exact", redis_cluster_url, "evicting")
+    finally:
+        client.config_set("maxmemory-policy", "noeviction", target_nodes=target)

@@ -1,0 +1,120 @@
+"""Claims with leases (stores/redis_claims.py), one client against another, for each shared
+kind: a live claim is waited for until acknowledged, a dead client's claims are taken over
+after the lease, younger claims are not waited for, close() abandons what was never
+acknowledged, acknowledge() counts what was taken over, and a waiting batch keeps its own
+claims alive."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from urlseen import kinds
+
+SHARED = ("bloom", "exact", "dsbf")
+LEASE = 1.0
+SIZES = {"bloom": {"capacity": 100_000, "error_rate": 1e-9}, "exact": {"capacity": 100_000},
+         "dsbf": {"capacity": 2_000, "error_rate": 1e-9, "leaf_bits": 16384}}  # fmt: skip
+
+
+def _open(kind: str, url: str, name: str, *, explicit: bool = True):
+    seen = kinds.open_filter(kind, redis=url, name=name, lease=LEASE, **SIZES[kind])
+    seen.auto_acknowledge = not explicit
+    return seen
+
+
+def _urls(n: int, tag: str) -> list[str]:
+    return [f"https://{tag}.example/page/{i}" for i in range(n)]
+
+
+def _timed(call, *args):
+    started = time.monotonic()
+    result = call(*args)
+    return result, time.monotonic() - started
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_live_claim_is_waited_for_until_acknowledged(kind, redis_url, redis_name):
+    first, second = _open(kind, redis_url, redis_name), _open(kind, redis_url, redis_name)
+    claimed, fresh = _urls(300, "a"), _urls(100, "b")
+    assert all(first.add_many(claimed))
+    threading.Timer(0.3, first.acknowledge).start()
+    answers, waited = _timed(second.add_many, claimed + fresh)
+    assert answers == [False] * 300 + [True] * 100
+    assert 0.25 < waited < LEASE, waited
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_dead_clients_claims_are_taken_over_after_its_lease(kind, redis_url, redis_name):
+    """A process answered new and died before acknowledging: the next client gets those URLs
+    as new, once the dead one's lease is over."""
+    urls = _urls(200, "dead")
+    code = (
+        "import os, sys\n"
+        "from urlseen import kinds\n"
+        f"seen = kinds.open_filter({kind!r}, redis={redis_url!r}, name={redis_name!r}, "
+        f"lease={LEASE!r}, **{SIZES[kind]!r})\n"
+        "seen.auto_acknowledge = False\n"
+        f"assert all(seen.add_many({urls!r}))\n"
+        "os._exit(0)  # dies: never acknowledges, never closes\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    answers, waited = _timed(_open(kind, redis_url, redis_name).add_many, urls)
+    assert all(answers)
+    assert waited < 2.5 * LEASE + 1, waited
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_claim_younger_than_the_batch_is_not_waited_for(kind, redis_url, redis_name):
+    """A client holding claims of its own waits only on older ones: a URL another client
+    claimed later is answered seen at once (its claimer delivers it), so two clients never
+    wait on each other."""
+    older, younger = _open(kind, redis_url, redis_name), _open(kind, redis_url, redis_name)
+    assert all(older.add_many(_urls(10, "mine")))  # held: its batches keep this priority
+    time.sleep(0.01)
+    assert all(younger.add_many(_urls(50, "theirs")))
+    answers, waited = _timed(older.add_many, _urls(50, "theirs"))
+    assert not any(answers) and waited < 0.5 * LEASE, waited
+    threading.Timer(0.3, older.acknowledge).start()
+    answers, waited = _timed(younger.add_many, _urls(10, "mine"))  # older: waited for
+    assert not any(answers) and waited > 0.25, waited
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_close_abandons_what_was_never_acknowledged(kind, redis_url, redis_name):
+    first = _open(kind, redis_url, redis_name)
+    urls = _urls(100, "closed")
+    assert all(first.add_many(urls))
+    first.close()  # e.g. the caller failed to keep them: the next client takes them at once
+    answers, waited = _timed(_open(kind, redis_url, redis_name).add_many, urls)
+    assert all(answers) and waited < 0.5 * LEASE, waited
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_acknowledge_counts_the_claims_taken_over(kind, redis_url, redis_name):
+    slow, other = _open(kind, redis_url, redis_name), _open(kind, redis_url, redis_name)
+    urls = _urls(100, "slow")
+    assert all(slow.add_many(urls))
+    time.sleep(LEASE + 0.2)  # the slow client stalls past its lease
+    assert all(other.add_many(urls))
+    assert slow.acknowledge() == 100 and other.acknowledge() == 0
+    assert slow.acknowledge() == 0  # nothing held any more
+
+
+@pytest.mark.parametrize("kind", ["bloom", "dsbf"])
+def test_a_waiting_batch_keeps_its_own_claims_alive(kind, redis_url, redis_name):
+    """A batch that waits a whole lease for another client's claim (a client that stalls and
+    never acknowledges) renews its own claims meanwhile: a third client that meets them when
+    the batch returns waits for their acknowledgement instead of taking them over."""
+    stalled = _open(kind, redis_url, redis_name)
+    waiter, third = _open(kind, redis_url, redis_name), _open(kind, redis_url, redis_name)
+    held, mine = _urls(20, "held"), _urls(50, "mine")
+    assert all(stalled.add_many(held))
+    answers, waited = _timed(waiter.add_many, held + mine)
+    assert all(answers) and waited > 0.9 * LEASE  # took the stalled client's URLs over
+    threading.Timer(0.2, waiter.acknowledge).start()
+    assert not any(third.add_many(mine)), "the waiting batch's own claims ran out"
