@@ -63,9 +63,13 @@ def test_a_dead_clients_claims_are_taken_over_after_its_lease(kind, redis_url, r
         "os._exit(0)  # dies: never acknowledges, never closes\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-    answers, waited = _timed(_open(kind, redis_url, redis_name).add_many, urls)
+    assert kinds.describe(redis=redis_url, name=redis_name)["claims"] == 200  # urlseen info
+    rerun = _open(kind, redis_url, redis_name)
+    answers, waited = _timed(rerun.add_many, urls)
     assert all(answers)
     assert waited < 2.5 * LEASE + 1, waited
+    assert rerun.acknowledge() == 0
+    assert kinds.describe(redis=redis_url, name=redis_name)["claims"] == 0
 
 
 @pytest.mark.parametrize("kind", SHARED)

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import redis
 
 from conftest import fleet_streams
-from urlseen.stores import redis_store
+from urlseen import kinds
 
 WORKERS = 4
 SLICE = 24_000  # the dev set's first lines: a feed polled many times, so streams overlap a lot
@@ -151,19 +150,8 @@ def _seed() -> int:
 
 
 def _claims_left(url: str, name: str) -> int:
-    """Claims in the filter's live keys (a split leaf's keys expire on their own)."""
-    client = redis.Redis.from_url(url)
-    tag = redis_store.escape(name)
-    left = 0
-    for pattern in (
-        f"urlseen:{{{tag}}}:claims",
-        f"urlseen:{{{tag}#*}}:c",
-        f"urlseen:{{{tag}:*}}:claims",
-    ):
-        for key in client.scan_iter(match=pattern, count=1000):
-            if client.ttl(key) == -1:
-                left += client.hlen(key)
-    return left
+    """Claims in the filter (`urlseen info`'s count): answers no caller acknowledged."""
+    return int(kinds.describe(redis=url, name=name)["claims"])
 
 
 def _check(fleet: Fleet, streams: list[Path], kills: int, kind: str) -> None:

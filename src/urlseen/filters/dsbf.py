@@ -369,13 +369,16 @@ class SplittableBloomFilter(Claimant):
         return [
             {"leaf": leaf, "depth": depth, "count": info.count,
              "fill": info.count / self.leaf_capacity, "state": info.state,
-             "fingerprint_bytes": info.fingerprint_bytes}
+             "fingerprint_bytes": info.fingerprint_bytes, "claims": info.claims}
             for (leaf, depth), info in zip(order, infos, strict=True)
             if info is not None
         ]  # fmt: skip
 
     def __len__(self) -> int:
         return sum(leaf["count"] for leaf in self.leaves())
+
+    def claims_held(self) -> int:
+        return sum(leaf["claims"] for leaf in self.leaves())
 
     def stats(self) -> FilterStats:
         leaves = self.leaves()

@@ -182,6 +182,10 @@ class RedisBloomFilter(Claimant):
             lost += answer.count(b"0")
         return lost
 
+    def claims_held(self) -> int:
+        self._usable()
+        return int(retrying(lambda: self._client.hlen(self._claims_key), f"{self._what}: claims"))
+
     def __contains__(self, key: object) -> bool:
         return self.contains_many([key])[0]  # type: ignore[list-item]
 

@@ -98,6 +98,7 @@ def describe_shared_bloom(url: str, name: str) -> dict[str, Any] | None:
             "hash": stats.details["hash"],
             "fill": seen.popcount() / seen.nbits,
             "redis_bytes": seen.memory_usage(),
+            "claims": seen.claims_held(),
         }
 
 
@@ -122,6 +123,7 @@ def describe_shared_dsbf(url: str, name: str) -> dict[str, Any] | None:
             **{key: d[key] for key in ("leaves", "depth", "tree_version")},
             "mean_fill": sum(leaf["fill"] for leaf in leaves) / max(1, len(leaves)),
             "redis_bytes": seen.memory_usage(),
+            "claims": sum(leaf["claims"] for leaf in leaves),
             "tree": leaves,
         }
 

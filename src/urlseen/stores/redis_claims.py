@@ -138,6 +138,11 @@ class Claimant(Closeable):
         now) or "renew" (start a new lease); how many were no longer its."""
         raise NotImplementedError
 
+    def claims_held(self) -> int:
+        """Claims in Redis, of every client: URLs answered new whose delivery no caller has
+        acknowledged yet (a live client's, or a dead one's waiting for the next asker)."""
+        raise NotImplementedError
+
     @property
     def auto_acknowledge(self) -> bool:
         """True (default): answers are acknowledged just before they are returned. False: they

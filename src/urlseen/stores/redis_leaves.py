@@ -284,16 +284,19 @@ class RedisLeafStore:
 
     def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]:
         def ask(pipe: Any, leaf: str) -> None:
-            meta, _, fps, _ = self._keys(leaf)
+            meta, _, fps, claims = self._keys(leaf)
             pipe.hmget(meta, "state", "count", "instance")
             pipe.strlen(fps)
+            pipe.hlen(claims)
 
         replies = self._each_leaf(leaves, ask)
         out: list[LeafInfo | None] = []
-        for (state, count, instance), length in zip(replies[0::2], replies[1::2], strict=True):
+        for (state, count, instance), length, claims in zip(
+            replies[0::3], replies[1::3], replies[2::3], strict=True
+        ):
             mine = state is not None and instance is not None
             mine = mine and instance.decode() == self._instance
-            out.append(LeafInfo(state.decode(), int(count), length) if mine else None)
+            out.append(LeafInfo(state.decode(), int(count), length, claims) if mine else None)
         return out
 
     def memory_usage(self, leaves: Sequence[str]) -> int:

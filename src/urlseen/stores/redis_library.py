@@ -412,6 +412,17 @@ class RedisLibrary(Claimant):
             total += int(count or 0)
         return total
 
+    def claims_held(self) -> int:
+        self._usable()
+
+        def read() -> int:
+            pipe = self._client.pipeline(transaction=False)
+            for g in range(self.groups):
+                pipe.hlen(f"{self._prefix}{g}}}:c")
+            return sum(int(n) for n in pipe.execute())
+
+        return retrying(read, f"{self._what}: claims")
+
     def get_meta(self, name: str) -> str | None:
         value = self.params.get(name)
         return None if value is None else str(value)
@@ -498,4 +509,5 @@ def describe_redis_library(url: str, name: str) -> dict[str, object]:
         "buckets": 1 << library.bits,
         "redis_bytes": used,
         "bytes_per_url": used / count if count else None,
+        "claims": library.claims_held(),
     }

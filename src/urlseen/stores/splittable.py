@@ -127,6 +127,7 @@ class LeafInfo:
     state: str
     count: int
     fingerprint_bytes: int
+    claims: int = 0  # answers "new" not acknowledged yet (stores/redis_claims.py)
 
 
 class LeafStore(Protocol):
