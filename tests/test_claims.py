@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -52,6 +53,22 @@ def test_a_live_claim_is_waited_for_until_acknowledged(kind, redis_url, redis_na
 def test_a_dead_clients_claims_are_taken_over_after_its_lease(kind, redis_url, redis_name):
     """A process answered new and died before acknowledging: the next client gets those URLs
     as new, once the dead one's lease is over."""
+    _die_then_rerun(kind, redis_url, redis_name)
+
+
+@pytest.mark.parametrize("kind", ["exact", "dsbf"])
+def test_on_a_cluster_a_dead_clients_claims_are_taken_over(kind, redis_cluster_url):
+    """The same on a 3-master Cluster, where the library's groups and the leaves spread over
+    the slots (each claims hash beside its data)."""
+    name = f"claims-{kind}-{uuid.uuid4().hex[:8]}"
+    try:
+        _die_then_rerun(kind, redis_cluster_url, name)
+    finally:
+        seen = _open(kind, redis_cluster_url, name)
+        (seen.library if kind == "exact" else seen).destroy()
+
+
+def _die_then_rerun(kind: str, redis_url: str, redis_name: str) -> None:
     urls = _urls(200, "dead")
     code = (
         "import os, sys\n"
