@@ -43,7 +43,7 @@ from urlseen.filters.base import FilterStats, Key, creator, key_batch
 from urlseen.filters.counting import CountingBloomFilter, data_bytes, make_params
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
-from urlseen.stores.mmapfile import UncleanShutdownWarning
+from urlseen.stores.mmapfile import DataChecksumError, UncleanShutdownWarning, read_header
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 
 # 4 MiB: on the whole dev file it leaves 0.0105 library look-ups per URL (EXACT.md, part c)
@@ -227,17 +227,12 @@ class ExactFilter(Closeable):
             if not sizing:
                 sizing = {"capacity": max(2 * library.count(), 1_000_000), "error_rate": 0.001}
         else:
-            probe = _open_quietly(path, readonly=True)
-            try:
-                params, unclean = probe.params, getattr(probe._store, "unclean", False)
-                damaged = False
-                if not unclean:
-                    try:
-                        probe.verify()  # reads every counter once (zlib CRC-32)
-                    except FormatError:
-                        damaged = True
-            finally:
-                probe.close()
+            try:  # a clean file's counters are checked (zlib CRC-32) as it opens
+                with _open_quietly(path, readonly=True) as probe:
+                    params, damaged = probe.params, False
+                    unclean = bool(getattr(probe._store, "unclean", False))
+            except DataChecksumError:
+                params, unclean, damaged = read_header(path).params, False, True
             if not sizing:  # a folder made before the sizing was recorded
                 sizing = {
                     "capacity": params["capacity"], "error_rate": params["error_rate"],
@@ -700,6 +695,8 @@ def _open_quietly(path: Path, *, readonly: bool) -> CountingBloomFilter:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UncleanShutdownWarning)
             return CountingBloomFilter.open(path, readonly=readonly)
+    except DataChecksumError:
+        raise  # the header is sound: the caller rebuilds the counters
     except FormatError as exc:
         raise FormatError(f"{exc} (delete it to rebuild it from the library)") from exc
 
