@@ -192,9 +192,11 @@ def test_the_file_is_marked_and_reopens_with_its_data(lib_path):
     db = sqlite3.connect(lib_path)
     assert db.execute("PRAGMA application_id").fetchone() == (APPLICATION_ID,)
     assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
-    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    # at rest a rollback journal (nothing beside the file to read or lose); WAL while written
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
     db.close()
     lib = SQLiteLibrary(lib_path)
+    assert lib._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     library_id = lib.get_meta("library_id")
     assert lib.count() == 100 and len(lib.present([fp(i) for i in range(200)])) == 100
     assert lib.overflow([7]) == {7: 16} and lib.get_meta("a") == "b"

@@ -19,7 +19,7 @@ from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, flag, human, open_filter
 from urlseen.dedup import DedupSummary, dedup
 from urlseen.linekeys import LineKeyer
-from urlseen.streams import input_lines, open_output, total_bytes
+from urlseen.streams import input_lines, open_output, refuse_clobbering, total_bytes
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
 
@@ -245,7 +245,10 @@ def dedup_command(
     if kind != "exact" and (remove is not None or forget_older_than is not None):
         raise click.UsageError("--remove and --forget-older-than need --filter exact")
     cutoff = None if forget_older_than is None else _parse_age(forget_older_than)
+    lines = input_lines(inputs, stop_on_error=True)
     with cli_errors():
+        read = (*inputs, remove) if remove is not None else inputs
+        refuse_clobbering(read, output, state, kinds.KINDS[kind].state == "folder")
         seen = open_filter(kind, capacity=capacity, error_rate=error_rate, state=state,
                            redis=redis_url, name=name, **options)  # fmt: skip
         with seen, contextlib.ExitStack() as stack:
@@ -268,13 +271,20 @@ def dedup_command(
                 size = total_bytes(inputs)
                 bar = tqdm(total=size, unit="B", unit_scale=True, file=sys.stderr, leave=False)
                 stack.enter_context(bar)
-            summary = dedup(
-                input_lines(inputs),
-                seen,
-                out,
-                keyer=LineKeyer(profile=profile),
-                transactional=state is not None,
-                batch_size=batch_size or kinds.KINDS[kind].batch_size,
-                progress=bar.update if bar is not None else None,
-            )
+            try:
+                summary = dedup(
+                    lines,
+                    seen,
+                    out,
+                    keyer=LineKeyer(profile=profile),
+                    transactional=state is not None,
+                    batch_size=batch_size or kinds.KINDS[kind].batch_size,
+                    progress=bar.update if bar is not None else None,
+                )
+            except OSError as exc:  # writing the output (inputs and states name themselves)
+                if exc.filename is None and output != "-":
+                    exc.filename = output
+                raise
     _report(summary, as_json, "in Redis" if redis_url is not None else "in memory")
+    if lines.error is not None:  # the summary above says what was done before it
+        raise click.ClickException(str(lines.error))
