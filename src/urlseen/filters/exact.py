@@ -308,6 +308,7 @@ class ExactFilter(Closeable):
         """
         with self._lock:
             self._usable()
+            self._counters.check_store()  # a counter file cut short: FormatError, not SIGBUS
             now = self._clock()
             stamp = _seconds(now)
             cache = self._cache
@@ -451,6 +452,7 @@ class ExactFilter(Closeable):
     def _drop(self, fps: list[bytes], *, purge: bool) -> list[bool]:
         with self._lock:
             self._usable()
+            self._counters.check_store()
             cache, pending, taken = self._cache, {}, {}
             for fp in set(fps):
                 entry = cache.take(fp) if cache is not None else None
@@ -804,7 +806,9 @@ def describe_state(path: str | os.PathLike[str], verify: bool = False) -> dict[s
                 "counter_bytes": header.data_length,
             }
         )
-        if verify:
+        if verify and unclean:  # a writer has it (or had it): no checksum to compare yet
+            desc["counters_verified"] = None
+        elif verify:
             try:  # opening a cleanly closed file checks its data
                 with _open_quietly(counters_path, readonly=True) as counters:
                     desc["counters_verified"] = counters.verify() or None

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from urlseen._lifecycle import Closeable
-from urlseen.errors import ClosedError, FormatError, StateInUseError
+from urlseen.errors import ClosedError, FormatError, ReadOnlyError, StateInUseError
 from urlseen.stores import _sealed
 
 _CORRUPTION_WORDS = ("malformed", "not a database", "corrupt", "file is encrypted")
@@ -133,6 +133,7 @@ class SQLiteStore(Closeable):
         self.readonly = readonly
         self.seal_on_close = True  # False for a store that is thrown away (a temporary one)
         self.sealed = False  # True once the file was checked against its seal
+        self._wrote = False  # a writer's first write removes the seal (`_writing`)
         self._connection: sqlite3.Connection | None = None
         self._lock_fd = -1
         target = Path(path)
@@ -150,9 +151,9 @@ class SQLiteStore(Closeable):
             self._check()  # first: a refused file must be left exactly as it was
             if not create and (check_seal or not readonly):  # SQLite's checks say more
                 self.sealed = self._check_seal(target)
-            if not readonly:  # from here on the file changes: its seal no longer holds
-                _unlink_durably(seal_of(target))
             self._configure(durable, pragmas)
+            if create:  # a new file is written from the start
+                self._writing()
         except BaseException as exc:
             self._close_quietly()
             self._closed = True
@@ -297,10 +298,9 @@ class SQLiteStore(Closeable):
         return True
 
     def _configure(self, durable: bool, pragmas: Sequence[str]) -> None:
-        """WAL for a writer, synchronous by durability, the store's pragmas, a busy timeout."""
+        """Synchronous by durability, the store's pragmas, a busy timeout (a writer switches
+        to WAL at its first write: `_writing`)."""
         db = self._db
-        if not self.readonly:
-            db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         for pragma in pragmas:
             db.execute(f"PRAGMA {pragma}")
@@ -341,6 +341,18 @@ class SQLiteStore(Closeable):
         """FormatError unless the store's tables and meta rows are there."""
         raise NotImplementedError
 
+    def _writing(self) -> None:
+        """Before a writer's first write: the seal goes (the file is about to change; a writer
+        that never writes leaves the file, seal and all, as it found it), and WAL comes."""
+        if self._wrote:
+            return
+        if self.readonly:
+            raise ReadOnlyError(f"{self.path} was opened read-only")
+        with self._errors():
+            _unlink_durably(seal_of(self.path))
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._wrote = True
+
     @property
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:
@@ -364,7 +376,7 @@ class SQLiteStore(Closeable):
         trusts SQLite's journal, and says nothing it cannot check."""
         db = self._connection
         try:
-            if db is not None and not self.readonly:
+            if db is not None and self._wrote:
                 settled = False
                 with contextlib.suppress(sqlite3.Error):
                     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -95,7 +95,8 @@ class MappedFile(Closeable):
         self.unclean = False  # open() sets it: the last writer did not close the file
         self.data_offset = header.data_offset
         self._size = header.data_offset + header.data_length
-        self._leave_alone = False  # cut short underneath, or a refused open: never seal
+        self._refused = False  # a failed open: leave the file exactly as it was
+        self._cut = False  # found shorter than its data: never touch the map again
         access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
         try:
             self.buffer = mmap.mmap(fd, self._size, access=access)
@@ -194,7 +195,7 @@ class MappedFile(Closeable):
                 os.fsync(fd)
             return opened
         except BaseException:
-            opened._leave_alone = True  # nothing to seal: leave the file as it was
+            opened._refused = True  # nothing to seal: leave the file as it was
             opened.close()
             raise
 
@@ -228,11 +229,14 @@ class MappedFile(Closeable):
         self._usable()
         size = os.fstat(self._fd).st_size
         if size < self._size:
-            self._leave_alone = True
-            raise FormatError(
-                f"{self.path}: cut to {size} bytes while open (its data needs {self._size}): "
-                "another process truncated it; its answers can no longer be trusted"
-            )
+            self._cut = True
+            raise self._cut_error(size, "its answers can no longer be trusted")
+
+    def _cut_error(self, size: int, consequence: str) -> FormatError:
+        return FormatError(
+            f"{self.path}: cut to {size} bytes while open (its data needs {self._size}): "
+            f"another process truncated it; {consequence}"
+        )
 
     def verify(self) -> bool:
         """Check the data against the CRC of the last clean close (reads all the data).
@@ -257,16 +261,12 @@ class MappedFile(Closeable):
 
     def _close(self) -> None:
         """Seal the file: data CRC, clean flag, header seal, msync; then unmap and unlock. A
-        file cut short underneath is not touched (FormatError)."""
+        file cut short underneath is not touched, and not sealed (FormatError)."""
         try:
-            if not self.readonly and not self._leave_alone:
+            if not self.readonly and not self._refused:
                 size = os.fstat(self._fd).st_size
-                if size < self._size:
-                    self._leave_alone = True
-                    raise FormatError(
-                        f"{self.path}: cut to {size} bytes while open (its data needs "
-                        f"{self._size}): another process truncated it; not sealed"
-                    )
+                if self._cut or size < self._size:
+                    raise self._cut_error(size, "it was not sealed")
                 self.buffer.flush()  # data on disk before the header says it is clean
                 self.header.count = self._live_count()
                 self.header.data_crc = self._data_crc()

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from urlseen.errors import FormatError, ReadOnlyError
+from urlseen.errors import FormatError
 from urlseen.stores import _sqlite
 from urlseen.stores.library_protocol import (
     Changes,
@@ -197,8 +197,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """One write transaction (BEGIN IMMEDIATE: the write lock from the start); nests."""
-        if self.readonly:
-            raise ReadOnlyError(f"{self.path} was opened read-only")
+        self._writing()  # ReadOnlyError for a reader
         if self._depth:
             self._depth += 1
             try:
