@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, flag, human, open_filter
 from urlseen.dedup import DedupSummary, dedup
+from urlseen.errors import UrlseenError
 from urlseen.linekeys import LineKeyer
 from urlseen.streams import input_lines, open_output, refuse_clobbering, total_bytes
 
@@ -92,6 +94,19 @@ def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
             "the false-positive rate is now above the configured one; use a larger --capacity",
             err=True,
         )
+
+
+@contextlib.contextmanager
+def _naming_output(output: str) -> Iterator[None]:
+    """An OSError that names no file comes from writing or closing the output (inputs, states
+    and libraries name themselves): it names the output."""
+    try:
+        yield
+    except OSError as exc:
+        mute = exc.filename is None and not isinstance(exc, UrlseenError)  # not RemoteError
+        if mute and output != "-" and exc.errno != errno.EPIPE:
+            exc.filename = output
+        raise
 
 
 def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -246,7 +261,7 @@ def dedup_command(
         raise click.UsageError("--remove and --forget-older-than need --filter exact")
     cutoff = None if forget_older_than is None else _parse_age(forget_older_than)
     lines = input_lines(inputs, stop_on_error=True)
-    with cli_errors():
+    with cli_errors(), _naming_output(output):
         read = (*inputs, remove) if remove is not None else inputs
         refuse_clobbering(read, output, state, kinds.KINDS[kind].state == "folder")
         seen = open_filter(kind, capacity=capacity, error_rate=error_rate, state=state,
@@ -271,20 +286,15 @@ def dedup_command(
                 size = total_bytes(inputs)
                 bar = tqdm(total=size, unit="B", unit_scale=True, file=sys.stderr, leave=False)
                 stack.enter_context(bar)
-            try:
-                summary = dedup(
-                    lines,
-                    seen,
-                    out,
-                    keyer=LineKeyer(profile=profile),
-                    transactional=state is not None,
-                    batch_size=batch_size or kinds.KINDS[kind].batch_size,
-                    progress=bar.update if bar is not None else None,
-                )
-            except OSError as exc:  # writing the output (inputs and states name themselves)
-                if exc.filename is None and output != "-":
-                    exc.filename = output
-                raise
+            summary = dedup(
+                lines,
+                seen,
+                out,
+                keyer=LineKeyer(profile=profile),
+                transactional=state is not None,
+                batch_size=batch_size or kinds.KINDS[kind].batch_size,
+                progress=bar.update if bar is not None else None,
+            )
     _report(summary, as_json, "in Redis" if redis_url is not None else "in memory")
     if lines.error is not None:  # the summary above says what was done before it
         raise click.ClickException(str(lines.error))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from urlseen.errors import FormatError
+from urlseen.stores import _space
 
 _HEAD = b'{"crc32":"'
 _MIDDLE = b'","body":'
@@ -68,7 +69,7 @@ def write(path: Path, body: dict[str, Any]) -> None:
     """Replace the file at path atomically (temp file, fsync, rename, fsync of the folder)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(tmp, "xb") as f:
+        with _space.naming(path), open(tmp, "xb") as f:
             f.write(encode(body))
             f.flush()
             os.fsync(f.fileno())

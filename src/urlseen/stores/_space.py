@@ -4,8 +4,10 @@ the file is mapped."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +90,14 @@ def preallocate(fd: int, size: int, where: str) -> None:
             ) from None
         if os.fstat(fd).st_size < size:
             os.ftruncate(fd, size)
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError that does not say which file (a write, an fsync, an msync) names path."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = os.fspath(path)
+        raise

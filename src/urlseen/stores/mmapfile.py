@@ -124,9 +124,11 @@ class MappedFile(Closeable):
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.pwrite(fd, header.encode(), 0)
+            with _space.naming(target):
+                os.pwrite(fd, header.encode(), 0)
             _space.preallocate(fd, size, str(target))
-            os.fsync(fd)
+            with _space.naming(target):
+                os.fsync(fd)
             if overwrite:
                 os.replace(tmp, target)
             else:
@@ -191,8 +193,9 @@ class MappedFile(Closeable):
                 _space.preallocate(fd, opened._size, str(target))
                 header.flags = FLAG_OPEN
                 header.version = FORMAT_VERSION
-                os.pwrite(fd, header.encode(), 0)
-                os.fsync(fd)
+                with _space.naming(target):
+                    os.pwrite(fd, header.encode(), 0)
+                    os.fsync(fd)
             return opened
         except BaseException:
             opened._refused = True  # nothing to seal: leave the file as it was
@@ -254,7 +257,8 @@ class MappedFile(Closeable):
         """Force the data and count to disk (msync): survives an OS crash from here on."""
         self.check()
         if not self.readonly:
-            self.buffer.flush()
+            with _space.naming(self.path):
+                self.buffer.flush()
 
     def _closed_error(self) -> ClosedError:
         return ClosedError(f"{self.path}: the {self._noun} is closed")
@@ -267,12 +271,13 @@ class MappedFile(Closeable):
                 size = os.fstat(self._fd).st_size
                 if self._cut or size < self._size:
                     raise self._cut_error(size, "it was not sealed")
-                self.buffer.flush()  # data on disk before the header says it is clean
-                self.header.count = self._live_count()
-                self.header.data_crc = self._data_crc()
-                self.header.flags = FLAG_DATA_CRC
-                self.buffer[: _format.HEADER_SIZE] = self.header.encode()
-                self.buffer.flush()
+                with _space.naming(self.path):
+                    self.buffer.flush()  # data on disk before the header says it is clean
+                    self.header.count = self._live_count()
+                    self.header.data_crc = self._data_crc()
+                    self.header.flags = FLAG_DATA_CRC
+                    self.buffer[: _format.HEADER_SIZE] = self.header.encode()
+                    self.buffer.flush()
         finally:
             self.buffer.close()
             os.close(self._fd)
