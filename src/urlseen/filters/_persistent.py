@@ -86,12 +86,15 @@ class StoreBacked(Closeable):
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> Self:
-        """Open a state file made by create() or save(). Reads the header only.
+        """Open a state file made by create() or save(). Checks its header and, if its writer
+        closed it, its data (~0.4 s per GB from the page cache).
 
         Raises:
-            FormatError: the file is not this filter's state file, or is corrupted, truncated
-                or of a newer format.
+            FormatError: the file is not this filter's state file, or is corrupted (header or
+                data), truncated or of a newer format.
             StateInUseError: another process has it open for writing.
+            OSError: the file cannot be opened (for writing: a read-only file or disk), or its
+                blocks cannot be reserved (a full disk).
         """
         return cls.from_store(MappedFile.open(path, readonly=readonly, check=cls._check_header))
 
