@@ -202,10 +202,14 @@ def test_an_absurd_capacity_is_refused_at_once(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError):
             make()
-    result = invoke("dedup", "--capacity", str(10**27), "--state", tmp_path / "s.bloom")
-    one_line_error(result, "TiB")
+    result = invoke("dedup", "--capacity", "1e27", "--state", tmp_path / "s.bloom")
+    one_line_error(result, "more than any filter can hold")
     assert time.monotonic() - started < 10
     assert not (tmp_path / "s.bloom").exists()
+    # written as a number is written: 1e3 is 1000; a fraction or a negative is a usage error
+    assert summary(dedup("--capacity", "1e3", "--json", input=DATA))["filter_capacity"] == 1000
+    for bad in ("1.5", "-5", "0", "1e400x"):
+        assert invoke("dedup", "--capacity", bad, input=DATA).exit_code == 2
 
 
 def _capacity_for(nbytes: int) -> int:

@@ -17,7 +17,7 @@ import click
 
 from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
-from urlseen.cli._common import cli_errors, flag, human, open_filter
+from urlseen.cli._common import Count, cli_errors, flag, human, open_filter
 from urlseen.dedup import DedupSummary, dedup
 from urlseen.errors import UrlseenError
 from urlseen.linekeys import LineKeyer
@@ -182,8 +182,9 @@ def _error_rate_help() -> str:
 )
 @click.option(
     "--capacity",
-    type=click.IntRange(min=1),
-    help=f"Distinct URLs the filter is sized for [default: {kinds.DEFAULT_CAPACITY}].",
+    type=Count(),
+    help="Distinct URLs the filter is sized for (1e9 is 10**9) "
+    f"[default: {kinds.DEFAULT_CAPACITY}].",
 )
 @click.option(
     "--error-rate",

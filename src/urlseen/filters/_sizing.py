@@ -81,6 +81,11 @@ def check_target(capacity: object, error_rate: object) -> tuple[int, float]:
         raise ConfigError(f"capacity must be a positive int, not {capacity!r}")
     if capacity < 1:
         raise ConfigError(f"capacity must be >= 1, not {capacity}")
+    if capacity > MAX_BITS:  # every key takes at least a bit (and floats must hold it)
+        raise ConfigError(
+            f"capacity {capacity} is more than any filter can hold (at most {MAX_BITS} bits); "
+            "use a splittable or distributed filter"
+        )
     if isinstance(error_rate, bool) or not isinstance(error_rate, (int, float)):
         raise ConfigError(f"error_rate must be a float in (0, 1), not {error_rate!r}")
     rate = float(error_rate)
