@@ -20,11 +20,13 @@ from __future__ import annotations
 import hashlib
 import random
 import shutil
+import sqlite3
 import warnings
 from pathlib import Path
 
 import pytest
 
+import urlseen
 from cli_helpers import dedup, invoke, lines
 from urlseen import kinds
 from urlseen.errors import FormatError
@@ -173,3 +175,32 @@ def test_a_live_writer_s_state_is_described_without_false_alarms(tmp_path: Path)
         desc = kinds.describe(state, verify=True)
         assert desc["library_verified"] is None and desc["counters_verified"] is None
     assert kinds.describe(state, verify=True)["library_verified"] is True
+
+
+def test_a_flipped_fingerprint_bit_passes_sqlite_but_not_the_seal(tmp_path: Path) -> None:
+    """The case SQLite's own integrity check misses: a bit of a stored fingerprint."""
+    state = tmp_path / "exact"
+    with kinds.open_filter("exact", capacity=1000, state=state) as seen:
+        seen.add_many(ADDED)
+        fp = seen.counters._digest(ADDED[7])  # type: ignore[attr-defined]
+    library = state / "library.sqlite"
+    raw = bytearray(library.read_bytes())
+    at = raw.find(fp)
+    assert at > 0 and raw.count(fp) == 1
+    raw[at + 5] ^= 0x04
+    library.write_bytes(bytes(raw))
+    db = sqlite3.connect(f"{library.as_uri()}?mode=ro", uri=True)
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]  # SQLite: fine
+        assert db.execute("SELECT count(*) FROM fingerprints WHERE fp = ?", (fp,)).fetchone() == (
+            0,
+        )
+    finally:
+        db.close()
+    for open_it in (
+        lambda: kinds.open_filter("exact", state=state),
+        lambda: urlseen.ExactFilter.open(state, readonly=True),
+        lambda: kinds.describe(state, verify=True),
+    ):
+        with pytest.raises(FormatError, match="checksum mismatch with its seal"):
+            open_it()
