@@ -99,6 +99,17 @@ def test_stdin_read_from_the_output_file_is_refused(infile: Path) -> None:
     assert infile.read_bytes() == DATA
 
 
+def test_stdout_appended_to_the_state_file_is_refused(infile: Path, tmp_path: Path) -> None:
+    state = tmp_path / "s.bloom"
+    dedup("--state", state, "--capacity", "1000", infile)
+    before = state.read_bytes()
+    command = [sys.executable, "-m", "urlseen", "dedup", "--state", str(state), str(infile)]
+    with open(state, "ab") as stdout:
+        done = subprocess.run(command, stdout=stdout, stderr=subprocess.PIPE, timeout=120)
+    assert done.returncode == 1 and b"stdout: the output is the state file" in done.stderr
+    assert state.read_bytes() == before
+
+
 def test_stdout_appended_to_an_input_is_refused(infile: Path) -> None:
     with open(infile, "ab") as stdout:
         done = subprocess.run([sys.executable, "-m", "urlseen", "dedup", str(infile)],

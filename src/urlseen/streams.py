@@ -225,10 +225,11 @@ def refuse_clobbering(
                 "before it is read; write the output elsewhere",
                 what,
             )
-    if state is None or output == "-":
+    if state is None:
         return
-    out, kept = os.path.realpath(output), os.path.realpath(state)
-    inside = state_is_folder and os.path.commonpath([out, kept]) == kept
+    kept = os.path.realpath(state)
+    out = None if output == "-" else os.path.realpath(output)  # stdout: by its inode only
+    inside = out is not None and state_is_folder and os.path.commonpath([out, kept]) == kept
     found = _regular_stat(state)
     if inside or out == kept or (found and target and _same(found, target)):
         where = f"inside the state folder {os.fspath(state)}" if inside else "the state file"
