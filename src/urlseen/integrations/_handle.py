@@ -114,7 +114,8 @@ class SeenHandle:
     lazily after clear().
 
     Args: as kinds.open_filter; group: a local exact filter's grouped adds (new keys per
-    commit; 0: none).
+    commit; 0: none); keys: what the crawler's keys are, for the error when the kind reads
+    URLs' structure (a crawler's request keys are opaque).
     """
 
     def __init__(
@@ -128,8 +129,13 @@ class SeenHandle:
         name: str | None = None,
         spell: Callable[[str], str] | None = None,
         group: int = 0,
+        keys: str = "request keys",
         **options: Any,
     ) -> None:
+        row = kinds.kind(kind, spell) if spell is not None else kinds.kind(kind)
+        if row.url_keys:
+            name = spell("filter") if spell is not None else "filter"
+            raise kinds.OptionError(f"{name} {kind!r} reads URLs' structure; {keys} are opaque")
         self.kind = kind
         self.state = None if state is None else Path(state)
         self.redis, self.name = redis, name

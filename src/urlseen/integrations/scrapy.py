@@ -120,11 +120,6 @@ class UrlseenDupeFilter(BaseDupeFilter):
     ) -> None:
         kind = filter or kinds.DEFAULT_KIND
         row = kinds.kind(kind, _setting)
-        if row.url_keys:
-            raise kinds.OptionError(
-                f"URLSEEN_FILTER {kind!r} reads URLs' structure; Scrapy's keys are request "
-                "fingerprints"
-            )
         if state is not None and row.state == "file" and Path(state).is_dir():
             state = kinds.state_in(state, kind)
         self.kind = kind
@@ -153,6 +148,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
             name=redis_name,
             spell=_setting,
             group=GROUP_SIZE,
+            keys="Scrapy's request fingerprints",
             **(options or {}),
         )
         self._timer: LoopingCall | None = None
