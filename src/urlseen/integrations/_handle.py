@@ -39,37 +39,33 @@ STATE_FILES = ("library.sqlite*", "*.urlseen", "rotating.json*")
 
 class Fleet:
     """The live processes using one shared filter: a sorted set beside the filter's keys
-    (`urlseen:{name}:members`), member -> the time it counts as gone unless renewed."""
+    (`urlseen:{name}:members`, in the filter's hash slot), member -> the time it counts as gone
+    unless renewed. Plain redis-py calls: a Redis error here is the filter's own error too."""
 
     def __init__(self, url: str, name: str) -> None:
-        from urlseen.stores import redis_store
+        import redis
 
-        self._store = redis_store
-        self._client = redis_store.connect(url)
-        self.key = redis_store.key(redis_store.check_name(name), "members")
+        if url.startswith("redis-cluster://"):
+            self._client: Any = redis.RedisCluster.from_url("redis://" + url[16:])
+        else:
+            self._client = redis.Redis.from_url(url)
+        self.key = f"urlseen:{{{name}}}:members"
         self.member = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.renew()
 
     def renew(self) -> None:
-        expires = time.time() + MEMBER_SECONDS
-        self._store.retrying(
-            lambda: self._client.zadd(self.key, {self.member: expires}), "fleet member"
-        )
+        self._client.zadd(self.key, {self.member: time.time() + MEMBER_SECONDS})
 
     def leave(self) -> int:
         """Leave the fleet; the number of live members left."""
-
-        def leave() -> int:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.zrem(self.key, self.member)
-            pipe.zremrangebyscore(self.key, "-inf", time.time())
-            pipe.zcard(self.key)
-            left = int(pipe.execute()[-1])
-            if left == 0:
-                self._client.delete(self.key)
-            return left
-
-        return self._store.retrying(leave, "fleet leave")
+        pipe = self._client.pipeline(transaction=True)
+        pipe.zrem(self.key, self.member)
+        pipe.zremrangebyscore(self.key, "-inf", time.time())
+        pipe.zcard(self.key)
+        left = int(pipe.execute()[-1])
+        if left == 0:
+            self._client.delete(self.key)
+        return left
 
 
 def _close_quietly(seen: SeenFilter, fleet: Fleet | None) -> None:
