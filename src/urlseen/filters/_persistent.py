@@ -12,8 +12,10 @@ their C type takes between the data offset and the seed (`_shape`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import FormatError
 from urlseen.filters._hashes import HASHES, require_stored_hash, require_stored_seed
@@ -177,6 +179,23 @@ class StoreBacked(Closeable):
         store = self._store
         assert store is not None  # not closed
         return store
+
+    # Batches check the store first (one fstat for a file): a state file cut short by another
+    # process is then a FormatError, not a SIGBUS. Single-key calls stay bare C calls.
+
+    def check_store(self) -> None:
+        """FormatError if the state file was cut short underneath (nothing for memory)."""
+        self._live_store().check()
+
+    def add_many(self, keys: Iterable[_core.Key]) -> list[bool]:
+        """Check-and-add every key, in order; element i is True if key i was new."""
+        self._live_store().check()
+        return super().add_many(keys)  # type: ignore[misc, no-any-return]
+
+    def contains_many(self, keys: Iterable[_core.Key]) -> list[bool]:
+        """Test every key without adding; element i is True if key i may have been added."""
+        self._live_store().check()
+        return super().contains_many(keys)  # type: ignore[misc, no-any-return]
 
     @property
     def path(self) -> str | None:
