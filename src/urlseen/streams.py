@@ -1,5 +1,5 @@
-"""The dedup job's streams: lines in from files, .gz files or stdin; the output file, resumed
-without the partial last line a killed run may have left."""
+"""The dedup job's streams: lines (or byte chunks) in from files, .gz files or stdin; the output
+file, resumed without the partial last line a killed run may have left."""
 
 from __future__ import annotations
 
@@ -28,6 +28,37 @@ def input_lines(names: tuple[str, ...]) -> Iterator[bytes]:
             if name != "-":
                 stack.enter_context(stream)
             yield from stream
+
+
+CHUNK_SIZE = 1 << 20
+
+
+def input_chunks(names: tuple[str, ...], size: int = CHUNK_SIZE) -> Iterator[bytes | None]:
+    """The bytes of every input in turn (stdin when there is none), in chunks of at most `size`,
+    each input followed by None; read1 hands over what a pipe has without waiting for more."""
+    for name in names or ("-",):
+        with contextlib.ExitStack() as stack:
+            stream = open_input(name)
+            if name != "-":
+                stack.enter_context(stream)
+            read = getattr(stream, "read1", stream.read)
+            while chunk := read(size):
+                yield chunk
+        yield None
+
+
+class Inputs:
+    """The dedup job's inputs (files, .gz files, "-" for stdin; stdin when none): iterated, their
+    lines as input_lines gives them; chunks(), their bytes for the C line engine."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = tuple(names)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return input_lines(self.names)
+
+    def chunks(self, size: int = CHUNK_SIZE) -> Iterator[bytes | None]:
+        return input_chunks(self.names, size)
 
 
 def total_bytes(names: tuple[str, ...]) -> int | None:

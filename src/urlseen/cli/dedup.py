@@ -19,7 +19,7 @@ from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, flag, human, open_filter
 from urlseen.dedup import DedupSummary, dedup
 from urlseen.linekeys import LineKeyer
-from urlseen.streams import input_lines, open_output, total_bytes
+from urlseen.streams import Inputs, input_lines, open_output, total_bytes
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
 
@@ -268,7 +268,7 @@ def dedup_command(
                 bar = tqdm(total=size, unit="B", unit_scale=True, file=sys.stderr, leave=False)
                 stack.enter_context(bar)
             summary = dedup(
-                input_lines(inputs),
+                Inputs(inputs),
                 seen,
                 out,
                 keyer=LineKeyer(profile=profile),

@@ -1,0 +1,261 @@
+/* lines.c: see lines.h. Pure C, no allocation. */
+#include "lines.h"
+
+#include <string.h>
+
+size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_lines, int at_end,
+                      us_line *out)
+{
+    size_t p = *pos, n = 0;
+    while (n < max_lines && p < len) {
+        const uint8_t *nl = memchr(buf + p, '\n', len - p);
+        size_t end;
+        if (nl != NULL) {
+            end = (size_t)(nl - buf);
+        } else if (at_end) {
+            end = len;
+        } else {
+            break;
+        }
+        us_line *line = &out[n++];
+        line->off = p;
+        line->len = end - p;
+        line->terminated = nl != NULL;
+        line->kind = US_LINE_EMPTY;
+        line->key_in_arena = 0;
+        line->key_text = 0;
+        line->key_off = p;
+        line->key_len = 0;
+        p = nl != NULL ? end + 1 : end;
+    }
+    *pos = p;
+    return n;
+}
+
+/* bytes.isspace(): space, \t, \n, \v, \f, \r. */
+static inline int is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+int us_is_blank(const uint8_t *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!is_space(s[i])) return 0;
+    return 1;
+}
+
+void us_line_key(const uint8_t *buf, us_line *line, int canonicalize, size_t max_canonical,
+                 uint8_t *arena, size_t arena_cap, size_t *arena_used)
+{
+    const uint8_t *s = buf + line->off;
+    size_t n = line->len;
+    if (n && s[n - 1] == '\r') n--;
+    if (us_is_blank(s, n)) {
+        line->kind = US_LINE_EMPTY;
+        return;
+    }
+    if (!canonicalize) {
+        line->kind = US_LINE_KEY;
+        line->key_off = line->off;
+        line->key_len = n;
+        return;
+    }
+    line->kind = US_LINE_DEFER;
+    if (n > max_canonical) return; /* over-long: Python keys and counts it */
+    size_t used = *arena_used;
+    size_t k = us_canonical_plain(s, n, arena + used, arena_cap - used);
+    if (k == 0) return;
+    line->kind = US_LINE_KEY;
+    line->key_in_arena = 1;
+    line->key_text = 1;
+    line->key_off = used;
+    line->key_len = k;
+    *arena_used = used + k;
+}
+
+/* ---- the canonical-URL shortcut ---------------------------------------------------------- */
+
+/* Character classes of canonical._PLAIN_HTTP_URL, as 128-bit masks (ASCII only). */
+#define LO(c) (1ULL << (c))        /* c < 64 */
+#define HI(c) (1ULL << ((c) - 64)) /* 64 <= c < 128 */
+#define DIGITS (0x3FFULL << '0')
+#define UPPER (0x3FFFFFFULL << ('A' - 64))
+#define LOWER (0x3FFFFFFULL << ('a' - 64))
+
+/* host: [a-z0-9._-] */
+static const uint64_t HOST_LO = DIGITS | LO('.') | LO('-');
+static const uint64_t HOST_HI = LOWER | HI('_');
+/* path: [A-Za-z0-9._~!$&'()*+,=:@/-] */
+static const uint64_t PATH_LO = DIGITS | LO('.') | LO('!') | LO('$') | LO('&') | LO('\'') |
+                                LO('(') | LO(')') | LO('*') | LO('+') | LO(',') | LO('=') |
+                                LO(':') | LO('/') | LO('-');
+static const uint64_t PATH_HI = UPPER | LOWER | HI('_') | HI('~') | HI('@');
+/* query: [A-Za-z0-9._~=&-] */
+static const uint64_t QUERY_LO = DIGITS | LO('.') | LO('=') | LO('&') | LO('-');
+static const uint64_t QUERY_HI = UPPER | LOWER | HI('_') | HI('~');
+
+static inline int in_class(uint8_t c, uint64_t lo, uint64_t hi)
+{
+    if (c < 64) return (int)((lo >> c) & 1);
+    if (c < 128) return (int)((hi >> (c - 64)) & 1);
+    return 0;
+}
+
+typedef struct {
+    const uint8_t *name, *value;
+    size_t name_len, value_len;
+} field;
+
+static int bytes_cmp(const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
+{
+    size_t m = na < nb ? na : nb;
+    int c = m ? memcmp(a, b, m) : 0;
+    if (c) return c;
+    return na < nb ? -1 : na > nb;
+}
+
+/* Python's order of (name, value) tuples of ASCII str: by name, then by value. */
+static int field_cmp(const field *a, const field *b)
+{
+    int c = bytes_cmp(a->name, a->name_len, b->name, b->name_len);
+    return c ? c : bytes_cmp(a->value, a->value_len, b->value, b->value_len);
+}
+
+/* Sort a plain query as canonical._sort_plain_query does and write it to out: its length, or
+ * (size_t)-1 to defer to w3lib (a "=" in a value, too many fields, no room). */
+static size_t sort_query(const uint8_t *q, size_t n, uint8_t *out, size_t cap)
+{
+    field fields[US_CANONICAL_MAX_FIELDS];
+    size_t nf = 0;
+    size_t i = 0;
+    while (i <= n) {
+        size_t start = i;
+        while (i < n && q[i] != '&') i++;
+        if (i > start) { /* empty fields are dropped */
+            if (nf == US_CANONICAL_MAX_FIELDS) return (size_t)-1;
+            const uint8_t *eq = memchr(q + start, '=', i - start);
+            field *f = &fields[nf++];
+            f->name = q + start;
+            if (eq == NULL) {
+                f->name_len = i - start;
+                f->value = q + i;
+                f->value_len = 0;
+            } else {
+                f->name_len = (size_t)(eq - (q + start));
+                f->value = eq + 1;
+                f->value_len = (size_t)(q + i - f->value);
+                if (memchr(f->value, '=', f->value_len)) return (size_t)-1; /* w3lib: %3D */
+            }
+        }
+        i++;
+    }
+    /* Insertion sort: queries are short, and it is stable (equal pairs are equal bytes). */
+    for (size_t a = 1; a < nf; a++) {
+        field f = fields[a];
+        size_t b = a;
+        while (b > 0 && field_cmp(&fields[b - 1], &f) > 0) {
+            fields[b] = fields[b - 1];
+            b--;
+        }
+        fields[b] = f;
+    }
+    size_t o = 0;
+    for (size_t a = 0; a < nf; a++) {
+        size_t need = (a ? 1 : 0) + fields[a].name_len + 1 + fields[a].value_len;
+        if (cap - o < need) return (size_t)-1;
+        if (a) out[o++] = '&';
+        memcpy(out + o, fields[a].name, fields[a].name_len);
+        o += fields[a].name_len;
+        out[o++] = '=';
+        memcpy(out + o, fields[a].value, fields[a].value_len);
+        o += fields[a].value_len;
+    }
+    return o;
+}
+
+size_t us_canonical_plain(const uint8_t *s, size_t n, uint8_t *out, size_t cap)
+{
+    size_t i;
+    if (n >= 7 && memcmp(s, "http://", 7) == 0) {
+        i = 7;
+    } else if (n >= 8 && memcmp(s, "https://", 8) == 0) {
+        i = 8;
+    } else {
+        return 0;
+    }
+    size_t host = i;
+    while (i < n && in_class(s[i], HOST_LO, HOST_HI)) i++;
+    if (i == host) return 0;
+    if (i < n && s[i] == ':') { /* port: [1-9][0-9]{0,3} */
+        i++;
+        if (i >= n || s[i] < '1' || s[i] > '9') return 0;
+        size_t digits = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i - digits > 4) return 0;
+    }
+    size_t origin_end = i;
+    size_t path = i, path_end = i;
+    int has_path = 0;
+    if (i < n && s[i] == '/') {
+        has_path = 1;
+        i++;
+        while (i < n && in_class(s[i], PATH_LO, PATH_HI)) i++;
+        path_end = i;
+    }
+    size_t query = 0, query_end = 0;
+    if (i < n && s[i] == '?') {
+        query = ++i;
+        while (i < n && in_class(s[i], QUERY_LO, QUERY_HI)) i++;
+        query_end = i;
+    }
+    if (i < n && s[i] == '#') {
+        i++;
+        while (i < n && s[i] >= '!' && s[i] <= '~') i++;
+    }
+    if (i != n) return 0;
+    /* A dot segment may need resolving: w3lib decides. */
+    for (size_t j = path; j + 1 < path_end; j++)
+        if (s[j] == '/' && s[j + 1] == '.') return 0;
+
+    size_t o = origin_end;
+    if (cap < o + 1) return 0;
+    memcpy(out, s, o);
+    if (has_path) {
+        size_t plen = path_end - path;
+        if (cap - o < plen) return 0;
+        memcpy(out + o, s + path, plen);
+        o += plen;
+    } else {
+        out[o++] = '/';
+    }
+    if (query_end > query) {
+        if (cap - o < 1) return 0;
+        size_t q = sort_query(s + query, query_end - query, out + o + 1, cap - o - 1);
+        if (q == (size_t)-1) return 0;
+        if (q) {
+            out[o] = '?';
+            o += 1 + q;
+        }
+    }
+    return o;
+}
+
+/* ---- a set of digests -------------------------------------------------------------------- */
+
+void us_digest_set_init(us_digest_set *s, us_hash128 *slots, uint8_t *used, size_t nslots)
+{
+    s->slots = slots;
+    s->used = used;
+    s->mask = nslots - 1;
+    memset(used, 0, nslots);
+}
+
+int us_digest_set_add(us_digest_set *s, us_hash128 h)
+{
+    size_t i = (size_t)(h.h1 ^ (h.h2 >> 7)) & s->mask;
+    while (s->used[i]) {
+        if (s->slots[i].h1 == h.h1 && s->slots[i].h2 == h.h2) return 0;
+        i = (i + 1) & s->mask;
+    }
+    s->used[i] = 1;
+    s->slots[i] = h;
+    return 1;
+}

@@ -1,0 +1,79 @@
+/* lines.h: the dedup job's per-line work on raw bytes: splitting a buffer into lines, the
+ * line-to-key rules of urlseen.linekeys for the lines they decide without Python, the
+ * canonical-URL shortcut of urlseen.canonical, and a set of a batch's digests.
+ *
+ * The rules (urlseen/linekeys.py is the reference; tests compare the two on the dev file and on
+ * generated streams):
+ *  - a line ends at "\n" (not part of it); a last line may have none;
+ *  - one trailing "\r" is not part of the key (it stays in the line that is written out);
+ *  - a line of ASCII whitespace only (bytes.strip()) is empty: no key;
+ *  - without canonicalization the key is the line's bytes;
+ *  - with it, a line that us_canonical_plain recognises gets its key here; every other line
+ *    (not ASCII, over-long, not an http(s) URL of plain characters...) is deferred to Python,
+ *    which applies the whole reference rule to it (LineKeyer.key), counting included.
+ * Pure C: no Python.h, no allocation.
+ */
+#ifndef URLSEEN_LINES_H
+#define URLSEEN_LINES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hash128.h"
+
+enum us_line_kind {
+    US_LINE_EMPTY = 0, /* no URL: skipped and counted */
+    US_LINE_KEY = 1,   /* key known: key_off / key_len */
+    US_LINE_DEFER = 2, /* Python decides the key */
+};
+
+/* One line of a batch. off/len: the line in the input buffer, without its "\n". The key lives in
+ * the input buffer, or in the key arena when key_in_arena is set (offsets, not pointers: either
+ * buffer may move while the batch is built). */
+typedef struct {
+    size_t off, len;
+    size_t key_off, key_len;
+    uint8_t kind;
+    uint8_t key_in_arena;
+    uint8_t terminated; /* the line had its "\n" in the input */
+    uint8_t key_text;   /* the key is text (UTF-8): canonicalized, not the raw line */
+} us_line;
+
+/* Split up to max_lines complete lines of buf[*pos, len) into out[]; *pos moves past them.
+ * A line is complete when its "\n" is in the buffer, or, with at_end, when the buffer ends
+ * (the last line of an input without a newline). Returns the number of lines. */
+size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_lines, int at_end,
+                      us_line *out);
+
+/* 1 if the n bytes are ASCII whitespace only (Python's bytes.strip() leaves nothing). */
+int us_is_blank(const uint8_t *s, size_t n);
+
+/* Decide the key of line->off/len in buf when the rules allow it without Python: sets kind and,
+ * for US_LINE_KEY, the key (in buf, or written to arena[*arena_used ...] within arena_cap). */
+void us_line_key(const uint8_t *buf, us_line *line, int canonicalize, size_t max_canonical,
+                 uint8_t *arena, size_t arena_cap, size_t *arena_used);
+
+/* urlseen.canonical's shortcut: if url (n bytes) is an http(s) URL that canonicalize_url returns
+ * unchanged apart from dropping the fragment, adding "/" for an empty path and sorting a plain
+ * query, write that canonical form to out (at most cap bytes) and return its length. Returns 0
+ * when w3lib must decide (anything else, or cap too small). Same pattern as
+ * canonical._PLAIN_HTTP_URL and canonical._sort_plain_query; the tests hold them equal. */
+size_t us_canonical_plain(const uint8_t *url, size_t n, uint8_t *out, size_t cap);
+
+/* The most query fields us_canonical_plain sorts; more go to w3lib. */
+#define US_CANONICAL_MAX_FIELDS 128
+
+/* A set of digests, open addressing over caller-owned slots (a power of two, at least twice the
+ * keys it will hold): which keys of a batch were already new in it. */
+typedef struct {
+    us_hash128 *slots;
+    uint8_t *used;
+    size_t mask;
+} us_digest_set;
+
+/* Empty the set over nslots slots (a power of two). */
+void us_digest_set_init(us_digest_set *s, us_hash128 *slots, uint8_t *used, size_t nslots);
+/* Insert h: 1 if it was not there yet, else 0. */
+int us_digest_set_add(us_digest_set *s, us_hash128 h);
+
+#endif
