@@ -39,6 +39,13 @@ typedef struct {
     uint8_t *set_used;
     size_t set_cap;
     size_t batch_bytes, batch_empty, batch_deferred, batch_new;
+    /* keys Python gave for deferred lines, by line digest (csrc/lines.h); ddig: the digests of
+     * the batch's deferred lines, in order */
+    us_key_memo memo;
+    us_memo_slot *memo_slots;
+    uint8_t *memo_arena;
+    us_hash128 *ddig;
+    size_t ddig_cap;
     int deferred_done, flagged, tested;
 } LineEngine;
 
@@ -105,6 +112,9 @@ static void LineEngine_dealloc(LineEngine *self)
     PyMem_RawFree(self->flags);
     PyMem_RawFree(self->set_slots);
     PyMem_RawFree(self->set_used);
+    PyMem_RawFree(self->memo_slots);
+    PyMem_RawFree(self->memo_arena);
+    PyMem_RawFree(self->ddig);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -160,6 +170,56 @@ static PyObject *LineEngine_end_input(LineEngine *self, PyObject *unused)
         self->len++;
     }
     Py_RETURN_NONE;
+}
+
+/* Lines no longer than this have their deferred keys remembered (as canonical._MEMO_MAX_CHARS). */
+#define MEMO_MAX_LINE 1024
+#define MEMO_SLOTS (1u << 16)
+#define MEMO_ARENA (8u << 20)
+
+/* Key the batch's deferred lines that the memo knows; *deferred becomes the number left. */
+static int recall(LineEngine *self, size_t *deferred)
+{
+    if (self->memo_slots == NULL) {
+        self->memo_slots = PyMem_RawMalloc(MEMO_SLOTS * sizeof(us_memo_slot));
+        self->memo_arena = PyMem_RawMalloc(MEMO_ARENA);
+        if (self->memo_slots == NULL || self->memo_arena == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        us_key_memo_init(&self->memo, self->memo_slots, MEMO_SLOTS, self->memo_arena, MEMO_ARENA);
+    }
+    if (grow((void **)&self->ddig, &self->ddig_cap, *deferred, sizeof(us_hash128)) < 0) return -1;
+    size_t left = 0;
+    for (size_t i = 0; i < self->nlines; i++) {
+        us_line *line = &self->lines[i];
+        if (line->kind != US_LINE_DEFER) continue;
+        const uint8_t *s = self->buf + line->off;
+        size_t n = line->len - (line->len && s[line->len - 1] == '\r');
+        if (n > MEMO_MAX_LINE) {
+            left++;
+            continue;
+        }
+        us_hash128 h = us_xxh3_128(s, n, 0);
+        size_t klen;
+        const uint8_t *key = us_key_memo_get(&self->memo, h, &klen);
+        if (key == NULL) {
+            line->memo = 1;
+            self->ddig[left++] = h;
+            continue;
+        }
+        if (grow((void **)&self->arena, &self->arena_cap, self->arena_used + klen, 1) < 0)
+            return -1;
+        memcpy(self->arena + self->arena_used, key, klen);
+        line->kind = US_LINE_KEY;
+        line->key_in_arena = 1;
+        line->key_text = 1;
+        line->key_off = self->arena_used;
+        line->key_len = klen;
+        self->arena_used += klen;
+    }
+    *deferred = left;
+    return 0;
 }
 
 PyDoc_STRVAR(next_batch_doc,
@@ -221,6 +281,10 @@ static PyObject *LineEngine_next_batch(LineEngine *self, PyObject *args, PyObjec
     self->nsynth -= synth;
     self->arena_used = used;
     self->nlines = n;
+    if (deferred && recall(self, &deferred) < 0) {
+        self->nlines = 0; /* nothing consumed: the next call splits again */
+        return NULL;
+    }
     self->batch_bytes = bytes - synth;
     self->batch_empty = empty;
     self->batch_deferred = deferred;
@@ -316,6 +380,10 @@ static PyObject *LineEngine_set_deferred(LineEngine *self, PyObject *keys)
         line->key_text = PyUnicode_Check(key) != 0;
         line->key_off = self->arena_used;
         line->key_len = (size_t)kb.len;
+        /* str keys only: a bytes key means the keyer counted the line (invalid, verbatim) */
+        if (line->memo && line->key_text)
+            us_key_memo_put(&self->memo, self->ddig[j - 1], self->arena + self->arena_used,
+                            line->key_len);
         self->arena_used += (size_t)kb.len;
     }
     Py_DECREF(seq);

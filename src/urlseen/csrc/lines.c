@@ -24,6 +24,7 @@ size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_li
         line->kind = US_LINE_EMPTY;
         line->key_in_arena = 0;
         line->key_text = 0;
+        line->memo = 0;
         line->key_off = p;
         line->key_len = 0;
         p = nl != NULL ? end + 1 : end;
@@ -73,30 +74,26 @@ void us_line_key(const uint8_t *buf, us_line *line, int canonicalize, size_t max
 
 /* ---- the canonical-URL shortcut ---------------------------------------------------------- */
 
-/* Character classes of canonical._PLAIN_HTTP_URL, as 128-bit masks (ASCII only). */
-#define LO(c) (1ULL << (c))        /* c < 64 */
-#define HI(c) (1ULL << ((c) - 64)) /* 64 <= c < 128 */
-#define DIGITS (0x3FFULL << '0')
-#define UPPER (0x3FFFFFFULL << ('A' - 64))
-#define LOWER (0x3FFFFFFULL << ('a' - 64))
+/* Character classes of canonical._PLAIN_HTTP_URL, one bit each: host [a-z0-9._-], path
+ * [A-Za-z0-9._~!$&'()*+,=:@/-], query [A-Za-z0-9._~=&-], fragment [!-~]. Bytes >= 128 are in
+ * none (zero-initialised). */
+enum { C_HOST = 1, C_PATH = 2, C_QUERY = 4, C_FRAGMENT = 8 };
+static const uint8_t CLASSES[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 10, 8, 8, 10, 8, 14, 10, 10, 10, 10, 10, 10, 15, 15, 10,
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 10, 8, 8, 14, 8, 8,
+    10, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14,
+    14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 8, 8, 8, 8, 15,
+    8, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 8, 8, 8, 14, 0,
+};
 
-/* host: [a-z0-9._-] */
-static const uint64_t HOST_LO = DIGITS | LO('.') | LO('-');
-static const uint64_t HOST_HI = LOWER | HI('_');
-/* path: [A-Za-z0-9._~!$&'()*+,=:@/-] */
-static const uint64_t PATH_LO = DIGITS | LO('.') | LO('!') | LO('$') | LO('&') | LO('\'') |
-                                LO('(') | LO(')') | LO('*') | LO('+') | LO(',') | LO('=') |
-                                LO(':') | LO('/') | LO('-');
-static const uint64_t PATH_HI = UPPER | LOWER | HI('_') | HI('~') | HI('@');
-/* query: [A-Za-z0-9._~=&-] */
-static const uint64_t QUERY_LO = DIGITS | LO('.') | LO('=') | LO('&') | LO('-');
-static const uint64_t QUERY_HI = UPPER | LOWER | HI('_') | HI('~');
-
-static inline int in_class(uint8_t c, uint64_t lo, uint64_t hi)
+/* The first index >= i of s[0, n) whose byte is not in class c. */
+static inline size_t span(const uint8_t *s, size_t i, size_t n, uint8_t c)
 {
-    if (c < 64) return (int)((lo >> c) & 1);
-    if (c < 128) return (int)((hi >> (c - 64)) & 1);
-    return 0;
+    while (i < n && (CLASSES[s[i]] & c)) i++;
+    return i;
 }
 
 typedef struct {
@@ -182,7 +179,7 @@ size_t us_canonical_plain(const uint8_t *s, size_t n, uint8_t *out, size_t cap)
         return 0;
     }
     size_t host = i;
-    while (i < n && in_class(s[i], HOST_LO, HOST_HI)) i++;
+    i = span(s, i, n, C_HOST);
     if (i == host) return 0;
     if (i < n && s[i] == ':') { /* port: [1-9][0-9]{0,3} */
         i++;
@@ -197,18 +194,18 @@ size_t us_canonical_plain(const uint8_t *s, size_t n, uint8_t *out, size_t cap)
     if (i < n && s[i] == '/') {
         has_path = 1;
         i++;
-        while (i < n && in_class(s[i], PATH_LO, PATH_HI)) i++;
+        i = span(s, i, n, C_PATH);
         path_end = i;
     }
     size_t query = 0, query_end = 0;
     if (i < n && s[i] == '?') {
         query = ++i;
-        while (i < n && in_class(s[i], QUERY_LO, QUERY_HI)) i++;
+        i = span(s, i, n, C_QUERY);
         query_end = i;
     }
     if (i < n && s[i] == '#') {
         i++;
-        while (i < n && s[i] >= '!' && s[i] <= '~') i++;
+        i = span(s, i, n, C_FRAGMENT);
     }
     if (i != n) return 0;
     /* A dot segment may need resolving: w3lib decides. */
@@ -258,4 +255,57 @@ int us_digest_set_add(us_digest_set *s, us_hash128 h)
     s->used[i] = 1;
     s->slots[i] = h;
     return 1;
+}
+
+/* ---- the memo of deferred keys ----------------------------------------------------------- */
+
+static void memo_clear(us_key_memo *m)
+{
+    memset(m->slots, 0, (m->mask + 1) * sizeof(us_memo_slot));
+    m->used = 0;
+    m->arena_used = 0;
+}
+
+void us_key_memo_init(us_key_memo *m, us_memo_slot *slots, size_t nslots, uint8_t *arena,
+                      size_t arena_cap)
+{
+    m->slots = slots;
+    m->mask = nslots - 1;
+    m->arena = arena;
+    m->arena_cap = arena_cap;
+    memo_clear(m);
+}
+
+static inline size_t memo_index(const us_key_memo *m, us_hash128 h)
+{
+    return (size_t)(h.h1 ^ (h.h2 >> 11)) & m->mask;
+}
+
+const uint8_t *us_key_memo_get(const us_key_memo *m, us_hash128 h, size_t *len)
+{
+    for (size_t i = memo_index(m, h);; i = (i + 1) & m->mask) {
+        const us_memo_slot *s = &m->slots[i];
+        if (s->len == 0) return NULL;
+        if (s->h.h1 == h.h1 && s->h.h2 == h.h2) {
+            *len = s->len;
+            return m->arena + s->off;
+        }
+    }
+}
+
+void us_key_memo_put(us_key_memo *m, us_hash128 h, const uint8_t *key, size_t len)
+{
+    if (len == 0 || len > m->arena_cap || len > UINT32_MAX) return;
+    if (m->arena_cap - m->arena_used < len || 4 * (m->used + 1) > 3 * (m->mask + 1)) memo_clear(m);
+    size_t i = memo_index(m, h);
+    while (m->slots[i].len != 0) {
+        if (m->slots[i].h.h1 == h.h1 && m->slots[i].h.h2 == h.h2) return; /* already known */
+        i = (i + 1) & m->mask;
+    }
+    memcpy(m->arena + m->arena_used, key, len);
+    m->slots[i].h = h;
+    m->slots[i].off = (uint32_t)m->arena_used;
+    m->slots[i].len = (uint32_t)len;
+    m->arena_used += len;
+    m->used++;
 }

@@ -37,6 +37,7 @@ typedef struct {
     uint8_t key_in_arena;
     uint8_t terminated; /* the line had its "\n" in the input */
     uint8_t key_text;   /* the key is text (UTF-8): canonicalized, not the raw line */
+    uint8_t memo;       /* deferred, and its key may be remembered (us_key_memo) */
 } us_line;
 
 /* Split up to max_lines complete lines of buf[*pos, len) into out[]; *pos moves past them.
@@ -75,5 +76,29 @@ typedef struct {
 void us_digest_set_init(us_digest_set *s, us_hash128 *slots, uint8_t *used, size_t nslots);
 /* Insert h: 1 if it was not there yet, else 0. */
 int us_digest_set_add(us_digest_set *s, us_hash128 h);
+
+/* A memo of keys that Python computed for deferred lines, by the line's digest: repeats of a
+ * line that is not plainly canonical (a polled feed repeats most of them) are keyed here without
+ * Python. Open addressing over caller-owned slots (a power of two) and a caller-owned arena of
+ * key bytes; when either fills, the memo starts over empty. A slot with len 0 is free (keys are
+ * never empty). */
+typedef struct {
+    us_hash128 h;
+    uint32_t off, len;
+} us_memo_slot;
+
+typedef struct {
+    us_memo_slot *slots;
+    size_t mask, used;
+    uint8_t *arena;
+    size_t arena_cap, arena_used;
+} us_key_memo;
+
+void us_key_memo_init(us_key_memo *m, us_memo_slot *slots, size_t nslots, uint8_t *arena,
+                      size_t arena_cap);
+/* The key remembered for h (its length in *len), or NULL. */
+const uint8_t *us_key_memo_get(const us_key_memo *m, us_hash128 h, size_t *len);
+/* Remember key (len >= 1) for h; a key too long for the arena is not kept. */
+void us_key_memo_put(us_key_memo *m, us_hash128 h, const uint8_t *key, size_t len);
 
 #endif
