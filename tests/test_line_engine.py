@@ -258,7 +258,7 @@ def test_the_exact_filter_through_the_engine(tmp_path: Path) -> None:
 
 
 def test_engine_c_needs_inputs_with_chunks() -> None:
-    with pytest.raises(ConfigError, match="streams.Inputs"):
+    with pytest.raises(ConfigError, match=r"streams\.Inputs"):
         dedup([b"http://a/\n"], BloomFilter(10, 0.01), io.BytesIO(), engine="c")
     with pytest.raises(ConfigError, match="engine must be"):
         dedup([b"http://a/\n"], BloomFilter(10, 0.01), io.BytesIO(), engine="rust")
