@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import queue
 import sys
+import threading
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 def open_input(name: str) -> BinaryIO:
@@ -35,13 +37,14 @@ CHUNK_SIZE = 1 << 20
 
 def input_chunks(names: tuple[str, ...], size: int = CHUNK_SIZE) -> Iterator[bytes | None]:
     """The bytes of every input in turn (stdin when there is none), in chunks of at most `size`,
-    each input followed by None; read1 hands over what a pipe has without waiting for more."""
+    each input followed by None. A .gz file is read in full chunks; anything else with read1,
+    which hands over what a pipe has without waiting for more."""
     for name in names or ("-",):
         with contextlib.ExitStack() as stack:
             stream = open_input(name)
             if name != "-":
                 stack.enter_context(stream)
-            read = getattr(stream, "read1", stream.read)
+            read = stream.read if name.endswith(".gz") else getattr(stream, "read1", stream.read)
             while chunk := read(size):
                 yield chunk
         yield None
@@ -58,7 +61,50 @@ class Inputs:
         return input_lines(self.names)
 
     def chunks(self, size: int = CHUNK_SIZE) -> Iterator[bytes | None]:
-        return input_chunks(self.names, size)
+        return read_ahead(input_chunks(self.names, size))
+
+
+def read_ahead(chunks: Iterator[bytes | None], depth: int = 4) -> Iterator[bytes | None]:
+    """The same chunks, read by a background thread up to `depth` ahead: decompressing a .gz
+    (zlib lets go of the GIL) overlaps the caller's work. An error of the reader is raised here,
+    in order, after the chunks read before it."""
+    items: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for chunk in chunks:
+                if not put(("chunk", chunk)):
+                    return
+            put(("end", None))
+        except BaseException as e:  # handed to the consumer, which raises it
+            put(("error", e))
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    reader = threading.Thread(target=read, name="urlseen-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            what, value = items.get()
+            if what == "end":
+                return
+            if what == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
 
 
 def total_bytes(names: tuple[str, ...]) -> int | None:
