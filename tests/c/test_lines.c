@@ -95,6 +95,41 @@ static void test_canonical(void)
     CHECK(us_canonical_plain(u8(many), strlen(many), out, sizeof out) == 0);
 }
 
+static void check_ascii(const char *url, const char *want)
+{
+    uint8_t out[512], scratch[512];
+    size_t n = us_canonical_ascii(u8(url), strlen(url), out, sizeof out, scratch);
+    int ok = want == NULL ? n == 0 : n == strlen(want) && memcmp(out, want, n) == 0;
+    CHECK(ok);
+    if (!ok) fprintf(stderr, "  %s: expected %s, got %.*s\n", url, want ? want : "(deferred)",
+                     (int)n, out);
+}
+
+/* Expected keys from w3lib 2.5's canonicalize_url (checked by the Python tests as well). */
+static void test_canonical_ascii(void)
+{
+    check_ascii("HTTP://WWW.Example.COM/a%2fb%41%e2%82%ac?b=%41+c&a=x=y&&c#frag",
+                "http://www.example.com/a%2FbA%E2%82%AC?a=x%3Dy&b=A+c&c=");
+    check_ascii("http://x.y/p?q=%zz&r=1+1", "http://x.y/p?q=%25zz&r=1+1");
+    check_ascii("http://x.y/a|b[c]{d}", "http://x.y/a|b[c]%7Bd%7D");
+    check_ascii("http://x.y?%41=1", "http://x.y/?A=1");
+    check_ascii("http://x.y/p?a\\b=c", "http://x.y/p?a%5Cb=c");
+    check_ascii("http://x.y/%25%32%46", "http://x.y/%252F");
+    check_ascii("http://x.y/%%2f%3b%3F%4", "http://x.y/%%2F%3B%3F%4");
+    check_ascii("https://a.b/?&&", "https://a.b/");
+    check_ascii("http://a.b/x", "http://a.b/x"); /* the plain case too */
+    check_ascii("http://x.y/%2e%2e/a", NULL);    /* dot segments: w3lib */
+    check_ascii("http://x.y/a b", NULL);
+    check_ascii("http://x.y/a;b", NULL);
+    check_ascii("http://x.y/a\\b", NULL);
+    check_ascii("http://x.y%20z/", NULL);
+    check_ascii("http://u@x.y/", NULL);
+    check_ascii("ftp://x.y/", NULL);
+    check_ascii("http://x.y/caf\xc3\xa9", NULL);
+    uint8_t out[16], scratch[64];
+    CHECK(us_canonical_ascii(u8("http://x.y/\"\"\"\""), 15, out, sizeof out, scratch) == 0);
+}
+
 static void test_digest_set(void)
 {
     us_hash128 slots[16];
@@ -140,6 +175,7 @@ int main(void)
     test_split();
     test_blank();
     test_canonical();
+    test_canonical_ascii();
     test_digest_set();
     test_memo();
     if (failures) {

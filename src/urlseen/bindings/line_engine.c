@@ -31,6 +31,8 @@ typedef struct {
     size_t nlines, lines_cap;
     uint8_t *arena;
     size_t arena_cap, arena_used;
+    uint8_t *scratch; /* for the canonicalizer: as long as the longest line it may see */
+    size_t scratch_cap;
     size_t *key_line; /* line index of key i */
     us_hash128 *digests;
     uint8_t *flags; /* per key: 1 = new */
@@ -107,6 +109,7 @@ static void LineEngine_dealloc(LineEngine *self)
     PyMem_RawFree(self->synth);
     PyMem_RawFree(self->lines);
     PyMem_RawFree(self->arena);
+    PyMem_RawFree(self->scratch);
     PyMem_RawFree(self->key_line);
     PyMem_RawFree(self->digests);
     PyMem_RawFree(self->flags);
@@ -259,9 +262,16 @@ static PyObject *LineEngine_next_batch(LineEngine *self, PyObject *args, PyObjec
     size_t start = self->pos;
     size_t end = n < self->nscan ? self->lines[n].off : self->scan;
     size_t bytes = end - start;
-    if (self->canonicalize &&
-        grow((void **)&self->arena, &self->arena_cap, 2 * bytes + 2 * n + 16, 1) < 0)
-        return NULL;
+    if (self->canonicalize) {
+        size_t longest = 0;
+        for (size_t i = 0; i < n; i++)
+            if (self->lines[i].len > longest) longest = self->lines[i].len;
+        if (longest > self->max_canonical) longest = self->max_canonical;
+        /* a canonical key is at most 3 bytes per byte of its line (escapes), plus "/" */
+        if (grow((void **)&self->arena, &self->arena_cap, 3 * bytes + 2 * n + 16, 1) < 0 ||
+            grow((void **)&self->scratch, &self->scratch_cap, longest + 1, 1) < 0)
+            return NULL;
+    }
 
     size_t empty = 0, deferred = 0, used = 0, synth = 0;
     self->busy = 1;
@@ -269,7 +279,7 @@ static PyObject *LineEngine_next_batch(LineEngine *self, PyObject *args, PyObjec
     for (size_t i = 0; i < n; i++) {
         us_line *line = &self->lines[i];
         us_line_key(self->buf, line, self->canonicalize, self->max_canonical, self->arena,
-                    self->arena_cap, &used);
+                    self->arena_cap, &used, self->scratch);
         empty += line->kind == US_LINE_EMPTY;
         deferred += line->kind == US_LINE_DEFER;
     }

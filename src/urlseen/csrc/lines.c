@@ -44,7 +44,7 @@ int us_is_blank(const uint8_t *s, size_t n)
 }
 
 void us_line_key(const uint8_t *buf, us_line *line, int canonicalize, size_t max_canonical,
-                 uint8_t *arena, size_t arena_cap, size_t *arena_used)
+                 uint8_t *arena, size_t arena_cap, size_t *arena_used, uint8_t *scratch)
 {
     const uint8_t *s = buf + line->off;
     size_t n = line->len;
@@ -63,6 +63,7 @@ void us_line_key(const uint8_t *buf, us_line *line, int canonicalize, size_t max
     if (n > max_canonical) return; /* over-long: Python keys and counts it */
     size_t used = *arena_used;
     size_t k = us_canonical_plain(s, n, arena + used, arena_cap - used);
+    if (k == 0) k = us_canonical_ascii(s, n, arena + used, arena_cap - used, scratch);
     if (k == 0) return;
     line->kind = US_LINE_KEY;
     line->key_in_arena = 1;
@@ -233,6 +234,228 @@ size_t us_canonical_plain(const uint8_t *s, size_t n, uint8_t *out, size_t cap)
         }
     }
     return o;
+}
+
+/* ---- the general ASCII case ------------------------------------------------------------ */
+
+static const char HEX[] = "0123456789ABCDEF";
+
+static inline int hex_value(uint8_t c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The percent-escape at s[i] (two hex digits follow within n), as a byte, or -1. */
+static inline int escape_at(const uint8_t *s, size_t i, size_t n)
+{
+    if (s[i] != '%' || i + 2 >= n) return -1;
+    int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+    return hi < 0 || lo < 0 ? -1 : hi << 4 | lo;
+}
+
+/* Bytes w3lib leaves as they are in a path (_PATH_SAFE_CHARS: RFC 3986 reserved and unreserved,
+ * "|" and "%", not "#"), and in a query field (RFC 3986 unreserved). */
+static int path_safe(uint8_t c)
+{
+    if (c >= 128) return 0;
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return 1;
+    return c != '#' && memchr(":/?[]@!$&'()*+,;=-._~|%", c, 23) != NULL;
+}
+
+static int unreserved(uint8_t c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+typedef struct {
+    uint8_t *o;
+    size_t left;
+} sink;
+
+static inline int put(sink *k, uint8_t c)
+{
+    if (k->left == 0) return -1;
+    *k->o++ = c;
+    k->left--;
+    return 0;
+}
+
+static inline int put_escape(sink *k, uint8_t v)
+{
+    if (k->left < 3) return -1;
+    k->o[0] = '%';
+    k->o[1] = (uint8_t)HEX[v >> 4];
+    k->o[2] = (uint8_t)HEX[v & 15];
+    k->o += 3;
+    k->left -= 3;
+    return 0;
+}
+
+/* w3lib's path: quoted (a no-op for what follows), then _unquotepath (every escape decoded but
+ * %25 %2F %3B %3F), then quoted with _PATH_SAFE_CHARS. */
+static int put_path(sink *k, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int v = escape_at(p, i, n);
+        if (v < 0) {
+            if (path_safe(p[i]) ? put(k, p[i]) : put_escape(k, p[i])) return -1;
+            continue;
+        }
+        i += 2;
+        int kept = v == '%' || v == '/' || v == ';' || v == '?';
+        if ((kept || !path_safe((uint8_t)v)) ? put_escape(k, (uint8_t)v) : put(k, (uint8_t)v))
+            return -1;
+    }
+    return 0;
+}
+
+/* _unquote_plus of s[0, n) into out: "+" is a space, valid escapes are decoded. */
+static size_t unquote_plus(const uint8_t *s, size_t n, uint8_t *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = escape_at(s, i, n);
+        if (v >= 0) {
+            out[o++] = (uint8_t)v;
+            i += 2;
+        } else {
+            out[o++] = s[i] == '+' ? ' ' : s[i];
+        }
+    }
+    return o;
+}
+
+static int put_quoted_plus(sink *k, const uint8_t *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        int rc = unreserved(c) ? put(k, c) : c == ' ' ? put(k, '+') : put_escape(k, c);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* w3lib's query: _parse_qsl (fields at "&", empty ones dropped, name and value at the first
+ * "=", each _unquote_plus'ed), sorted, then _urlencode (quote_plus of each, "=", "&"). */
+static int put_query(sink *k, const uint8_t *q, size_t n, uint8_t *scratch, int *empty)
+{
+    field fields[US_CANONICAL_MAX_FIELDS];
+    size_t nf = 0, used = 0;
+    for (size_t i = 0; i <= n; i++) {
+        size_t start = i;
+        while (i < n && q[i] != '&') i++;
+        if (i == start) continue;
+        if (nf == US_CANONICAL_MAX_FIELDS) return -1;
+        const uint8_t *eq = memchr(q + start, '=', i - start);
+        size_t name_end = eq ? (size_t)(eq - q) : i;
+        field *f = &fields[nf++];
+        f->name = scratch + used;
+        f->name_len = unquote_plus(q + start, name_end - start, scratch + used);
+        used += f->name_len;
+        f->value = scratch + used;
+        f->value_len = eq ? unquote_plus(eq + 1, i - name_end - 1, scratch + used) : 0;
+        used += f->value_len;
+    }
+    for (size_t a = 1; a < nf; a++) {
+        field f = fields[a];
+        size_t b = a;
+        while (b > 0 && field_cmp(&fields[b - 1], &f) > 0) {
+            fields[b] = fields[b - 1];
+            b--;
+        }
+        fields[b] = f;
+    }
+    *empty = nf == 0;
+    for (size_t a = 0; a < nf; a++) {
+        if ((a && put(k, '&')) || put_quoted_plus(k, fields[a].name, fields[a].name_len) ||
+            put(k, '=') || put_quoted_plus(k, fields[a].value, fields[a].value_len))
+            return -1;
+    }
+    return 0;
+}
+
+static inline uint8_t lower(uint8_t c) { return c >= 'A' && c <= 'Z' ? (uint8_t)(c + 32) : c; }
+
+size_t us_canonical_ascii(const uint8_t *s, size_t n, uint8_t *out, size_t cap, uint8_t *scratch)
+{
+    size_t i = 0;
+    while (i < n && ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z'))) i++;
+    int https;
+    if (i == 4 && (lower(s[0]) == 'h' && lower(s[1]) == 't' && lower(s[2]) == 't' &&
+                   lower(s[3]) == 'p')) {
+        https = 0;
+    } else if (i == 5 && lower(s[0]) == 'h' && lower(s[1]) == 't' && lower(s[2]) == 't' &&
+               lower(s[3]) == 'p' && lower(s[4]) == 's') {
+        https = 1;
+    } else {
+        return 0;
+    }
+    if (n - i < 3 || memcmp(s + i, "://", 3) != 0) return 0;
+    i += 3;
+    size_t host = i;
+    while (i < n && ((CLASSES[s[i]] & C_HOST) || (s[i] >= 'A' && s[i] <= 'Z'))) i++;
+    if (i == host) return 0;
+    size_t host_end = i;
+    if (i < n && s[i] == ':') { /* port: [1-9][0-9]{0,3} */
+        i++;
+        if (i >= n || s[i] < '1' || s[i] > '9') return 0;
+        size_t digits = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i - digits > 4) return 0;
+    }
+    size_t origin_end = i;
+    if (i < n && s[i] != '/' && s[i] != '?' && s[i] != '#') return 0; /* the host goes on */
+    size_t path = i;
+    while (i < n && s[i] != '?' && s[i] != '#') {
+        if (s[i] < '!' || s[i] > '~' || s[i] == '\\' || s[i] == ';') return 0;
+        i++;
+    }
+    size_t path_end = i, query = 0, query_end = 0;
+    int has_query = 0;
+    if (i < n && s[i] == '?') {
+        has_query = 1;
+        query = ++i;
+        while (i < n && s[i] != '#') {
+            if (s[i] < '!' || s[i] > '~') return 0;
+            i++;
+        }
+        query_end = i;
+    }
+    for (; i < n; i++) /* the fragment, dropped */
+        if (s[i] < '!' || s[i] > '~') return 0;
+
+    sink k = {out, cap};
+    const char *scheme = https ? "https://" : "http://";
+    for (const char *c = scheme; *c; c++)
+        if (put(&k, (uint8_t)*c)) return 0;
+    for (size_t j = host; j < host_end; j++)
+        if (put(&k, lower(s[j]))) return 0;
+    for (size_t j = host_end; j < origin_end; j++)
+        if (put(&k, s[j])) return 0;
+    uint8_t *path_out = k.o;
+    if (path_end > path) {
+        if (put_path(&k, s + path, path_end - path)) return 0;
+    } else if (put(&k, '/')) {
+        return 0;
+    }
+    /* dot segments: w3lib resolves them; let it */
+    for (uint8_t *c = path_out; c + 1 < k.o; c++)
+        if (c[0] == '/' && c[1] == '.') return 0;
+    if (has_query && query_end > query) {
+        uint8_t *mark = k.o;
+        size_t left = k.left;
+        int empty = 0;
+        if (put(&k, '?') || put_query(&k, s + query, query_end - query, scratch, &empty)) return 0;
+        if (empty) { /* no field: no "?" */
+            k.o = mark;
+            k.left = left;
+        }
+    }
+    return (size_t)(k.o - out);
 }
 
 /* ---- a set of digests -------------------------------------------------------------------- */

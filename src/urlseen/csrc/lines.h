@@ -8,7 +8,7 @@
  *  - one trailing "\r" is not part of the key (it stays in the line that is written out);
  *  - a line of ASCII whitespace only (bytes.strip()) is empty: no key;
  *  - without canonicalization the key is the line's bytes;
- *  - with it, a line that us_canonical_plain recognises gets its key here; every other line
+ *  - with it, a line that us_canonical_plain or us_canonical_ascii keys gets its key here; every other line
  *    (not ASCII, over-long, not an http(s) URL of plain characters...) is deferred to Python,
  *    which applies the whole reference rule to it (LineKeyer.key), counting included.
  * Pure C: no Python.h, no allocation.
@@ -50,9 +50,10 @@ size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_li
 int us_is_blank(const uint8_t *s, size_t n);
 
 /* Decide the key of line->off/len in buf when the rules allow it without Python: sets kind and,
- * for US_LINE_KEY, the key (in buf, or written to arena[*arena_used ...] within arena_cap). */
+ * for US_LINE_KEY, the key (in buf, or written to arena[*arena_used ...] within arena_cap).
+ * scratch: at least max_canonical bytes the canonicalizer may use. */
 void us_line_key(const uint8_t *buf, us_line *line, int canonicalize, size_t max_canonical,
-                 uint8_t *arena, size_t arena_cap, size_t *arena_used);
+                 uint8_t *arena, size_t arena_cap, size_t *arena_used, uint8_t *scratch);
 
 /* urlseen.canonical's shortcut: if url (n bytes) is an http(s) URL that canonicalize_url returns
  * unchanged apart from dropping the fragment, adding "/" for an empty path and sorting a plain
@@ -61,7 +62,19 @@ void us_line_key(const uint8_t *buf, us_line *line, int canonicalize, size_t max
  * canonical._PLAIN_HTTP_URL and canonical._sort_plain_query; the tests hold them equal. */
 size_t us_canonical_plain(const uint8_t *url, size_t n, uint8_t *out, size_t cap);
 
-/* The most query fields us_canonical_plain sorts; more go to w3lib. */
+/* w3lib's canonicalize_url for the http(s) URLs of printable ASCII that it treats as plain text
+ * (no userinfo, no "\\" or ";" or dot segment in the path, a port of 1-4 digits without a
+ * leading zero), written to out (at most cap bytes): scheme and host lower-cased, the path's
+ * percent-escapes normalised (decoded where the byte is safe in a path, upper-case hex
+ * otherwise, %25 %2F %3B %3F kept), the query's fields split at "&" and "=", decoded ("+" is a
+ * space), sorted by (name, value) bytes and re-encoded (unreserved bytes as is, space as "+",
+ * the rest %XX), the fragment dropped. Returns the key's length, or 0 to let w3lib decide.
+ * scratch: at least n bytes. The tests compare it with w3lib on every dev-file line and on
+ * generated URLs; us_canonical_plain is its fast case (no byte to decode or encode). */
+size_t us_canonical_ascii(const uint8_t *url, size_t n, uint8_t *out, size_t cap,
+                          uint8_t *scratch);
+
+/* The most query fields the canonicalizers sort; more go to w3lib. */
 #define US_CANONICAL_MAX_FIELDS 128
 
 /* A set of digests, open addressing over caller-owned slots (a power of two, at least twice the
