@@ -167,8 +167,10 @@ def run_set(name: str, path: Path, kinds: list[str], work: Path, timeout: float)
     rows = []
     for tool, command in commands:
         row = timed(name, tool, command, lines, out, timeout)
-        print(f"{name:9} {tool:28} {row.seconds:8.2f} s {row.lines_per_second / 1e6:6.2f} M lines/s "
-              f"{row.rss_mib:8.1f} MiB  out {row.output_lines:,} {row.note}", flush=True)  # fmt: skip
+        speed = row.lines_per_second / 1e6
+        rss, out_lines = row.rss_mib, row.output_lines
+        print(f"{name:9} {tool:28} {row.seconds:8.2f} s {speed:6.2f} M lines/s "
+              f"{rss:8.1f} MiB  out {out_lines:,} {row.note}", flush=True)  # fmt: skip
         rows.append(row)
     return rows
 
@@ -194,8 +196,11 @@ def main() -> None:
     parser.add_argument("--dev", type=Path, default=DEFAULT_DEV)
     parser.add_argument("--sets", default="dev,feed,synthetic")
     parser.add_argument("--kinds", default=",".join(ALL_KINDS))
-    parser.add_argument("--synthetic-kinds", default="bloom,exact,mdbf",
-                        help="kinds run on the synthetic set (the others are Python-bound)")  # fmt: skip
+    parser.add_argument(
+        "--synthetic-kinds",
+        default="bloom,exact,mdbf",
+        help="kinds run on the synthetic set (the others are Python-bound)",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/urlseen-pipeline"))
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--json", type=Path)

@@ -98,8 +98,9 @@ def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """One option per entry of kinds.OPTIONS, its help naming the kinds that take it."""
     for option in reversed(kinds.OPTIONS.values()):
         takers = "/".join(k.name for k in kinds.KINDS.values() if option.name in k.options)
+        low, high = (None if b is None else int(b) for b in (option.low, option.high))
         kind_of_value: Any = {
-            int: click.IntRange(option.low, option.high),
+            int: click.IntRange(low, high),
             float: click.FloatRange(option.low, option.high, min_open=True),
             Path: click.Path(dir_okay=False),
         }.get(option.type, str)

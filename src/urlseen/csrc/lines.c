@@ -117,6 +117,20 @@ static int field_cmp(const field *a, const field *b)
     return c ? c : bytes_cmp(a->value, a->value_len, b->value, b->value_len);
 }
 
+/* Insertion sort: queries are short, and it is stable (equal pairs are equal bytes). */
+static void sort_fields(field *fields, size_t nf)
+{
+    for (size_t a = 1; a < nf; a++) {
+        field f = fields[a];
+        size_t b = a;
+        while (b > 0 && field_cmp(&fields[b - 1], &f) > 0) {
+            fields[b] = fields[b - 1];
+            b--;
+        }
+        fields[b] = f;
+    }
+}
+
 /* Sort a plain query as canonical._sort_plain_query does and write it to out: its length, or
  * (size_t)-1 to defer to w3lib (a "=" in a value, too many fields, no room). */
 static size_t sort_query(const uint8_t *q, size_t n, uint8_t *out, size_t cap)
@@ -145,16 +159,7 @@ static size_t sort_query(const uint8_t *q, size_t n, uint8_t *out, size_t cap)
         }
         i++;
     }
-    /* Insertion sort: queries are short, and it is stable (equal pairs are equal bytes). */
-    for (size_t a = 1; a < nf; a++) {
-        field f = fields[a];
-        size_t b = a;
-        while (b > 0 && field_cmp(&fields[b - 1], &f) > 0) {
-            fields[b] = fields[b - 1];
-            b--;
-        }
-        fields[b] = f;
-    }
+    sort_fields(fields, nf);
     size_t o = 0;
     for (size_t a = 0; a < nf; a++) {
         size_t need = (a ? 1 : 0) + fields[a].name_len + 1 + fields[a].value_len;
@@ -360,15 +365,7 @@ static int put_query(sink *k, const uint8_t *q, size_t n, uint8_t *scratch, int 
         f->value_len = eq ? unquote_plus(eq + 1, i - name_end - 1, scratch + used) : 0;
         used += f->value_len;
     }
-    for (size_t a = 1; a < nf; a++) {
-        field f = fields[a];
-        size_t b = a;
-        while (b > 0 && field_cmp(&fields[b - 1], &f) > 0) {
-            fields[b] = fields[b - 1];
-            b--;
-        }
-        fields[b] = f;
-    }
+    sort_fields(fields, nf);
     *empty = nf == 0;
     for (size_t a = 0; a < nf; a++) {
         if ((a && put(k, '&')) || put_quoted_plus(k, fields[a].name, fields[a].name_len) ||
