@@ -28,7 +28,9 @@ Speed: ``canonicalize_url`` manages about 140k URLs/s, while the Bloom filter do
 Most real URLs are already canonical (99% of the distinct development URLs), so a strict
 pattern recognises them and returns them without calling w3lib: 1.2M URLs/s, and the same
 keys (tests check the shortcut against w3lib). ``benchmarks/CANONICALIZATION.md`` has the
-numbers, the memo's, and why no profile built on the ``ada-url`` parser is offered.
+numbers, the memo's, and why no profile built on the ``ada-url`` parser is offered. The dedup
+job does the same in C (csrc/lines.c: this shortcut, and w3lib's rule for http(s) URLs of
+printable ASCII), asking this module only about the URLs it defers.
 """
 
 from __future__ import annotations

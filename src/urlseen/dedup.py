@@ -8,6 +8,12 @@ tested, then added to; an exact filter (`commits_after_callback`) does both in o
 writes the lines from its before_commit callback. The filter therefore never gets ahead of the
 output: a run killed at any moment and run again on the same input prints every distinct line
 at least once across the two runs, and at most one batch (`batch_size` lines) twice.
+
+Two loops do the same job. Given a streams.Inputs, the C line engine (_core.LineEngine) reads
+the bytes in large chunks and splits, keys and (for the C Bloom filter) probes each batch in C;
+Python keys only the lines the C rules defer (LineKeyer.key, w3lib) and runs the other filters
+on the engine's keys. Given any other iterable of lines, the reference loop runs, one Python
+object per line; the tests hold the two equal (output, summary and filter state).
 """
 
 from __future__ import annotations
