@@ -2,8 +2,9 @@
 """`urlseen dedup` end to end against the everyday tools, in one run, on three URL sets.
 
 Each row is one command under `/usr/bin/time -f "%e %M"`: wall time (s) and peak RSS (for a
-shell pipeline, its largest process). Throughput is input lines / wall time, so start-up,
-reading and decompression count, as they do for a user. Ratios are taken against
+shell pipeline, its largest process); the fastest of --repeat runs (rows over 20 s run once),
+the runs of all tools interleaved round by round. Throughput is input lines / wall time, so
+start-up, reading and decompression count, as they do for a user. Ratios are taken against
 `awk '!seen[$0]++'` measured in the same run (this 2-core machine is shared and noisy).
 
 Sets:
@@ -23,7 +24,7 @@ error rate) except on the synthetic set, which gets --capacity 20000000.
 
 Usage:
     python benchmarks/pipeline.py [--sets dev,feed,synthetic] [--kinds bloom,exact,...]
-        [--workdir /tmp/urlseen-pipeline] [--json results.json] [--timeout 600]
+        [--workdir /tmp/urlseen-pipeline] [--json results.json] [--timeout 900] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DEV = Path(os.environ.get("URLSEEN_DEV_URLS", REPO.parent / "shared/data/urls-dev.txt.gz"))
 FEED_LINES = 1_842_391
 SYNTHETIC_LINES = 20_000_000
+REPEAT_UNDER = 20.0  # seconds: slower rows run once
 ALL_KINDS = ("bloom", "exact", "library", "mdbf", "rotating", "dsbf", "similar")
 
 PYTHON_SET = """
@@ -139,7 +142,11 @@ def timed(set_name: str, tool: str, command: str, lines: int, out: Path, timeout
                ok, note)  # fmt: skip
 
 
-def run_set(name: str, path: Path, kinds: list[str], work: Path, timeout: float) -> list[Row]:
+def run_set(
+    name: str, path: Path, kinds: list[str], work: Path, timeout: float, repeat: int
+) -> list[Row]:
+    """Every tool on one set; each row is the fastest of `repeat` runs (one for rows slower
+    than REPEAT_UNDER seconds)."""
     lines = count_lines(path)
     gz = path.suffix == ".gz"
     cat = f"zcat {shlex.quote(str(path))}" if gz else f"cat {shlex.quote(str(path))}"
@@ -153,26 +160,32 @@ def run_set(name: str, path: Path, kinds: list[str], work: Path, timeout: float)
         ("sort -u", f"{cat} | LC_ALL=C sort -u -S 25% > {o}"),
         ("python set", f"{cat} | {shlex.quote(sys.executable)} -c {shlex.quote(PYTHON_SET)} > {o}"),
     ]
+    states: dict[str, Path] = {}
     for kind in kinds:
         for mode, flag in (("raw", " --no-canonicalize"), ("canonical", "")):
-            state = ""
+            tool, state = f"urlseen {kind} {mode}", ""
             if kind in ("exact", "library", "rotating"):  # folder kinds keep their library on disk
-                state_dir = work / f"state-{name}-{kind}-{mode}"
-                subprocess.run(["rm", "-rf", str(state_dir)], check=True)
-                state = f" --state {shlex.quote(str(state_dir))}"
+                states[tool] = work / f"state-{name}-{kind}-{mode}"
+                state = f" --state {shlex.quote(str(states[tool]))}"
             commands.append((
-                f"urlseen {kind} {mode}",
+                tool,
                 f"{urlseen} dedup --no-progress --filter {kind}{flag}{extra}{state} {src} -o {o}",
             ))  # fmt: skip
-    rows = []
-    for tool, command in commands:
-        row = timed(name, tool, command, lines, out, timeout)
-        speed = row.lines_per_second / 1e6
-        rss, out_lines = row.rss_mib, row.output_lines
-        print(f"{name:9} {tool:28} {row.seconds:8.2f} s {speed:6.2f} M lines/s "
-              f"{rss:8.1f} MiB  out {out_lines:,} {row.note}", flush=True)  # fmt: skip
-        rows.append(row)
-    return rows
+    best: dict[str, Row] = {}
+    for round_ in range(repeat):  # rounds interleave the tools, so that each sees the same load
+        for tool, command in commands:
+            if round_ and best[tool].seconds > REPEAT_UNDER:
+                continue
+            if tool in states:  # every run starts without a state
+                shutil.rmtree(states[tool], ignore_errors=True)
+            row = timed(name, tool, command, lines, out, timeout)
+            if tool not in best or (row.ok and row.seconds < best[tool].seconds):
+                best[tool] = row
+            speed = row.lines_per_second / 1e6
+            rss, out_lines = row.rss_mib, row.output_lines
+            print(f"{name:9} {tool:28} {row.seconds:8.2f} s {speed:6.2f} M lines/s "
+                  f"{rss:8.1f} MiB  out {out_lines:,} {row.note}", flush=True)  # fmt: skip
+    return [best[tool] for tool, _ in commands]
 
 
 def markdown(rows: list[Row]) -> str:
@@ -203,6 +216,7 @@ def main() -> None:
     )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/urlseen-pipeline"))
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per row; the fastest counts")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -222,7 +236,7 @@ def main() -> None:
             kinds = [k for k in kinds if k in args.synthetic_kinds.split(",")]
         else:
             parser.error(f"unknown set {name!r}")
-        rows += run_set(name, path, kinds, args.workdir, args.timeout)
+        rows += run_set(name, path, kinds, args.workdir, args.timeout, args.repeat)
     print(markdown(rows))
     if args.json:
         meta = {
