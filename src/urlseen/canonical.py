@@ -39,8 +39,6 @@ import functools
 import re
 from collections.abc import Callable
 
-from w3lib.url import canonicalize_url
-
 from urlseen.errors import ConfigError, InvalidKeyError
 
 __all__ = [
@@ -134,6 +132,15 @@ def _sort_plain_query(query: str) -> str | None:
     return "&".join([f"{name}={value}" for name, value in pairs])
 
 
+@functools.cache
+def _w3lib() -> Callable[[str], str]:
+    """w3lib's canonicalize_url, imported on first use: a run that never needs it (the dedup
+    job without canonicalization, or on plain URLs only) does not pay for the import."""
+    from w3lib.url import canonicalize_url
+
+    return canonicalize_url
+
+
 def _canonicalize_with_w3lib(url: str) -> str:
     text = url.strip(_C0_CONTROL_OR_SPACE)
     if not text:
@@ -141,7 +148,7 @@ def _canonicalize_with_w3lib(url: str) -> str:
     if not text.isascii():
         _require_utf8(text)
     try:
-        return canonicalize_url(text)
+        return _w3lib()(text)
     except Exception:
         # w3lib raises ValueError for what it cannot parse (a bad port, an unbalanced "[").
         # Any failure of a third-party parser on untrusted input must still leave the crawler

@@ -395,12 +395,13 @@ static PyTypeObject BitFilterType = {
 
 /* ---- for the line engine (line_engine.c) -------------------------------------------------- */
 
-int us_bit_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed)
+int us_bit_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed, const void **bits)
 {
     if (!PyObject_TypeCheck(obj, &BitFilterType)) return -1;
     BitFilter *self = (BitFilter *)obj;
     *hash_id = self->hash_id;
     *seed = self->seed;
+    *bits = self->base.bound ? self->bloom.bits : NULL;
     return 0;
 }
 

@@ -48,6 +48,15 @@ typedef struct {
     uint8_t *memo_arena;
     us_hash128 *ddig;
     size_t ddig_cap;
+    /* digests known to be in the Bloom filter `known_bits` (every one of their bits is set, and
+     * a Bloom filter never clears a bit): a repeat found here is a duplicate without a probe.
+     * Direct-mapped, KNOWN_SLOTS entries; miss_*: the keys of a batch that must be probed. */
+    us_hash128 *known;
+    const void *known_bits;
+    size_t *miss_key;
+    us_hash128 *miss_digest;
+    uint8_t *miss_flag;
+    size_t miss_cap;
     int deferred_done, flagged, tested;
 } LineEngine;
 
@@ -118,6 +127,10 @@ static void LineEngine_dealloc(LineEngine *self)
     PyMem_RawFree(self->memo_slots);
     PyMem_RawFree(self->memo_arena);
     PyMem_RawFree(self->ddig);
+    PyMem_RawFree(self->known);
+    PyMem_RawFree(self->miss_key);
+    PyMem_RawFree(self->miss_digest);
+    PyMem_RawFree(self->miss_flag);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -174,6 +187,9 @@ static PyObject *LineEngine_end_input(LineEngine *self, PyObject *unused)
     }
     Py_RETURN_NONE;
 }
+
+/* Digests known to be in the filter: 32K slots, 512 KiB (stays in L2/L3 beside the probes). */
+#define KNOWN_SLOTS (1u << 15)
 
 /* Lines no longer than this have their deferred keys remembered (as canonical._MEMO_MAX_CHARS). */
 #define MEMO_MAX_LINE 1024
@@ -492,17 +508,42 @@ static PyObject *LineEngine_set_flags(LineEngine *self, PyObject *flags)
     return PyLong_FromSize_t(fresh);
 }
 
-/* Hash the batch's keys with the filter's hash, without the GIL. */
+/* Hash the batch's keys with the filter's hash, without the GIL; the known digests are reset
+ * when the filter's bits are not the ones they describe. */
 static int hash_keys(LineEngine *self, PyObject *filter)
 {
     int hash_id;
     uint64_t seed;
-    if (us_bit_filter_hash_of(filter, &hash_id, &seed) < 0) {
+    const void *bits;
+    if (us_bit_filter_hash_of(filter, &hash_id, &seed, &bits) < 0) {
         PyErr_Format(PyExc_TypeError, "expected a BitFilter, not '%.200s'",
                      Py_TYPE(filter)->tp_name);
         return -1;
     }
     if (index_keys(self) < 0) return -1;
+    if (self->known == NULL &&
+        (self->known = PyMem_RawCalloc(KNOWN_SLOTS, sizeof(us_hash128))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (self->miss_cap < self->keys_cap) {
+        size_t n = self->keys_cap;
+        size_t *mk = PyMem_RawRealloc(self->miss_key, n * sizeof(size_t));
+        if (mk != NULL) self->miss_key = mk;
+        us_hash128 *md = PyMem_RawRealloc(self->miss_digest, n * sizeof(us_hash128));
+        if (md != NULL) self->miss_digest = md;
+        uint8_t *mf = PyMem_RawRealloc(self->miss_flag, n);
+        if (mf != NULL) self->miss_flag = mf;
+        if (mk == NULL || md == NULL || mf == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->miss_cap = n;
+    }
+    if (bits != self->known_bits) { /* another filter, or its bits moved: forget */
+        memset(self->known, 0, KNOWN_SLOTS * sizeof(us_hash128));
+        self->known_bits = bits;
+    }
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     for (size_t k = 0; k < self->nkeys; k++) {
@@ -514,6 +555,46 @@ static int hash_keys(LineEngine *self, PyObject *filter)
     return 0;
 }
 
+static inline size_t known_slot(us_hash128 h)
+{
+    return (size_t)((h.h1 >> 32) ^ (h.h2 >> 40)) & (KNOWN_SLOTS - 1);
+}
+
+/* The batch's keys that are not known to be in the filter: miss_key / miss_digest[0 .. m).
+ * Known keys get flag `known_flag` (0: a duplicate for test-and-set; 1: present for a test). */
+static size_t gather_misses(LineEngine *self, uint8_t known_flag)
+{
+    size_t m = 0;
+    for (size_t k = 0; k < self->nkeys; k++) {
+        us_hash128 h = self->digests[k];
+        const us_hash128 *slot = &self->known[known_slot(h)];
+        if (slot->h1 == h.h1 && slot->h2 == h.h2) {
+            self->flags[k] = known_flag;
+            continue;
+        }
+        self->miss_key[m] = k;
+        self->miss_digest[m++] = h;
+    }
+    return m;
+}
+
+/* Probe the misses (write: test-and-set, else test), put their answers in flags, and remember
+ * the digests now known to be in the filter: all of them after a test-and-set, the present
+ * ones after a test. */
+static Py_ssize_t probe_misses(LineEngine *self, PyObject *filter, size_t m, int write)
+{
+    Py_ssize_t fresh = us_bit_filter_probe(filter, self->miss_digest, m, self->miss_flag, write);
+    if (fresh < 0) return -1;
+    for (size_t j = 0; j < m; j++) {
+        self->flags[self->miss_key[j]] = self->miss_flag[j];
+        if (write || self->miss_flag[j]) {
+            us_hash128 h = self->miss_digest[j];
+            self->known[known_slot(h)] = h;
+        }
+    }
+    return fresh;
+}
+
 PyDoc_STRVAR(bloom_add_doc,
              "bloom_add(filter) -> int\n\n"
              "Check-and-add the batch's keys in a BitFilter (as its add_many would); returns the\n"
@@ -522,7 +603,7 @@ PyDoc_STRVAR(bloom_add_doc,
 static PyObject *LineEngine_bloom_add(LineEngine *self, PyObject *filter)
 {
     if (need_batch(self, 1) < 0 || hash_keys(self, filter) < 0) return NULL;
-    Py_ssize_t fresh = us_bit_filter_probe(filter, self->digests, self->nkeys, self->flags, 1);
+    Py_ssize_t fresh = probe_misses(self, filter, gather_misses(self, 0), 1);
     if (fresh < 0) return NULL;
     self->flagged = 1;
     self->tested = 0;
@@ -539,7 +620,7 @@ PyDoc_STRVAR(bloom_test_doc,
 static PyObject *LineEngine_bloom_test(LineEngine *self, PyObject *filter)
 {
     if (need_batch(self, 1) < 0 || hash_keys(self, filter) < 0) return NULL;
-    if (us_bit_filter_probe(filter, self->digests, self->nkeys, self->flags, 0) < 0) return NULL;
+    if (probe_misses(self, filter, gather_misses(self, 1), 0) < 0) return NULL;
     size_t slots = 16;
     while (slots < 2 * self->nkeys) slots *= 2;
     if (slots > self->set_cap) {
@@ -585,6 +666,7 @@ static PyObject *LineEngine_bloom_commit(LineEngine *self, PyObject *filter)
     uint8_t *scratch = self->set_used; /* >= 2 * nkeys bytes since bloom_test */
     Py_ssize_t fresh = us_bit_filter_probe(filter, self->digests, m, scratch, 1);
     if (fresh < 0) return NULL;
+    for (size_t j = 0; j < m; j++) self->known[known_slot(self->digests[j])] = self->digests[j];
     return PyLong_FromSsize_t(fresh);
 }
 
