@@ -21,7 +21,7 @@ from urlseen.cli._common import cli_errors, flag, human, open_filter, sizing_opt
 from urlseen.dedup import DedupSummary, dedup
 from urlseen.errors import UrlseenError
 from urlseen.linekeys import LineKeyer
-from urlseen.streams import input_lines, open_output, refuse_clobbering, total_bytes
+from urlseen.streams import Inputs, input_lines, open_output, refuse_clobbering, total_bytes
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
 
@@ -113,7 +113,7 @@ def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """One option per entry of kinds.OPTIONS, its help naming the kinds that take it."""
     for option in reversed(kinds.OPTIONS.values()):
         takers = "/".join(k.name for k in kinds.KINDS.values() if option.name in k.options)
-        low, high = (None if v is None else int(v) for v in (option.low, option.high))
+        low, high = (None if b is None else int(b) for b in (option.low, option.high))
         kind_of_value: Any = {
             int: click.IntRange(low, high),
             float: click.FloatRange(option.low, option.high, min_open=True),
@@ -240,7 +240,7 @@ def dedup_command(
     if kind != "exact" and (remove is not None or forget_older_than is not None):
         raise click.UsageError("--remove and --forget-older-than need --filter exact")
     cutoff = None if forget_older_than is None else _parse_age(forget_older_than)
-    lines = input_lines(inputs, stop_on_error=True)
+    lines = Inputs(inputs, stop_on_error=True)
     with cli_errors(), _naming_output(output):
         read = (*inputs, remove) if remove is not None else inputs
         refuse_clobbering(read, output, state, kinds.KINDS[kind].state == "folder")
@@ -276,5 +276,5 @@ def dedup_command(
                 progress=bar.update if bar is not None else None,
             )
     _report(summary, as_json, "in Redis" if redis_url is not None else "in memory")
-    if lines.error is not None:  # the summary above says what was done before it
-        raise click.ClickException(str(lines.error))
+    if (error := lines.failed()) is not None:  # the summary above says what came before it
+        raise click.ClickException(str(error))

@@ -69,7 +69,7 @@ class Kind:
 
 
 def _options() -> dict[str, Option]:
-    from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES
+    from urlseen.filters._sizing import DEFAULT_CACHE_ENTRIES
 
     return {
         option.name: option
