@@ -1,4 +1,5 @@
-"""The dedup job's streams: lines in from files, gzip files or stdin; the output file, resumed
+"""The dedup job's streams: lines (or byte chunks, for the C line engine) in from files, gzip
+files or stdin; the output file, resumed
 without the partial last line a killed run may have left; and the checks that keep a careless
 command line from destroying its own input.
 
@@ -21,11 +22,13 @@ import errno
 import gzip
 import io
 import os
+import queue
 import stat
 import sys
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from urlseen.errors import UrlseenError
 
@@ -185,6 +188,120 @@ def input_lines(names: tuple[str, ...], *, stop_on_error: bool = False) -> Input
     """The lines of every input in turn (stdin when there is none), newlines kept (see
     InputLines for errors)."""
     return InputLines(names, stop_on_error)
+
+
+CHUNK_SIZE = 1 << 20
+
+
+class Inputs:
+    """The dedup job's inputs (files, gzip data, "-" for stdin; stdin when none): iterated, their
+    lines as InputLines gives them; chunks(), their bytes for the C line engine. Errors as
+    InputLines: with stop_on_error=True the input stops at the first unreadable one, whose
+    InputError waits in `error`."""
+
+    def __init__(self, names: tuple[str, ...], stop_on_error: bool = False) -> None:
+        self.names = tuple(names)
+        self.error: InputError | None = None
+        self._stop = stop_on_error
+        self._lines: InputLines | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        self._lines = InputLines(self.names, self._stop)
+        return self._lines
+
+    def chunks(self, size: int = CHUNK_SIZE) -> Iterator[bytes | None]:
+        """The bytes of every input in turn, in chunks of at most `size`, each input followed
+        by None; read ahead by a thread."""
+        return read_ahead(self._chunks(size))
+
+    def _chunks(self, size: int) -> Iterator[bytes | None]:
+        for name in self.names or ("-",):
+            try:
+                with read_errors(name):
+                    stream = open_input(name)
+                    try:
+                        if isinstance(stream, gzip.GzipFile):
+                            yield from _whole_chunks(stream.read1, size)
+                        else:  # what a pipe has, without waiting for more
+                            read = getattr(stream, "read1", stream.read)
+                            while chunk := read(size):
+                                yield chunk
+                    finally:
+                        if name != "-":
+                            stream.close()
+            except InputError as exc:
+                if not self._stop:
+                    raise
+                self.error = exc
+                return
+            yield None
+
+    def failed(self) -> InputError | None:
+        """The error that stopped the input (stop_on_error), whichever way it was read."""
+        if self.error is not None:
+            return self.error
+        return self._lines.error if self._lines is not None else None
+
+
+def _whole_chunks(read1: Any, size: int) -> Iterator[bytes]:
+    """Chunks of `size` bytes from a decompressing reader; when it fails (data cut short or
+    damaged), what it gave before the failure first, then the error."""
+    buffer = bytearray()
+    try:
+        while part := read1(size - len(buffer)):
+            buffer += part
+            if len(buffer) >= size:
+                yield bytes(buffer)
+                buffer.clear()
+    except (OSError, EOFError, zlib.error):
+        if buffer:
+            yield bytes(buffer)
+        raise
+    if buffer:
+        yield bytes(buffer)
+
+
+def read_ahead(chunks: Iterator[bytes | None], depth: int = 4) -> Iterator[bytes | None]:
+    """The same chunks, read by a background thread up to `depth` ahead: decompressing gzip
+    (zlib lets go of the GIL) overlaps the caller's work. An error of the reader is raised here,
+    in order, after the chunks read before it."""
+    items: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for chunk in chunks:
+                if not put(("chunk", chunk)):
+                    return
+            put(("end", None))
+        except BaseException as e:  # handed to the consumer, which raises it
+            put(("error", e))
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    reader = threading.Thread(target=read, name="urlseen-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            what, value = items.get()
+            if what == "end":
+                return
+            if what == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
 
 
 def total_bytes(names: tuple[str, ...]) -> int | None:

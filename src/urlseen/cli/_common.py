@@ -7,7 +7,7 @@ import contextlib
 import decimal
 import errno
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -72,6 +72,27 @@ def open_filter(kind: str, **values: Any) -> SeenFilter:
         if issubclass(warning.category, UserWarning):
             click.echo(f"warning: {warning.message}", err=True)
     return seen
+
+
+def sizing_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--capacity and --error-rate, left None when not given: the table's defaults, or an
+    existing filter's own values."""
+    rates = ", ".join(
+        f"{k.name} {k.error_rate:g}" for k in kinds.KINDS.values() if k.error_rate is not None
+    )
+    command = click.option(
+        "--error-rate",
+        type=click.FloatRange(0, 1, min_open=True, max_open=True),
+        help="False-positive rate at capacity: for Bloom-like filters the share of new URLs "
+        "dropped as seen; for exact the share that costs a library look-up (never a wrong "
+        f"answer) [default: {rates}].",
+    )(command)
+    return click.option(
+        "--capacity",
+        type=Count(),
+        help="Distinct URLs the filter is sized for (1e9 is 10**9) "
+        f"[default: {kinds.DEFAULT_CAPACITY}].",
+    )(command)
 
 
 def human(n: float) -> str:

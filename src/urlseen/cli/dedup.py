@@ -17,11 +17,11 @@ import click
 
 from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
-from urlseen.cli._common import Count, cli_errors, flag, human, open_filter
+from urlseen.cli._common import cli_errors, flag, human, open_filter, sizing_options
 from urlseen.dedup import DedupSummary, dedup
 from urlseen.errors import UrlseenError
 from urlseen.linekeys import LineKeyer
-from urlseen.streams import input_lines, open_output, refuse_clobbering, total_bytes
+from urlseen.streams import Inputs, input_lines, open_output, refuse_clobbering, total_bytes
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
 
@@ -113,7 +113,7 @@ def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """One option per entry of kinds.OPTIONS, its help naming the kinds that take it."""
     for option in reversed(kinds.OPTIONS.values()):
         takers = "/".join(k.name for k in kinds.KINDS.values() if option.name in k.options)
-        low, high = (None if v is None else int(v) for v in (option.low, option.high))
+        low, high = (None if b is None else int(b) for b in (option.low, option.high))
         kind_of_value: Any = {
             int: click.IntRange(low, high),
             float: click.FloatRange(option.low, option.high, min_open=True),
@@ -127,17 +127,6 @@ def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help=f"{takers}: {option.help}{default}",
         )(command)
     return command
-
-
-def _error_rate_help() -> str:
-    rates = ", ".join(
-        f"{k.name} {k.error_rate:g}" for k in kinds.KINDS.values() if k.error_rate is not None
-    )
-    return (
-        "False-positive rate at capacity: for bloom-like filters the share of new URLs "
-        "dropped as seen; for exact the share that costs a library look-up (never a wrong "
-        f"answer) [default: {rates}]."
-    )
 
 
 @click.command("dedup")
@@ -180,17 +169,7 @@ def _error_rate_help() -> str:
     show_default=True,
     help="Seen-test: " + "; ".join(f"{k.name}: {k.summary}" for k in kinds.KINDS.values()),
 )
-@click.option(
-    "--capacity",
-    type=Count(),
-    help="Distinct URLs the filter is sized for (1e9 is 10**9) "
-    f"[default: {kinds.DEFAULT_CAPACITY}].",
-)
-@click.option(
-    "--error-rate",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    help=_error_rate_help(),
-)
+@sizing_options
 @click.option(
     "--remove",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -261,7 +240,7 @@ def dedup_command(
     if kind != "exact" and (remove is not None or forget_older_than is not None):
         raise click.UsageError("--remove and --forget-older-than need --filter exact")
     cutoff = None if forget_older_than is None else _parse_age(forget_older_than)
-    lines = input_lines(inputs, stop_on_error=True)
+    lines = Inputs(inputs, stop_on_error=True)
     with cli_errors(), _naming_output(output):
         read = (*inputs, remove) if remove is not None else inputs
         refuse_clobbering(read, output, state, kinds.KINDS[kind].state == "folder")
@@ -297,5 +276,5 @@ def dedup_command(
                 progress=bar.update if bar is not None else None,
             )
     _report(summary, as_json, "in Redis" if redis_url is not None else "in memory")
-    if lines.error is not None:  # the summary above says what was done before it
-        raise click.ClickException(str(lines.error))
+    if (error := lines.failed()) is not None:  # the summary above says what came before it
+        raise click.ClickException(str(error))

@@ -39,6 +39,7 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
 from urlseen.filters._hashes import check_fingerprint
+from urlseen.filters._sizing import DEFAULT_CACHE_ENTRIES
 from urlseen.filters.base import FilterStats, Key, creator, key_batch
 from urlseen.filters.counting import CountingBloomFilter, make_params
 from urlseen.stores._format import FLAG_OPEN
@@ -47,8 +48,6 @@ from urlseen.stores.memory_library import MemoryLibrary
 from urlseen.stores.mmapfile import DataChecksumError, UncleanShutdownWarning, read_header
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 
-# 4 MiB: on the whole dev file it leaves 0.0105 library look-ups per URL (EXACT.md, part c)
-DEFAULT_CACHE_ENTRIES = 1 << 17
 LIBRARY_FILE = "library.sqlite"
 COUNTERS_FILE = "counters.urlseen"
 _KEY_ERRORS = (TypeError, InvalidKeyError, ClosedError)  # raised before anything changed

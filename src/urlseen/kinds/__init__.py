@@ -35,8 +35,8 @@ class Option:
     help: str
     type: type = str
     choices: tuple[str, ...] = ()
-    low: float | None = None
-    high: float | None = None
+    low: int | None = None  # bounds: whole numbers for every option so far
+    high: int | None = None
     default: Any = None  # None: the filter chooses (the help says how)
 
 
@@ -69,7 +69,7 @@ class Kind:
 
 
 def _options() -> dict[str, Option]:
-    from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES
+    from urlseen.filters._sizing import DEFAULT_CACHE_ENTRIES
 
     return {
         option.name: option
