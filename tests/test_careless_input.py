@@ -400,3 +400,35 @@ def test_a_state_cut_short_under_its_writer_is_an_error_not_a_sigbus(
     refusals = done.stdout.splitlines()
     assert len(refusals) == 3 and all("cut to 100 bytes" in r for r in refusals), done.stdout
     assert invoke("info", "--verify", state).exit_code == 1
+
+
+CUT_UNDER_DEDUP = r"""
+import io, os, sys
+from pathlib import Path
+from urlseen import BloomFilter
+from urlseen.dedup import _c_bloom, dedup
+from urlseen.errors import FormatError
+from urlseen.streams import Inputs
+state, urls = Path(sys.argv[1]), sys.argv[2]
+seen = BloomFilter.create(state, capacity=100_000, error_rate=0.01)
+assert _c_bloom(seen) is seen, "the line engine no longer probes a state file's filter"
+
+class Cutting(io.BytesIO):  # the state is cut short by someone else after the first batch
+    def flush(self):
+        os.truncate(state, 100)
+
+try:
+    dedup(Inputs((urls,)), seen, Cutting(), transactional=True, batch_size=100)
+except FormatError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_the_line_engine_checks_the_state_before_each_batch(tmp_path: Path, infile: Path) -> None:
+    """The C line engine probes a Bloom filter's map directly (its fast path, kept for state
+    files too); it runs the state file's check before each batch, as add_many does."""
+    state = tmp_path / "s.bloom"
+    done = subprocess.run([sys.executable, "-c", CUT_UNDER_DEDUP, state, infile],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stderr)  # -7 would be SIGBUS
+    assert "refused:" in done.stdout and "cut to 100 bytes" in done.stdout, done.stdout
