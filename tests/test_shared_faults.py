@@ -279,3 +279,21 @@ def test_every_primary_of_a_cluster_is_asked_its_eviction_policy(redis_cluster_u
             _open("exact", redis_cluster_url, "evicting")
     finally:
         client.config_set("maxmemory-policy", "noeviction", target_nodes=target)
+
+
+def test_scrapy_settings_carry_the_lease_and_the_eviction_override(redis_servers):
+    pytest.importorskip("scrapy")
+    from scrapy.settings import Settings
+
+    from urlseen.integrations.scrapy import UrlseenDupeFilter
+
+    lru = redis_servers("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+    settings = {"URLSEEN_REDIS_URL": lru.url, "URLSEEN_REDIS_NAME": "crawl"}
+    with pytest.raises(EvictionPolicyError, match="URLSEEN_ALLOW_EVICTION"):
+        UrlseenDupeFilter.from_settings(Settings(settings))
+    allowed = {**settings, "URLSEEN_ALLOW_EVICTION": True, "URLSEEN_LEASE": 2.5}
+    dupefilter = UrlseenDupeFilter.from_settings(Settings(allowed))
+    try:
+        assert dupefilter.seen.library._claims.lease == 2.5  # exact: the shared library
+    finally:
+        dupefilter.close("finished")

@@ -28,7 +28,9 @@ Speed: ``canonicalize_url`` manages about 140k URLs/s, while the Bloom filter do
 Most real URLs are already canonical (99% of the distinct development URLs), so a strict
 pattern recognises them and returns them without calling w3lib: 1.2M URLs/s, and the same
 keys (tests check the shortcut against w3lib). ``benchmarks/CANONICALIZATION.md`` has the
-numbers, the memo's, and why no profile built on the ``ada-url`` parser is offered.
+numbers, the memo's, and why no profile built on the ``ada-url`` parser is offered. The dedup
+job does the same in C (csrc/lines.c: this shortcut, and w3lib's rule for http(s) URLs of
+printable ASCII), asking this module only about the URLs it defers.
 """
 
 from __future__ import annotations
@@ -36,8 +38,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-
-from w3lib.url import canonicalize_url
 
 from urlseen.errors import ConfigError, InvalidKeyError
 
@@ -132,6 +132,15 @@ def _sort_plain_query(query: str) -> str | None:
     return "&".join([f"{name}={value}" for name, value in pairs])
 
 
+@functools.cache
+def _w3lib() -> Callable[[str], str]:
+    """w3lib's canonicalize_url, imported on first use: a run that never needs it (the dedup
+    job without canonicalization, or on plain URLs only) does not pay for the import."""
+    from w3lib.url import canonicalize_url
+
+    return canonicalize_url
+
+
 def _canonicalize_with_w3lib(url: str) -> str:
     text = url.strip(_C0_CONTROL_OR_SPACE)
     if not text:
@@ -139,7 +148,7 @@ def _canonicalize_with_w3lib(url: str) -> str:
     if not text.isascii():
         _require_utf8(text)
     try:
-        return canonicalize_url(text)
+        return _w3lib()(text)
     except Exception:
         # w3lib raises ValueError for what it cannot parse (a bad port, an unbalanced "[").
         # Any failure of a third-party parser on untrusted input must still leave the crawler

@@ -9,6 +9,12 @@ writes the lines from its before_commit callback. The filter therefore never get
 output: a run killed at any moment and run again on the same input prints every distinct line
 at least once across the two runs, and at most one batch (`batch_size` lines) twice.
 
+Two loops do the same job. Given a streams.Inputs, the C line engine (_core.LineEngine) reads
+the bytes in large chunks and splits, keys and (for the C Bloom filter) probes each batch in C;
+Python keys only the lines the C rules defer (LineKeyer.key, w3lib) and runs the other filters
+on the engine's keys. Given any other iterable of lines, the reference loop runs, one Python
+object per line; the tests hold the two equal (output, summary and filter state).
+
 A filter that holds its answers until they are acknowledged (a shared one: `acknowledge()`)
 is switched to explicit acknowledgement for the run, and acknowledged once a batch's new lines
 are written and flushed: a process killed before that leaves the answers claimed, and the next
@@ -24,6 +30,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, BinaryIO
 
+from urlseen import _core
+from urlseen.errors import ConfigError
 from urlseen.filters.base import SeenFilter
 from urlseen.linekeys import LineCounts, LineKeyer
 
@@ -114,6 +122,9 @@ def _write_new(out: BinaryIO, lines: list[bytes], flags: list[bool], flush: bool
     return flags
 
 
+ENGINES = ("auto", "c", "python")
+
+
 def dedup(
     lines: Iterable[bytes],
     seen: SeenFilter,
@@ -123,11 +134,13 @@ def dedup(
     transactional: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
+    engine: str = "auto",
 ) -> DedupSummary:
     """Write to `out` each line whose key `seen` has not seen, in input order.
 
     Args:
-        lines: raw lines, with or without their b"\\n".
+        lines: raw lines, with or without their b"\\n"; or a streams.Inputs, whose bytes the
+            C line engine reads in large chunks (the same lines, the same output).
         seen: the filter; keys of new lines are added to it.
         out: binary stream; each new line is written as read, plus b"\\n".
         keyer: line-to-key rules (canonicalization); default LineKeyer().
@@ -135,41 +148,160 @@ def dedup(
             filters: see the module docstring).
         batch_size: lines per batch (the most a killed transactional run can print twice).
         progress: called with the number of input bytes after each batch.
+        engine: "auto" (the C line engine when `lines` is a streams.Inputs, else Python),
+            "c" (the engine; `lines` must be a streams.Inputs) or "python" (the reference
+            loop, one Python object per line).
     """
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     keyer = keyer or LineKeyer()
     summary = DedupSummary(skipped=keyer.counts)
     start = time.perf_counter()
     acknowledge = getattr(seen, "acknowledge", None)
-    if acknowledge is not None:
-        seen.auto_acknowledge = False  # type: ignore[attr-defined]  # answers wait for the output
-    for batch in _batches(lines, batch_size):
-        raw = [_strip_newline(line) for line in batch]
-        keyed = [(line, keyer.key(line)) for line in raw]
-        urls = [(line, key) for line, key in keyed if key is not None]
-        keys = [key for _, key in urls]
-        lines_out = [line for line, _ in urls]
-        if getattr(seen, "commits_after_callback", False):
-            write = functools.partial(_write_new, out, lines_out, flush=transactional)
-            flags = seen.add_many(keys, before_commit=write)  # type: ignore[call-arg]
-        else:
-            flags = _new_in_batch(seen, keys, transactional)
-            _write_new(out, lines_out, flags, transactional)
-            if transactional:
-                fresh_keys = [key for key, fresh in zip(keys, flags, strict=True) if fresh]
-                if fresh_keys:
-                    seen.add_many(fresh_keys)
-        if acknowledge is not None:
-            out.flush()
-            acknowledge()  # the batch's new lines are out: release their claims
-        written = sum(flags)
-        summary.lines += len(batch)
-        summary.new += written
-        summary.duplicates += len(keys) - written
-        if progress is not None:
-            progress(sum(len(line) for line in batch))
+    if acknowledge is not None:  # it holds its answers until their lines are out (_Job.settle)
+        seen.auto_acknowledge = False  # type: ignore[attr-defined]
+    chunks = getattr(lines, "chunks", None)
+    if engine == "c" and (chunks is None or type(keyer) is not LineKeyer):
+        raise ConfigError("engine='c' needs a streams.Inputs and a plain LineKeyer")
+    job = _Job(seen, out, keyer, transactional, batch_size, progress, summary)
+    if engine != "python" and chunks is not None and type(keyer) is LineKeyer:
+        _run_engine(job, chunks())
+    else:
+        _run_python(job, lines)
     out.flush()
     summary.seconds = time.perf_counter() - start
     stats = seen.stats()
     summary.filter_bits, summary.filter_count = stats.bits, stats.count
     summary.filter_capacity, summary.filter_kind = stats.capacity, stats.kind
     return summary
+
+
+@dataclass
+class _Job:
+    """One dedup run's parameters, shared by the two loops."""
+
+    seen: SeenFilter
+    out: BinaryIO
+    keyer: LineKeyer
+    transactional: bool
+    batch_size: int
+    progress: Callable[[int], None] | None
+    summary: DedupSummary
+
+    def filter_step(self, keys: list[Any], write: Callable[[list[bool]], object]) -> int:
+        """A batch's keys through the filter in Python: the answers, the new lines written by
+        `write` (before the keys are committed, when transactional); returns how many new."""
+        seen = self.seen
+        if getattr(seen, "commits_after_callback", False):
+            flags = seen.add_many(keys, before_commit=write)  # type: ignore[call-arg]
+        else:
+            flags = _new_in_batch(seen, keys, self.transactional)
+            write(flags)
+            if self.transactional:
+                fresh_keys = [key for key, fresh in zip(keys, flags, strict=True) if fresh]
+                if fresh_keys:
+                    seen.add_many(fresh_keys)
+        return sum(flags)
+
+    def settle(self) -> None:
+        """The batch's new lines are written: a filter that holds its answers until they are
+        acknowledged (a shared one) gets them acknowledged once the lines are flushed."""
+        acknowledge = getattr(self.seen, "acknowledge", None)
+        if acknowledge is not None:
+            self.out.flush()
+            acknowledge()
+
+    def tally(self, lines: int, keys: int, new: int, nbytes: int) -> None:
+        summary = self.summary
+        summary.lines += lines
+        summary.new += new
+        summary.duplicates += keys - new
+        if self.progress is not None:
+            self.progress(nbytes)
+
+
+def _run_python(job: _Job, lines: Iterable[bytes]) -> None:
+    """The reference loop: one Python object per line."""
+    for batch in _batches(lines, job.batch_size):
+        raw = [_strip_newline(line) for line in batch]
+        keyed = [(line, job.keyer.key(line)) for line in raw]
+        urls = [(line, key) for line, key in keyed if key is not None]
+        keys = [key for _, key in urls]
+        lines_out = [line for line, _ in urls]
+        write = functools.partial(_write_new, job.out, lines_out, flush=job.transactional)
+        new = job.filter_step(keys, write)
+        job.settle()
+        job.tally(len(batch), len(keys), new, sum(len(line) for line in batch))
+
+
+def _c_bloom(seen: SeenFilter) -> _core.BitFilter | None:
+    """The filter, if it is a Bloom filter whose batch calls are the C core's own, or those
+    behind StoreBacked's check of its state file (the engine then probes it directly, and
+    runs that check itself before each batch), else None."""
+    if not isinstance(seen, _core.BitFilter):
+        return None
+    from urlseen.filters._persistent import StoreBacked  # loaded with the filter already
+
+    kind = type(seen)
+    native = kind.add_many in (
+        _core.BitFilter.add_many,
+        StoreBacked.add_many,
+    ) and kind.contains_many in (_core.BitFilter.contains_many, StoreBacked.contains_many)
+    return seen if native else None
+
+
+def _engine_batches(
+    chunks: Iterator[bytes | None], engine: _core.LineEngine, batch_size: int
+) -> Iterator[int]:
+    """Feed the chunks to the engine; yield once per batch it has ready."""
+    for chunk in chunks:
+        if chunk is None:
+            engine.end_input()
+            continue
+        engine.feed(chunk)
+        while engine.next_batch(batch_size):
+            yield engine.lines
+    while engine.next_batch(batch_size, final=True):
+        yield engine.lines
+
+
+def _run_engine(job: _Job, chunks: Iterator[bytes | None]) -> None:
+    """The C line engine: lines split, keyed and (for the C Bloom filter) probed in C; Python
+    keys the lines the C rules defer, and runs every other filter on the engine's keys."""
+    keyer, out, transactional = job.keyer, job.out, job.transactional
+    engine = _core.LineEngine(keyer.profile != "none", keyer.max_canonical_bytes)
+    bloom = _c_bloom(job.seen)
+    check_store = getattr(bloom, "check_store", None)  # a state file cut short: FormatError
+
+    def write(flags: list[bool]) -> list[bool]:
+        engine.set_flags(flags)
+        _write_out(out, engine.output(), transactional)
+        return flags
+
+    for nlines in _engine_batches(chunks, engine, job.batch_size):
+        keyer.counts.empty += engine.empty
+        if engine.ndeferred:
+            engine.set_deferred([keyer.key(line) for line in engine.deferred()])
+        if check_store is not None:  # the engine probes the map: no SIGBUS on a cut file
+            check_store()
+        if bloom is None:
+            new = job.filter_step(engine.keys(), write)
+        elif transactional:  # tested, written and flushed, then added
+            new = engine.bloom_test(bloom)
+            _write_out(out, engine.output(), True)
+            if new:
+                if check_store is not None:  # (again: the write may have taken a while)
+                    check_store()
+                engine.bloom_commit(bloom)
+        else:
+            new = engine.bloom_add(bloom)
+            _write_out(out, engine.output(), False)
+        job.settle()
+        job.tally(nlines, engine.nkeys, new, engine.input_bytes)
+
+
+def _write_out(out: BinaryIO, data: bytes, flush: bool) -> None:
+    if data:
+        out.write(data)
+    if flush:
+        out.flush()

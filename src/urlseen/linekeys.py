@@ -10,6 +10,9 @@ Lines come in as bytes so that nothing is lost before a decision is made:
   by its raw bytes too, so a pathological line cannot stall the run;
 - everything else is decoded and canonicalized (urlseen.canonical), unless canonicalization is
   off, in which case the raw bytes are the key (exact-line dedup, like `sort -u`).
+
+This module is the reference. The dedup job's C line engine (csrc/lines.c) applies the same
+rules to the lines it can decide in C and hands every other line to LineKeyer.key.
 """
 
 from __future__ import annotations

@@ -393,6 +393,43 @@ static PyTypeObject BitFilterType = {
     .tp_new = BitFilter_new,
 };
 
+/* ---- for the line engine (line_engine.c) -------------------------------------------------- */
+
+int us_bit_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed, const void **bits)
+{
+    if (!PyObject_TypeCheck(obj, &BitFilterType)) return -1;
+    BitFilter *self = (BitFilter *)obj;
+    *hash_id = self->hash_id;
+    *seed = self->seed;
+    *bits = self->base.bound ? self->bloom.bits : NULL;
+    return 0;
+}
+
+Py_ssize_t us_bit_filter_probe(PyObject *obj, const us_hash128 *digests, size_t n, uint8_t *flags,
+                               int write)
+{
+    BitFilter *self = (BitFilter *)obj;
+    if (us_bound_usable(&self->base, write) < 0) return -1;
+    acquire(self);
+    if (us_bound_usable(&self->base, write) < 0) { /* closed while we waited */
+        PyThread_release_lock(self->lock);
+        return -1;
+    }
+    self->busy = 1;
+    size_t fresh = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (write) {
+        fresh = us_bloom_test_and_set_many(&self->bloom, digests, n, flags);
+    } else {
+        us_bloom_test_many(&self->bloom, digests, n, flags);
+    }
+    Py_END_ALLOW_THREADS
+    if (write) us_bound_add_count(&self->base, fresh);
+    self->busy = 0;
+    PyThread_release_lock(self->lock);
+    return (Py_ssize_t)fresh;
+}
+
 int us_bit_filter_add(PyObject *module)
 {
     if (PyType_Ready(&BitFilterType) < 0) return -1;

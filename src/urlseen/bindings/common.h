@@ -257,6 +257,13 @@ int us_bound_set_count_attr(PyObject *self, PyObject *value, void *closure);
 /* What each binding file adds to the _core module (core_module.c calls them at init): */
 /* bit_filter.c: BitFilter (the Bloom filter's probes). */
 int us_bit_filter_add(PyObject *module);
+/* The line engine's access to a BitFilter: its hash id, seed and bits (their address tells
+ * whether the filter is the one the engine knows; -1, no exception, if obj is not a BitFilter), and a batch probe of n digests under its lock, without the GIL: write = 1 is
+ * test-and-set (returns the number of new keys), 0 a test (flags[i] = present). -1 on error. */
+int us_bit_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed, const void **bits);
+Py_ssize_t us_bit_filter_probe(PyObject *obj, const us_hash128 *digests, size_t n, uint8_t *flags,
+                               int write);
+int us_line_engine_add(PyObject *module);
 /* counting_filter.c: CountingFilter, FingerprintCache and digests(). */
 int us_counting_filter_add(PyObject *module);
 /* mdbf_filter.c: MDBFilter (the multi-dimensional Bloom filter) and its constants. */

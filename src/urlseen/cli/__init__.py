@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import click
 
-from urlseen import __version__
 from urlseen.cli.crawl import crawl_command
 from urlseen.cli.dedup import dedup_command
 from urlseen.cli.info import info_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="urlseen")
+@click.version_option(package_name="urlseen", prog_name="urlseen")
 def cli() -> None:
     """urlseen: the URL-seen test for web crawlers, in bounded memory."""
 

@@ -4,6 +4,7 @@ clean CLI errors, number formatting."""
 from __future__ import annotations
 
 import contextlib
+import decimal
 import errno
 import warnings
 from collections.abc import Callable, Iterator
@@ -14,6 +15,27 @@ import click
 from urlseen import kinds
 from urlseen.errors import UrlseenError
 from urlseen.filters.base import SeenFilter
+
+
+class Count(click.ParamType):  # type: ignore[type-arg]
+    """A positive whole number, also written 1e9 or 10_000_000 (exactly: 1e27 is 10**27)."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            number = value
+        else:
+            try:
+                exact = decimal.Decimal(str(value).replace("_", ""))
+            except decimal.InvalidOperation:
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+            if not exact.is_finite() or exact != exact.to_integral_value():
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+            number = int(exact)
+        if number < 1:
+            self.fail(f"{value!r} is not a positive number", param, ctx)
+        return number
 
 
 def flag(name: str) -> str:
@@ -67,8 +89,9 @@ def sizing_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
     return click.option(
         "--capacity",
-        type=click.IntRange(min=1),
-        help=f"Distinct URLs the filter is sized for [default: {kinds.DEFAULT_CAPACITY}].",
+        type=Count(),
+        help="Distinct URLs the filter is sized for (1e9 is 10**9) "
+        f"[default: {kinds.DEFAULT_CAPACITY}].",
     )(command)
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,9 @@ from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, flag, human, open_filter, sizing_options
 from urlseen.dedup import DedupSummary, dedup
+from urlseen.errors import UrlseenError
 from urlseen.linekeys import LineKeyer
-from urlseen.streams import input_lines, open_output, total_bytes
+from urlseen.streams import Inputs, input_lines, open_output, refuse_clobbering, total_bytes
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
 
@@ -94,12 +96,26 @@ def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def _naming_output(output: str) -> Iterator[None]:
+    """An OSError that names no file comes from writing or closing the output (inputs, states
+    and libraries name themselves): it names the output."""
+    try:
+        yield
+    except OSError as exc:
+        mute = exc.filename is None and not isinstance(exc, UrlseenError)  # not RemoteError
+        if mute and output != "-" and exc.errno != errno.EPIPE:
+            exc.filename = output
+        raise
+
+
 def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """One option per entry of kinds.OPTIONS, its help naming the kinds that take it."""
     for option in reversed(kinds.OPTIONS.values()):
         takers = "/".join(k.name for k in kinds.KINDS.values() if option.name in k.options)
+        low, high = (None if b is None else int(b) for b in (option.low, option.high))
         kind_of_value: Any = {
-            int: click.IntRange(option.low, option.high),
+            int: click.IntRange(low, high),
             float: click.FloatRange(option.low, option.high, min_open=True),
             Path: click.Path(dir_okay=False),
         }.get(option.type, str)
@@ -227,7 +243,10 @@ def dedup_command(
     if kind != "exact" and (remove is not None or forget_older_than is not None):
         raise click.UsageError("--remove and --forget-older-than need --filter exact")
     cutoff = None if forget_older_than is None else _parse_age(forget_older_than)
-    with cli_errors():
+    lines = Inputs(inputs, stop_on_error=True)
+    with cli_errors(), _naming_output(output):
+        read = (*inputs, remove) if remove is not None else inputs
+        refuse_clobbering(read, output, state, kinds.KINDS[kind].state == "folder")
         seen = open_filter(kind, capacity=capacity, error_rate=error_rate, state=state,
                            redis=redis_url, name=name, **options)  # fmt: skip
         with seen, contextlib.ExitStack() as stack:
@@ -251,7 +270,7 @@ def dedup_command(
                 bar = tqdm(total=size, unit="B", unit_scale=True, file=sys.stderr, leave=False)
                 stack.enter_context(bar)
             summary = dedup(
-                input_lines(inputs),
+                lines,
                 seen,
                 out,
                 keyer=LineKeyer(profile=profile),
@@ -260,3 +279,5 @@ def dedup_command(
                 progress=bar.update if bar is not None else None,
             )
     _report(summary, as_json, "in Redis" if redis_url is not None else "in memory")
+    if (error := lines.failed()) is not None:  # the summary above says what came before it
+        raise click.ClickException(str(error))

@@ -70,7 +70,7 @@ class Kind:
 
 
 def _options() -> dict[str, Option]:
-    from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES
+    from urlseen.filters._sizing import DEFAULT_CACHE_ENTRIES
 
     return {
         option.name: option
@@ -224,6 +224,22 @@ def open_filter(
     return row.open_local(request)
 
 
+def shared_client(url: str) -> Any:
+    """A redis-py client for a shared filter's Redis URL, checked as open_filter checks it."""
+    from urlseen.stores import redis_store
+
+    return redis_store.connect(url)
+
+
+def shared_key(name: str, part: str) -> str:
+    """The Redis key of `part`, kept beside the keys of the shared filter `name` (same hash
+    slot, the name escaped as in the filter's own keys): what a front end keeps with a filter,
+    such as its fleet's members."""
+    from urlseen.stores import redis_store
+
+    return redis_store.key(name, part)
+
+
 def state_in(folder: str | os.PathLike[str], kind_name: str) -> Path:
     """Where a kind keeps its state inside a folder of the caller's (Scrapy's JOBDIR/urlseen):
     the folder itself for folder kinds, a file named after the kind in it for file kinds."""
@@ -268,6 +284,7 @@ __all__ = [
     "DEFAULT_KIND",
     "KINDS",
     "OPTIONS",
+    "SHARED",
     "Kind",
     "Option",
     "OptionError",
@@ -275,5 +292,7 @@ __all__ = [
     "describe",
     "kind",
     "open_filter",
+    "shared_client",
+    "shared_key",
     "state_in",
 ]

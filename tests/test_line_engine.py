@@ -1,0 +1,282 @@
+"""The C line engine (urlseen._core.LineEngine) against the Python reference loop of urlseen.dedup.
+
+The engine must give exactly what the reference gives: the same keys for every line of the dev
+file, and the same output, summary and filter state on generated streams full of odd input
+(CRLF, empty and blank lines, NULs, invalid UTF-8, lines across chunk and batch boundaries,
+lines longer than a chunk, over-long lines), with every filter path the engine has: the C Bloom
+filter, a callback filter (exact) and any other filter (Python, through keys()).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import string
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import require_dev_urls_path
+from urlseen import BloomFilter, ExactFilter, _core
+from urlseen.dedup import DedupSummary, dedup
+from urlseen.errors import ConfigError
+from urlseen.filters.base import FilterStats
+from urlseen.linekeys import LineKeyer
+from urlseen.streams import Inputs
+
+
+class MemoryInputs:
+    """Inputs held in memory: lines as input_lines gives them, or chunks of the given sizes."""
+
+    def __init__(self, datas: list[bytes], chunk_sizes: Iterable[int] = (1 << 20,)) -> None:
+        self.datas = datas
+        self.chunk_sizes = list(chunk_sizes) or [1 << 20]
+
+    def __iter__(self) -> Iterator[bytes]:
+        for data in self.datas:
+            yield from io.BytesIO(data)
+
+    def chunks(self) -> Iterator[bytes | None]:
+        k = 0
+        for data in self.datas:
+            at = 0
+            while at < len(data):
+                size = self.chunk_sizes[k % len(self.chunk_sizes)]
+                k += 1
+                yield data[at : at + size]
+                at += size
+            yield None
+
+
+class SetFilter:
+    """A filter in plain Python (a set): the engine's generic path, through keys()."""
+
+    def __init__(self) -> None:
+        self.keys: set[bytes] = set()
+
+    @staticmethod
+    def _b(key: str | bytes) -> bytes:
+        return key.encode() if isinstance(key, str) else key
+
+    def add_many(self, keys: Iterable[str | bytes]) -> list[bool]:
+        flags = []
+        for key in keys:
+            b = self._b(key)
+            flags.append(b not in self.keys)
+            self.keys.add(b)
+        return flags
+
+    def contains_many(self, keys: Iterable[str | bytes]) -> list[bool]:
+        return [self._b(key) in self.keys for key in keys]
+
+    def stats(self) -> FilterStats:
+        return FilterStats("set", 0, len(self.keys), 0, 0.0, 0.0, {})
+
+
+def _run(inputs: Any, seen: Any, engine: str, **kwargs: Any) -> tuple[bytes, DedupSummary]:
+    out = io.BytesIO()
+    summary = dedup(inputs, seen, out, engine=engine, **kwargs)
+    return out.getvalue(), summary
+
+
+def _same(a: DedupSummary, b: DedupSummary) -> None:
+    assert (a.lines, a.new, a.duplicates) == (b.lines, b.new, b.duplicates)
+    assert a.skipped == b.skipped
+    assert (a.filter_count, a.filter_kind) == (b.filter_count, b.filter_kind)
+
+
+# -- the dev file: every line's key, and the whole job ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dev_bytes() -> bytes:
+    with gzip.open(require_dev_urls_path(), "rb") as f:
+        return f.read()
+
+
+def _engine_keys(data: bytes, keyer: LineKeyer, batch: int = 8192) -> list[Any]:
+    """The keys of every URL line from the engine, in order (empty lines have none)."""
+    engine = _core.LineEngine(keyer.profile != "none", keyer.max_canonical_bytes)
+    engine.feed(data)
+    engine.end_input()
+    keys: list[Any] = []
+    while engine.next_batch(batch, final=True):
+        keyer.counts.empty += engine.empty
+        if engine.ndeferred:
+            engine.set_deferred([keyer.key(line) for line in engine.deferred()])
+        keys += engine.keys()
+    return keys
+
+
+def test_every_dev_line_gets_the_reference_key(dev_bytes: bytes) -> None:
+    """Keys identical to LineKeyer.key's (canonical: w3lib's, through the C shortcut) on all
+    2.75M lines, and the same counts."""
+    lines = dev_bytes.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    reference = LineKeyer()
+    per_line = [reference.key(line) for line in lines]
+    want = [k for k in per_line if k is not None]
+    ours = LineKeyer()
+    got = _engine_keys(dev_bytes, ours)
+    assert len(got) == len(want)
+    mismatches = [(w, g) for w, g in zip(want, got, strict=True) if w != g]
+    assert mismatches[:5] == []
+    assert [type(k) for k in got] == [type(k) for k in want]
+    assert ours.counts == reference.counts
+
+    # and the job's output: the first line of each key, as read
+    firsts, seen = [], set()
+    for line, key in zip(lines, per_line, strict=True):
+        if key is not None and key not in seen:
+            seen.add(key)
+            firsts.append(line + b"\n")
+    out, summary = _run(MemoryInputs([dev_bytes]), SetFilter(), "c")
+    assert out == b"".join(firsts)
+    assert summary.new == len(firsts) == 1_022_698
+
+
+def test_dev_file_raw_dedup_matches_the_reference(dev_bytes: bytes) -> None:
+    """--no-canonicalize on the whole dev file: same output, counts and filter bits."""
+    inputs = MemoryInputs([dev_bytes])
+    keyer = LineKeyer(profile="none")
+    got = _run(inputs, BloomFilter(2_000_000, 1e-4), "c", keyer=keyer)
+    want = _run(inputs, BloomFilter(2_000_000, 1e-4), "python", keyer=LineKeyer(profile="none"))
+    assert got[0] == want[0]
+    _same(got[1], want[1])
+
+
+# -- generated streams ------------------------------------------------------------------------
+
+PIECES = [
+    b"http://a.example/",
+    b"https://b.example/x?b=2&a=1",
+    b"HTTP://A.example/#f",
+    b"http://a.example",
+    b"http://c.example/p?q=%41&z",
+    b"http://d.example/a/./b",
+    b"http://e.example:8080/?&x=1&&",
+    b"http://f.example/?a=b=c",
+    b"\xff\xfe",
+    b"caf\xc3\xa9",
+    b"\xed\xa0\x80",  # an encoded surrogate: not UTF-8
+    b"\x00",
+    b"\x01",
+    b" ",
+    b"\t",
+    b"\r",
+    b"\r\n",
+    b"\n",
+    b"\n\n",
+    b"/relative",
+    b"x",
+    b"%",
+    b";",
+]
+
+streams = st.lists(
+    st.lists(st.sampled_from(PIECES), max_size=30).map(b"".join), min_size=1, max_size=3
+)
+chunkings = st.lists(st.integers(1, 40), min_size=1, max_size=5)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    datas=streams,
+    chunks=chunkings,
+    batch=st.integers(1, 7),
+    profile=st.sampled_from(["none", "w3lib"]),
+    transactional=st.booleans(),
+    kind=st.sampled_from(["bloom", "set"]),
+)
+def test_generated_streams_match_the_reference(
+    datas: list[bytes], chunks: list[int], batch: int, profile: str, transactional: bool, kind: str
+) -> None:
+    def make() -> Any:
+        return BloomFilter(10_000, 1e-9) if kind == "bloom" else SetFilter()
+
+    inputs = MemoryInputs(datas, chunks)
+    options = {"batch_size": batch, "transactional": transactional}
+    seen_c, seen_py = make(), make()
+    progress_c: list[int] = []
+    progress_py: list[int] = []
+    got = _run(inputs, seen_c, "c", keyer=LineKeyer(profile=profile), progress=progress_c.append,
+               **options)  # fmt: skip
+    want = _run(inputs, seen_py, "python", keyer=LineKeyer(profile=profile),
+                progress=progress_py.append, **options)  # fmt: skip
+    assert got[0] == want[0]
+    _same(got[1], want[1])
+    assert progress_c == progress_py  # one call per batch, the same bytes
+    if kind == "bloom":
+        assert bytes(seen_c._store.buffer) == bytes(seen_py._store.buffer)
+
+
+URL_CHARS = string.ascii_letters + string.digits + "._~!$&'()*+,=:@/-?#%; \x7f\"<>[]{}|\\^`"
+URL_TOKENS = ["%2f", "%2F", "%2e", "%2E", "%25", "%3b", "%3F", "%41", "%7e", "%20", "%e2%82%ac"]
+URL_TOKENS += ["%zz", "%4", "+", "=", "&", "&&", "/./", "/../", "?", "#", "%3D", "%26", "%2B"]
+URL_STARTS = [b"http://", b"https://", b"http://a.b", b"https://X:8", b"HTTP://Ab.C"]
+URL_STARTS += [b"Https://a.b:65", b"http://a.b:0", b""]
+url_tails = st.lists(
+    st.one_of(st.sampled_from(URL_TOKENS), st.text(alphabet=URL_CHARS, max_size=6)), max_size=10
+)
+urls = st.builds(
+    bytes.__add__,
+    st.sampled_from(URL_STARTS),
+    url_tails.map(lambda parts: "".join(parts).encode()),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(urls, min_size=1, max_size=20))
+def test_generated_urls_get_the_reference_key(lines: list[bytes]) -> None:
+    """The C canonicalizers key a URL exactly as urlseen.canonical (w3lib) does, or defer it."""
+    reference = LineKeyer()
+    want = [k for k in (reference.key(line) for line in lines) if k is not None]
+    assert _engine_keys(b"\n".join(lines) + b"\n", LineKeyer()) == want
+
+
+def test_a_line_longer_than_every_chunk_and_over_64_kib() -> None:
+    huge = b"http://h.example/" + b"a" * 70_000
+    data = b"\n".join([huge, b"http://x/", huge + b"\r", b"\xff" * 66_000, huge]) + b"\n"
+    for profile in ("none", "w3lib"):
+        inputs = MemoryInputs([data], [4096, 333])
+        got = _run(inputs, BloomFilter(1000, 1e-6), "c", keyer=LineKeyer(profile=profile),
+                   batch_size=2)  # fmt: skip
+        want = _run(inputs, BloomFilter(1000, 1e-6), "python", keyer=LineKeyer(profile=profile),
+                    batch_size=2)  # fmt: skip
+        assert got[0] == want[0]
+        _same(got[1], want[1])
+    assert got[1].skipped.oversized == 4
+
+
+def test_the_exact_filter_through_the_engine(tmp_path: Path) -> None:
+    data = b"".join(b"http://e%d.example/p?b=1&a=%d\n" % (i % 50, i % 7) for i in range(2000))
+    outs = []
+    for engine in ("c", "python"):
+        with ExactFilter.create(tmp_path / engine, capacity=10_000) as seen:
+            out, summary = _run(MemoryInputs([data], [1000]), seen, engine, batch_size=64,
+                                transactional=True)  # fmt: skip
+            outs.append((out, summary.new, summary.duplicates, len(seen)))
+    assert outs[0] == outs[1]
+
+
+def test_engine_c_needs_inputs_with_chunks() -> None:
+    with pytest.raises(ConfigError, match=r"streams\.Inputs"):
+        dedup([b"http://a/\n"], BloomFilter(10, 0.01), io.BytesIO(), engine="c")
+    with pytest.raises(ConfigError, match="engine must be"):
+        dedup([b"http://a/\n"], BloomFilter(10, 0.01), io.BytesIO(), engine="rust")
+
+
+def test_files_and_gz_through_inputs(tmp_path: Path) -> None:
+    plain = tmp_path / "a.txt"
+    plain.write_bytes(b"http://a/\nhttp://b/")  # no final newline: the line still ends there
+    packed = tmp_path / "b.txt.gz"
+    packed.write_bytes(gzip.compress(b"http://b/\nhttp://c/\n"))
+    names = (str(plain), str(packed))
+    got = _run(Inputs(names), BloomFilter(100, 1e-6), "c")
+    want = _run(Inputs(names), BloomFilter(100, 1e-6), "python")
+    assert got[0] == want[0] == b"http://a/\nhttp://b/\nhttp://c/\n"
