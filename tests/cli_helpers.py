@@ -84,3 +84,16 @@ def output_reaches(proc: subprocess.Popen[bytes], out: Path, size: int) -> bool:
             pytest.fail("the run did not reach the kill point within 60 s")
         time.sleep(0.0005)
     return False
+
+
+def one_line_error(result: Result, *needles: str) -> str:
+    """Status 1, no traceback, exactly one `Error:` line, naming what it must; stdout may hold
+    what was done before the error."""
+    assert result.exit_code == 1, (result.exit_code, result.stderr, result.exception)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]

@@ -13,13 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from doc_site import Gate, fetched_once, in_ci, server, site  # noqa: F401 - fixtures and helpers for the tests
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DEV_URLS = REPO_ROOT.parent / "shared" / "data" / "urls-dev.txt.gz"
-
-
-def in_ci() -> bool:
-    """True when the environment says we run in CI (CI=true, as most CI services set it)."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def dev_urls_path() -> Path:
@@ -112,15 +109,22 @@ def redis_url() -> str:
 
 @pytest.fixture
 def redis_name(redis_url: str, request: pytest.FixtureRequest):
-    """A filter name unique to this test; its keys are deleted afterwards."""
+    """A filter name unique to this test; every key holding it is deleted afterwards: urlseen's
+    (`urlseen:{name...`, `urlseen:{scrapy:name}...`) and other packages' (scrapy-redis's
+    `name:requests`, ...).
+
+    The name holds only letters, digits, '-', '_' and '.': a parametrized test's id (`[...]`)
+    would be a character class in the SCAN pattern, so its keys would never be found."""
+    import re
     import uuid
 
     import redis
 
-    name = f"test-{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+    plain = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:40]
+    name = f"test-{plain}-{uuid.uuid4().hex[:8]}"
     yield name
     client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"urlseen:{{{name}*", count=1000))
+    keys = list(client.scan_iter(match=f"*{name}*", count=1000))
     if keys:
         client.delete(*keys)
 
@@ -255,8 +259,8 @@ def private_redis(tmp_path, redis_url):  # redis_url: skip (or fail in CI) witho
         if in_ci():
             pytest.fail("redis-server is needed for the outage tests in CI")
         pytest.skip("redis-server not installed: no outage tests")
-    server = PrivateRedis(tmp_path)
-    server.start()
-    yield server
-    if server.proc is not None and server.proc.poll() is None:
-        server.kill()
+    private = PrivateRedis(tmp_path)
+    private.start()
+    yield private
+    if private.proc is not None and private.proc.poll() is None:
+        private.kill()

@@ -4,6 +4,8 @@ when refused, defaults never clash, and warnings raised while opening reach stde
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,12 +78,12 @@ def test_only_given_values_are_checked_and_a_refused_state_is_closed() -> None:
 def test_warnings_raised_while_opening_reach_stderr(tmp_path: Path) -> None:
     """A state whose writer did not close it is reported on stderr when it is opened."""
     state = tmp_path / "seen.bloom"
-    dedup("--state", state, input=URLS)
-    with open(state, "r+b") as f:  # flags at offset 40: 1 = open for writing, not closed
-        f.seek(40)
-        flags = int.from_bytes(f.read(4), "little")
-        f.seek(40)
-        f.write((flags | 1).to_bytes(4, "little"))
+    killed = (  # a writer that dies without closing: the file stays flagged open
+        "import os, sys\nfrom urlseen import BloomFilter\n"
+        "f = BloomFilter.create(sys.argv[1], capacity=10_000_000, error_rate=1e-6)\n"
+        "f.add_many(sys.stdin.read().split())\nos._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", killed, state], input=URLS, check=True, timeout=60)
     result = dedup("--state", state, input=URLS)
     warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and str(state) in warning[0], result.stderr

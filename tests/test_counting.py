@@ -353,7 +353,7 @@ def test_one_writer_and_closed_filters(state_path):
 # ---- format errors (the header layout of tests/test_format.py) ---------------------------------
 
 STATIC = struct.Struct("<8sHHIQI")
-PARAMS_AT, DATA_AT = 48, 4096
+PARAMS_AT, SEAL_AT, DATA_AT = 48, 4092, 4096
 
 
 def _params(raw: bytes) -> dict:
@@ -362,8 +362,8 @@ def _params(raw: bytes) -> dict:
 
 
 def edit_params(path: Path, **changes) -> None:
-    """Rewrite the params JSON (value ... deletes a field) with a valid header CRC, so that
-    only the intended check can trip."""
+    """Rewrite the params JSON (value ... deletes a field) with a valid header CRC and seal, so
+    that only the intended check can trip."""
     raw = bytearray(path.read_bytes())
     params = _params(raw)
     for key, value in changes.items():
@@ -377,6 +377,8 @@ def edit_params(path: Path, **changes) -> None:
     raw[PARAMS_AT : PARAMS_AT + len(body)] = body
     struct.pack_into("<I", raw, 24, len(body))
     struct.pack_into("<I", raw, 28, zlib.crc32(body, zlib.crc32(bytes(raw[:28]))))
+    # the seal: CRC32 of bytes 32..4091 (the file is closed: its count is under it)
+    struct.pack_into("<I", raw, SEAL_AT, zlib.crc32(bytes(raw[32:SEAL_AT])))
     path.write_bytes(bytes(raw))
 
 
@@ -401,7 +403,7 @@ def assert_refused(path: Path, *fragments: str) -> None:
 def test_the_file_layout(counting_file):
     raw = counting_file.read_bytes()
     magic, version, _, data_offset, data_length, _ = STATIC.unpack_from(raw)
-    assert (magic, version, data_offset) == (b"\x89URLSEEN", 1, DATA_AT)
+    assert (magic, version, data_offset) == (b"\x89URLSEEN", 2, DATA_AT)
     params = _params(raw)
     assert params["kind"] == "counting" and params["counter_bits"] == 4
     assert data_length == (params["ncounters"] * 4 + 7) // 8 == len(raw) - DATA_AT
@@ -435,15 +437,11 @@ def test_flipped_header_byte(counting_file):
     assert_refused(counting_file, "corrupted header")
 
 
-def test_flipped_data_byte_is_found_by_verify(counting_file):
+def test_flipped_data_byte_is_found_at_open(counting_file):
     raw = bytearray(counting_file.read_bytes())
     raw[DATA_AT + 5] ^= 0x10
     counting_file.write_bytes(bytes(raw))
-    with (
-        CountingBloomFilter.open(counting_file, readonly=True) as f,
-        pytest.raises(FormatError, match="corrupted data"),
-    ):
-        f.verify()
+    assert_refused(counting_file, "corrupted data")
 
 
 def test_a_bloom_file_is_not_a_counting_file_and_back(counting_file, other_state_path):

@@ -8,92 +8,19 @@ file fast; `--prefix` keeps the spider inside it.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import http.server
 import json
 import re
 import subprocess
 import sys
-import threading
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import in_ci
+from conftest import Gate, fetched_once, in_ci
 
 if not in_ci():  # CI installs urlseen[test], Scrapy included: there a missing one fails
     pytest.importorskip("scrapy")
-
-DOC_ROOTS = ("/usr/share/doc/python3-doc/html", "/usr/share/doc/python3.11-doc/html")
-SECTION = "c-api/"
-
-
-def _doc_root() -> Path:
-    candidates = [Path(p) for p in DOC_ROOTS] + sorted(
-        Path("/usr/share/doc").glob("python3*-doc/html")
-    )
-    for root in candidates:
-        if (root / SECTION / "index.html").is_file():
-            return root
-    message = "the Python documentation (Debian package python3-doc) is not installed"
-    if in_ci():
-        pytest.fail(f"{message}, and CI is set: .ci/run installs it")
-    pytest.skip(f"{message}: apt-get install python3-doc to run the crawl tests")
-
-
-class _Handler(http.server.SimpleHTTPRequestHandler):
-    """Serves the documentation; the first `server.hold` requests wait for one another, so
-    crawls started together really start together (whatever their start-up times)."""
-
-    def do_GET(self) -> None:
-        gate = getattr(self.server, "gate", None)
-        if gate is not None:
-            with contextlib.suppress(threading.BrokenBarrierError):
-                gate.wait()
-        super().do_GET()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _Gate:
-    """Holds the first `parties` requests until all of them have arrived; then none."""
-
-    def __init__(self, parties: int) -> None:
-        self.barrier = threading.Barrier(parties, timeout=60)
-        self.lock, self.left = threading.Lock(), parties
-
-    def wait(self) -> None:
-        with self.lock:
-            if self.left == 0:
-                return
-            self.left -= 1
-        self.barrier.wait()
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[http.server.ThreadingHTTPServer]:
-    """A real HTTP server (http.server, threaded) on 127.0.0.1, a free port."""
-    root = _doc_root()
-    handler = functools.partial(_Handler, directory=str(root))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-@pytest.fixture(scope="module")
-def site(server: http.server.ThreadingHTTPServer) -> str:
-    """The section's base URL."""
-    return f"http://127.0.0.1:{server.server_address[1]}/{SECTION}"
 
 
 def _start(
@@ -121,19 +48,12 @@ def _read(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _once(urls: list[str]) -> set[str]:
-    """The set of URLs, after checking that none was fetched twice."""
-    twice = [u for u, n in Counter(urls).items() if n > 1]
-    assert not twice, f"fetched more than once: {twice[:5]}"
-    return set(urls)
-
-
 @pytest.fixture(scope="module")
 def scrapy_pages(site: str, tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """The pages Scrapy's own RFPDupeFilter fetches: the reference set."""
     report, urls = _crawl(site, tmp_path_factory.mktemp("scrapy"), "--filter", "scrapy")
     assert report["filter_kind"] == "scrapy"
-    pages = _once(urls)
+    pages = fetched_once(urls)
     assert len(pages) >= 50, "the section should have dozens of pages"
     assert report["duplicates"] > len(pages)  # the site repeats links: the filter matters
     return pages
@@ -144,7 +64,7 @@ def test_every_page_fetched_once_and_the_same_as_scrapys(
 ) -> None:
     kind = "exact"
     report, urls = _crawl(site, tmp_path, "--filter", kind, "--capacity", "100000")
-    assert _once(urls) == scrapy_pages
+    assert fetched_once(urls) == scrapy_pages
     assert report["filter_kind"] == kind
     assert report["pages"] == len(urls) == report["new"]
     assert report["finish_reason"] == "finished"
@@ -167,7 +87,7 @@ def test_stop_midway_and_resume_fetch_no_page_twice(
     second, after = _crawl(site, tmp_path, "--jobdir", job, *small, name="second")
     assert second["finish_reason"] == "finished"
     assert after, "the resumed crawl fetched nothing"
-    assert _once(before + after) == scrapy_pages
+    assert fetched_once(before + after) == scrapy_pages
 
 
 def test_two_processes_share_the_filter_through_redis(
@@ -181,7 +101,7 @@ def test_two_processes_share_the_filter_through_redis(
     # Two start pages, held at the server until both crawls asked for theirs: then both
     # crawls run at once and race for the same links.
     shared = ["--redis", redis_url, "--name", redis_name, "--capacity", "100000", "--json"]
-    server.gate = _Gate(2)  # type: ignore[attr-defined]
+    server.gate = Gate(2)  # type: ignore[attr-defined]
     try:
         one = _start(site, tmp_path / "one", *shared, start="index.html")
         two = _start(site, tmp_path / "two", *shared, start="intro.html")
@@ -190,7 +110,7 @@ def test_two_processes_share_the_filter_through_redis(
         server.gate = None  # type: ignore[attr-defined]
     first, second = _read(tmp_path / "one"), _read(tmp_path / "two")
     assert first and second, "one process fetched nothing: the crawls did not overlap"
-    assert _once(first + second) == scrapy_pages
+    assert fetched_once(first + second) == scrapy_pages
     assert sum(r["new"] for r in reports) == len(scrapy_pages)
 
 
@@ -203,7 +123,7 @@ def test_tiny_bloom_filter_completes_and_reports_the_pages_it_lost(
     match = re.search(r"([\d,]+) new URLs dropped as seen by the filter's false positives", out)
     assert match, out
     lost = int(match.group(1).replace(",", ""))
-    pages = _once(_read(fetched))
+    pages = fetched_once(_read(fetched))
     assert "(finished)" in out
     assert pages < scrapy_pages
     assert 1 <= lost <= len(scrapy_pages - pages)  # each false positive is a page not fetched

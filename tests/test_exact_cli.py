@@ -126,7 +126,9 @@ def test_state_folder_resumes(sample: tuple[Path, bytes], tmp_path: Path, filter
     run1 = dedup("--filter", filter_name, "--state", state, *SMALL, "--json", input=first)
     assert run1.stdout_bytes == lines(*first_occurrences(first))
     assert sorted(p.name for p in state.iterdir() if not p.name.startswith("library.sqlite-")) == (
-        ["counters.urlseen", "library.sqlite"] if filter_name == "exact" else ["library.sqlite"]
+        ["counters.urlseen", "library.sqlite", "library.sqlite.seal"]
+        if filter_name == "exact"
+        else ["library.sqlite", "library.sqlite.seal"]
     )
     again = dedup("--filter", filter_name, "--state", state, "--json", input=first)
     assert again.stdout_bytes == b""

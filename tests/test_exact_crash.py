@@ -556,7 +556,7 @@ def _damaged_copy(good: Path, tmp_path: Path, how: str) -> Path:
 @pytest.mark.parametrize(
     ("how", "needle"),
     [
-        ("library-middle", "malformed"),
+        ("library-middle", "corrupted library"),  # its seal, at open, before any use
         ("library-garbage", "not a"),
         ("library-truncated", LIBRARY),
         ("library-foreign", "not a urlseen library"),

@@ -1,5 +1,6 @@
 """State files: the documented header layout, and FormatError for anything corrupted,
-truncated or foreign; verify(); and an open that reads the header only.
+truncated or foreign; verify(); an open that checks the data of a cleanly closed file and only
+the header of one whose writer was killed; version 1 files still read.
 
 The header is parsed and rewritten here by an independent codec written from the layout table
 in stores/_format.py (not by importing its encoder), so these tests also pin the format.
@@ -27,12 +28,25 @@ from urlseen import BloomFilter, FormatError, UncleanShutdownWarning
 
 # offset 0: magic (8s), 8: version (u16), 10: reserved (u16), 12: data offset (u32),
 # 16: data length (u64), 24: params length (u32); 28: header CRC (u32);
-# 32: count (u64), 40: flags (u32), 44: data CRC (u32); 48: params (JSON).
+# 32: count (u64), 40: flags (u32), 44: data CRC (u32); 48: params (JSON); 4092: seal, the
+# CRC32 of bytes 32..4091 with the count read as 0 while the open flag is set (version 2).
 STATIC = struct.Struct("<8sHHIQI")
 LIVE = struct.Struct("<QII")
 MAGIC = b"\x89URLSEEN"
 PARAMS_AT = 48
+SEAL_AT = 4092
 FLAG_OPEN, FLAG_DATA_CRC = 1, 2
+
+
+def seal_of(raw: bytes | bytearray) -> int:
+    page = bytearray(raw[:SEAL_AT])
+    if struct.unpack_from("<I", page, 40)[0] & FLAG_OPEN:
+        page[32:40] = bytes(8)
+    return zlib.crc32(bytes(page[32:SEAL_AT]))
+
+
+def reseal(raw: bytearray) -> None:
+    struct.pack_into("<I", raw, SEAL_AT, seal_of(raw))
 
 
 def parse(path: Path) -> dict:
@@ -55,12 +69,13 @@ def parse(path: Path) -> dict:
         "flags": flags,
         "data_crc": data_crc,
         "params_raw": params_raw,
+        "seal_ok": len(raw) >= 4096 and seal_of(raw) == struct.unpack_from("<I", raw, SEAL_AT)[0],
     }
 
 
 def rewrite(path: Path, *, params_raw: bytes | None = None, fix_crc: bool = True, **fields) -> None:
     """Change static header fields and/or the params bytes, then (by default) recompute the
-    header CRC so that only the intended check can trip."""
+    header CRC and the seal so that only the intended check can trip."""
     h = parse(path)
     raw = bytearray(h["raw"])
     if params_raw is None:
@@ -81,6 +96,7 @@ def rewrite(path: Path, *, params_raw: bytes | None = None, fix_crc: bool = True
     if fix_crc:
         crc = zlib.crc32(bytes(raw[PARAMS_AT : PARAMS_AT + len(params_raw)]), zlib.crc32(raw[:28]))
         raw[28:32] = struct.pack("<I", crc)
+        reseal(raw)
     path.write_bytes(bytes(raw))
 
 
@@ -95,7 +111,7 @@ def edit_params(path: Path, **changes) -> None:
     rewrite(path, params_raw=json.dumps(params).encode())
 
 
-def set_live(path: Path, *, count=None, flags=None, data_crc=None) -> None:
+def set_live(path: Path, *, count=None, flags=None, data_crc=None, fix_seal=True) -> None:
     h = parse(path)
     raw = bytearray(h["raw"])
     raw[32 : 32 + LIVE.size] = LIVE.pack(
@@ -103,6 +119,8 @@ def set_live(path: Path, *, count=None, flags=None, data_crc=None) -> None:
         h["flags"] if flags is None else flags,
         h["data_crc"] if data_crc is None else data_crc,
     )
+    if fix_seal:
+        reseal(raw)
     path.write_bytes(bytes(raw))
 
 
@@ -152,10 +170,13 @@ def test_header_layout_matches_the_documented_table(state_path):
     f.close()
 
     h = parse(state_path)
-    assert h["magic"] == MAGIC and h["version"] == 1 and h["reserved"] == 0
+    assert h["magic"] == MAGIC and h["version"] == 2 and h["reserved"] == 0
     assert h["data_offset"] == 4096 and h["data_length"] == (f.nbits + 7) // 8
     assert len(h["raw"]) == h["data_offset"] + h["data_length"]
-    assert h["crc_ok"]
+    assert h["crc_ok"] and h["seal_ok"]
+    assert h["raw"][PARAMS_AT + h["params_len"] : SEAL_AT] == bytes(
+        SEAL_AT - PARAMS_AT - h["params_len"]
+    )
     assert h["count"] == count and h["flags"] == FLAG_DATA_CRC
     data = h["raw"][h["data_offset"] :]
     assert h["data_crc"] == zlib.crc32(data)
@@ -253,7 +274,7 @@ def test_flipped_bytes_under_the_header_crc(good_file):
     BloomFilter.open(good_file, readonly=True).close()
 
 
-@pytest.mark.parametrize("version", [2, 7, 0xFFFF])
+@pytest.mark.parametrize("version", [3, 7, 0xFFFF])
 def test_newer_format_version(good_file, version):
     rewrite(good_file, version=version)
     assert parse(good_file)["crc_ok"]
@@ -266,8 +287,8 @@ def test_version_zero(good_file):
 
 
 def test_flipped_version_byte_without_crc_fix(good_file):
-    rewrite(good_file, version=1 ^ 0x0100, fix_crc=False)  # version 257
-    assert_format_error(good_file, "version 257")
+    rewrite(good_file, version=2 ^ 0x0100, fix_crc=False)  # version 258
+    assert_format_error(good_file, "version 258")
 
 
 @pytest.mark.parametrize("params_len", [4096, 0xFFFFFFFF, 4096 - PARAMS_AT + 1])
@@ -438,16 +459,16 @@ def test_failed_open_leaves_the_file_alone(good_file, case):
 def test_verify_after_a_clean_close(good_file):
     with BloomFilter.open(good_file, readonly=True) as f:
         assert f.verify() is True
-    h = parse(good_file)
-    raw = bytearray(h["raw"])
-    raw[h["data_offset"] + 17] ^= 0x04  # one flipped data bit
-    good_file.write_bytes(bytes(raw))
-    # Open reads the header only, so the damage shows when verify() reads the data.
-    with (
-        BloomFilter.open(good_file, readonly=True) as f,
-        pytest.raises(FormatError, match="corrupted data"),
-    ):
-        f.verify()
+        h = parse(good_file)
+        raw = bytearray(h["raw"])
+        raw[h["data_offset"] + 17] ^= 0x04  # one flipped data bit, under the reader's feet
+        with open(good_file, "r+b") as damage:
+            damage.write(bytes(raw))
+        with pytest.raises(FormatError, match="corrupted data"):
+            f.verify()
+    # Opening a cleanly closed file checks its data, so the damage shows at open too, in both
+    # modes, and nothing is sealed over it.
+    assert_format_error(good_file, "corrupted data", "checksum mismatch")
 
 
 def test_verify_of_an_in_memory_filter_and_of_an_open_writer(good_file):
@@ -528,11 +549,52 @@ def test_opening_a_1gb_filter_reads_the_header_only(state_path):
         state_path.unlink()
 
 
-def test_opening_for_writing_reads_the_header_only(state_path):
+def test_opening_a_clean_file_checks_its_data_in_well_under_a_second(state_path):
     BloomFilter.create(state_path, capacity=50_000_000, error_rate=0.01).close()  # ~60 MB
     assert state_path.stat().st_size > 50 * 2**20
-    f, elapsed, read = timed_open(state_path)
-    with f:
-        assert elapsed < 1.0
-        if read is not None:
-            assert read < 2**20, f"open read {read} bytes"
+    for readonly in (True, False):
+        f, elapsed, read = timed_open(state_path, readonly=readonly)
+        with f:
+            assert elapsed < 1.0
+            if read is not None:  # the data is read through the map, not read()
+                assert read < 2**20, f"open read {read} bytes"
+    with open(state_path, "r+b") as damage:  # the last data byte, a page the filter never set
+        damage.seek(-1, os.SEEK_END)
+        damage.write(b"\x10")
+    for readonly in (True, False):
+        with pytest.raises(FormatError, match="corrupted data"):
+            BloomFilter.open(state_path, readonly=readonly)
+
+
+# ---- version 1 files --------------------------------------------------------------------------
+
+
+def as_version_1(path: Path) -> None:
+    """Rewrite a version 2 file as the previous version wrote it: version 1, no seal."""
+    h = parse(path)
+    raw = bytearray(h["raw"])
+    raw[8:10] = (1).to_bytes(2, "little")
+    raw[28:32] = struct.pack("<I", zlib.crc32(h["params_raw"], zlib.crc32(bytes(raw[:28]))))
+    raw[SEAL_AT : SEAL_AT + 4] = bytes(4)
+    path.write_bytes(bytes(raw))
+
+
+def test_a_version_1_file_is_read_and_its_writer_upgrades_it(good_file):
+    as_version_1(good_file)
+    with BloomFilter.open(good_file, readonly=True) as f:
+        assert all(f.contains_many(KEYS)) and f.verify() is True
+    assert parse(good_file)["version"] == 1, "a reader changes nothing"
+    with BloomFilter.open(good_file) as f:
+        assert not f.add(KEYS[0]) and f.add("https://example.com/new")
+    h = parse(good_file)
+    assert (h["version"], h["crc_ok"], h["seal_ok"], h["flags"]) == (2, True, True, FLAG_DATA_CRC)
+    with BloomFilter.open(good_file, readonly=True) as f:
+        assert all(f.contains_many([*KEYS, "https://example.com/new"]))
+
+
+def test_a_version_1_file_with_damaged_data_is_refused(good_file):
+    as_version_1(good_file)
+    raw = bytearray(good_file.read_bytes())
+    raw[4096 + 5] ^= 0x02
+    good_file.write_bytes(bytes(raw))
+    assert_format_error(good_file, "corrupted data")

@@ -192,7 +192,8 @@ def test_the_file_is_marked_and_reopens_with_its_data(lib_path):
     db = sqlite3.connect(lib_path)
     assert db.execute("PRAGMA application_id").fetchone() == (APPLICATION_ID,)
     assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
-    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    # at rest a rollback journal (nothing beside the file to read or lose); WAL while written
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
     db.close()
     lib = SQLiteLibrary(lib_path)
     library_id = lib.get_meta("library_id")
@@ -200,6 +201,7 @@ def test_the_file_is_marked_and_reopens_with_its_data(lib_path):
     assert lib.overflow([7]) == {7: 16} and lib.get_meta("a") == "b"
     assert lib.get_meta("fingerprint") == "md5" and len(library_id or "") == 32
     lib.apply(Changes(2.0, deletes=[fp(0)]))
+    assert lib._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)  # from its first write
     lib.verify()
     lib.close()
     lib.close()  # idempotent

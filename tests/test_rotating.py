@@ -219,7 +219,9 @@ def test_damaged_or_foreign_folder_is_refused(tmp_path: Path):
     R.create(folder, 300, 0.01, generations=3).close()
     manifest = folder / MANIFEST
     good = manifest.read_text()
-    manifest.write_text(good.replace('"generations": 3', '"generations": 4'))
+    changed = good.replace('"generations":3', '"generations":4')
+    assert changed != good
+    manifest.write_text(changed)
     with pytest.raises(FormatError, match="checksum"):
         R.open(folder)
     manifest.write_text("not json")

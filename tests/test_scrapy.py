@@ -3,6 +3,7 @@ fingerprints, JOBDIR persistence, Redis sharing, logs and stats, bad input."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import warnings
@@ -193,7 +194,7 @@ def test_logs_like_scrapy_and_never_calls_the_deprecated_base_log(
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a deprecation warning would fail the test
         scheduler, crawler = _scheduler()
-        with caplog.at_level(logging.DEBUG, logger="urlseen.integrations.scrapy"):
+        with caplog.at_level(logging.DEBUG, logger="scrapy.dupefilters"):
             _enqueue(scheduler, ["http://a.test/1"] * 3 + ["http://a.test/2"] * 2)
         scheduler.close("finished")
     filtered = [r for r in caplog.records if "Filtered duplicate request" in r.getMessage()]
@@ -205,7 +206,7 @@ def test_logs_like_scrapy_and_never_calls_the_deprecated_base_log(
 @pytest.mark.parametrize("setting", ["URLSEEN_DEBUG", "DUPEFILTER_DEBUG"])
 def test_debug_logs_every_duplicate(setting: str, caplog: pytest.LogCaptureFixture) -> None:
     scheduler, _ = _scheduler(**{setting: True})
-    with caplog.at_level(logging.DEBUG, logger="urlseen.integrations.scrapy"):
+    with caplog.at_level(logging.DEBUG, logger="scrapy.dupefilters"):
         _enqueue(scheduler, ["http://a.test/1"] * 4)
     scheduler.close("finished")
     filtered = [r for r in caplog.records if "Filtered duplicate request" in r.getMessage()]
@@ -255,3 +256,144 @@ def test_grouped_adds_commit_on_close(tmp_path: Path) -> None:
     grouped.close()
     with open_filter("exact", capacity=1000, state=tmp_path) as seen:
         assert seen.contains_many([b"k1", b"k2", b"k3"]) == [True, True, False]
+
+
+# -- Scrapy's own contract: each public behaviour its tests/test_dupefilters.py checks of a
+# dupefilter, checked here of ours (our tests, written from what Scrapy's check) -------------
+
+
+class FromCrawlerDupeFilter(UrlseenDupeFilter):
+    """A subclass that overrides from_crawler, as Scrapy's test does with RFPDupeFilter."""
+
+    method = "n/a"
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> UrlseenDupeFilter:
+        df = super().from_crawler(crawler)
+        df.method = "from_crawler"  # type: ignore[attr-defined]
+        return df
+
+
+SUBCLASS = f"{__name__}.FromCrawlerDupeFilter"
+
+
+def _dupefilter(
+    settings: dict[str, Any] | None = None, *, crawler: Any = None, open: bool = True
+) -> UrlseenDupeFilter:
+    """The dupefilter as Scrapy's scheduler builds it from the crawler's settings."""
+    if crawler is None:
+        crawler = get_crawler(settings_dict=_settings(settings))
+    df = Scheduler.from_crawler(crawler).df
+    if open:
+        df.open()
+    return df
+
+
+def _settings(settings: dict[str, Any] | None) -> dict[str, Any]:
+    return {"DUPEFILTER_CLASS": DUPEFILTER, "URLSEEN_CAPACITY": 10_000, **(settings or {})}
+
+
+def test_scrapy_contract_from_crawler_through_the_scheduler() -> None:
+    crawler = get_crawler(settings_dict=_settings({"DUPEFILTER_DEBUG": True}))
+    scheduler = Scheduler.from_crawler(crawler)
+    assert isinstance(scheduler.df, UrlseenDupeFilter)
+    assert scheduler.df.debug
+    scheduler.df.close("finished")
+    sub = _dupefilter({"DUPEFILTER_DEBUG": True, "DUPEFILTER_CLASS": SUBCLASS}, open=False)
+    assert type(sub) is FromCrawlerDupeFilter
+    assert sub.debug and sub.method == "from_crawler"  # type: ignore[attr-defined]
+    sub.close("finished")
+
+
+def test_scrapy_contract_request_seen() -> None:
+    df = _dupefilter()
+    r1, r2, r3 = (Request(f"http://scrapytest.org/{i}") for i in (1, 2, 2))
+    assert not df.request_seen(r1)
+    assert df.request_seen(r1)
+    assert not df.request_seen(r2)
+    assert df.request_seen(r3)
+    df.close("finished")
+
+
+@pytest.mark.parametrize("kind", ["exact", "bloom"])
+def test_scrapy_contract_jobdir(kind: str, tmp_path: Path) -> None:
+    r1, r2 = Request("http://scrapytest.org/1"), Request("http://scrapytest.org/2")
+    settings = {"JOBDIR": str(tmp_path), "URLSEEN_FILTER": kind}
+    df = _dupefilter(settings, open=False)
+    try:
+        df.open()
+        assert not df.request_seen(r1)
+        assert df.request_seen(r1)
+    finally:
+        df.close("finished")
+    df2 = _dupefilter(settings, open=False)
+    assert df != df2
+    try:
+        df2.open()
+        assert df2.request_seen(r1)
+        assert not df2.request_seen(r2)
+        assert df2.request_seen(r2)
+    finally:
+        df2.close("finished")
+
+
+def test_scrapy_contract_the_crawlers_fingerprinter() -> None:
+    r1 = Request("http://scrapytest.org/index.html")
+    r2 = Request("http://scrapytest.org/INDEX.html")
+    df = _dupefilter()
+    assert not df.request_seen(r1)
+    assert not df.request_seen(r2)  # Scrapy's default fingerprint keeps the path's case
+    df.close("finished")
+
+    class CaseInsensitive:
+        def fingerprint(self, request: Request) -> bytes:
+            return hashlib.sha1(request.url.lower().encode()).digest()
+
+    df = _dupefilter({"REQUEST_FINGERPRINTER_CLASS": CaseInsensitive})
+    assert not df.request_seen(r1)
+    assert df.request_seen(r2)
+    df.close("finished")
+
+
+def _log_twice(dupefilter_class: str, debug: bool, caplog: pytest.LogCaptureFixture) -> Any:
+    """log() called twice, as Scrapy's test calls it; the records of Scrapy's logger."""
+    settings = _settings({"DUPEFILTER_DEBUG": debug, "DUPEFILTER_CLASS": dupefilter_class})
+    crawler = get_crawler(_Spider, settings_dict=settings)
+    spider = _Spider.from_crawler(crawler)
+    df = _dupefilter(crawler=crawler)
+    r1 = Request("http://scrapytest.org/index.html")
+    r2 = Request(
+        "http://scrapytest.org/index.html",
+        headers={"Referer": "http://scrapytest.org/INDEX.html"},
+    )
+    with caplog.at_level(logging.DEBUG):
+        df.log(r1, spider)
+        df.log(r2, spider)
+    assert crawler.stats.get_value("dupefilter/filtered") == 2
+    df.close("finished")
+    return caplog.record_tuples
+
+
+@pytest.mark.parametrize("dupefilter_class", [DUPEFILTER, SUBCLASS])
+def test_scrapy_contract_log(dupefilter_class: str, caplog: pytest.LogCaptureFixture) -> None:
+    records = _log_twice(dupefilter_class, False, caplog)
+    message = (
+        "Filtered duplicate request: <GET http://scrapytest.org/index.html> - no more"
+        " duplicates will be shown (see DUPEFILTER_DEBUG to show all duplicates)"
+    )
+    assert ("scrapy.dupefilters", logging.DEBUG, message) in records
+    assert [r for r in records if "Filtered" in r[2]] == [
+        ("scrapy.dupefilters", logging.DEBUG, message)
+    ]
+
+
+@pytest.mark.parametrize("dupefilter_class", [DUPEFILTER, SUBCLASS])
+def test_scrapy_contract_log_debug(dupefilter_class: str, caplog: pytest.LogCaptureFixture) -> None:
+    records = _log_twice(dupefilter_class, True, caplog)
+    prefix = "Filtered duplicate request: <GET http://scrapytest.org/index.html>"
+    assert ("scrapy.dupefilters", logging.DEBUG, f"{prefix} (referer: None)") in records
+    assert (
+        "scrapy.dupefilters",
+        logging.DEBUG,
+        f"{prefix} (referer: http://scrapytest.org/INDEX.html)",
+    ) in records

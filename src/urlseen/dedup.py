@@ -218,15 +218,18 @@ def _run_python(job: _Job, lines: Iterable[bytes]) -> None:
 
 
 def _c_bloom(seen: SeenFilter) -> _core.BitFilter | None:
-    """The filter, if it is a Bloom filter whose batch calls are the C core's own (the engine
-    then probes it directly), else None."""
+    """The filter, if it is a Bloom filter whose batch calls are the C core's own, or those
+    behind StoreBacked's check of its state file (the engine then probes it directly, and
+    runs that check itself before each batch), else None."""
     if not isinstance(seen, _core.BitFilter):
         return None
+    from urlseen.filters._persistent import StoreBacked  # loaded with the filter already
+
     kind = type(seen)
-    native = (
-        kind.add_many is _core.BitFilter.add_many
-        and kind.contains_many is _core.BitFilter.contains_many
-    )
+    native = kind.add_many in (
+        _core.BitFilter.add_many,
+        StoreBacked.add_many,
+    ) and kind.contains_many in (_core.BitFilter.contains_many, StoreBacked.contains_many)
     return seen if native else None
 
 
@@ -252,6 +255,7 @@ def _run_engine(job: _Job, chunks: Iterator[bytes | None]) -> None:
     engine = _core.LineEngine(keyer.profile != "none", keyer.max_canonical_bytes)
     bloom = _c_bloom(job.seen)
     acknowledge = getattr(job.seen, "acknowledge", None)
+    check_store = getattr(bloom, "check_store", None)  # a state file cut short: FormatError
 
     def write(flags: list[bool]) -> list[bool]:
         engine.set_flags(flags)
@@ -262,12 +266,16 @@ def _run_engine(job: _Job, chunks: Iterator[bytes | None]) -> None:
         keyer.counts.empty += engine.empty
         if engine.ndeferred:
             engine.set_deferred([keyer.key(line) for line in engine.deferred()])
+        if check_store is not None:  # the engine probes the map: no SIGBUS on a cut file
+            check_store()
         if bloom is None:
             new = job.filter_step(engine.keys(), write)
         elif transactional:  # tested, written and flushed, then added
             new = engine.bloom_test(bloom)
             _write_out(out, engine.output(), True)
             if new:
+                if check_store is not None:  # (again: the write may have taken a while)
+                    check_store()
                 engine.bloom_commit(bloom)
         else:
             new = engine.bloom_add(bloom)

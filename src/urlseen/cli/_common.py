@@ -4,9 +4,10 @@ clean CLI errors, number formatting."""
 from __future__ import annotations
 
 import contextlib
+import decimal
 import errno
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -14,6 +15,27 @@ import click
 from urlseen import kinds
 from urlseen.errors import UrlseenError
 from urlseen.filters.base import SeenFilter
+
+
+class Count(click.ParamType):  # type: ignore[type-arg]
+    """A positive whole number, also written 1e9 or 10_000_000 (exactly: 1e27 is 10**27)."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            number = value
+        else:
+            try:
+                exact = decimal.Decimal(str(value).replace("_", ""))
+            except decimal.InvalidOperation:
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+            if not exact.is_finite() or exact != exact.to_integral_value():
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+            number = int(exact)
+        if number < 1:
+            self.fail(f"{value!r} is not a positive number", param, ctx)
+        return number
 
 
 def flag(name: str) -> str:
@@ -50,6 +72,27 @@ def open_filter(kind: str, **values: Any) -> SeenFilter:
         if issubclass(warning.category, UserWarning):
             click.echo(f"warning: {warning.message}", err=True)
     return seen
+
+
+def sizing_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--capacity and --error-rate, left None when not given: the table's defaults, or an
+    existing filter's own values."""
+    rates = ", ".join(
+        f"{k.name} {k.error_rate:g}" for k in kinds.KINDS.values() if k.error_rate is not None
+    )
+    command = click.option(
+        "--error-rate",
+        type=click.FloatRange(0, 1, min_open=True, max_open=True),
+        help="False-positive rate at capacity: for Bloom-like filters the share of new URLs "
+        "dropped as seen; for exact the share that costs a library look-up (never a wrong "
+        f"answer) [default: {rates}].",
+    )(command)
+    return click.option(
+        "--capacity",
+        type=Count(),
+        help="Distinct URLs the filter is sized for (1e9 is 10**9) "
+        f"[default: {kinds.DEFAULT_CAPACITY}].",
+    )(command)
 
 
 def human(n: float) -> str:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import click
 
 from urlseen import kinds
-from urlseen.cli._common import cli_errors, human
+from urlseen.cli._common import cli_errors, human, sizing_options
 from urlseen.errors import MissingDependencyError
 
 
@@ -72,18 +72,7 @@ def _report(report: Any, as_json: bool) -> None:
     "page once between them.",
 )
 @click.option("--name", default="crawl", show_default=True, help="With --redis: the filter's name.")
-@click.option(
-    "--capacity",
-    type=click.IntRange(min=1),
-    help=f"Distinct URLs the filter is sized for [default: {kinds.DEFAULT_CAPACITY}].",
-)
-@click.option(
-    "--error-rate",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=None,
-    help="bloom-like filters: share of new URLs dropped at capacity; exact: share that costs "
-    "a library look-up [default: the kind's, see urlseen dedup --help].",
-)
+@sizing_options
 @click.option(
     "--jobdir",
     type=click.Path(file_okay=False),

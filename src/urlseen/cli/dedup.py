@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,11 @@ import click
 
 from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
-from urlseen.cli._common import cli_errors, flag, human, open_filter
+from urlseen.cli._common import cli_errors, flag, human, open_filter, sizing_options
 from urlseen.dedup import DedupSummary, dedup
+from urlseen.errors import UrlseenError
 from urlseen.linekeys import LineKeyer
-from urlseen.streams import Inputs, input_lines, open_output, total_bytes
+from urlseen.streams import Inputs, input_lines, open_output, refuse_clobbering, total_bytes
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
 
@@ -94,6 +96,19 @@ def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def _naming_output(output: str) -> Iterator[None]:
+    """An OSError that names no file comes from writing or closing the output (inputs, states
+    and libraries name themselves): it names the output."""
+    try:
+        yield
+    except OSError as exc:
+        mute = exc.filename is None and not isinstance(exc, UrlseenError)  # not RemoteError
+        if mute and output != "-" and exc.errno != errno.EPIPE:
+            exc.filename = output
+        raise
+
+
 def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """One option per entry of kinds.OPTIONS, its help naming the kinds that take it."""
     for option in reversed(kinds.OPTIONS.values()):
@@ -112,17 +127,6 @@ def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help=f"{takers}: {option.help}{default}",
         )(command)
     return command
-
-
-def _error_rate_help() -> str:
-    rates = ", ".join(
-        f"{k.name} {k.error_rate:g}" for k in kinds.KINDS.values() if k.error_rate is not None
-    )
-    return (
-        "False-positive rate at capacity: for bloom-like filters the share of new URLs "
-        "dropped as seen; for exact the share that costs a library look-up (never a wrong "
-        f"answer) [default: {rates}]."
-    )
 
 
 @click.command("dedup")
@@ -165,16 +169,7 @@ def _error_rate_help() -> str:
     show_default=True,
     help="Seen-test: " + "; ".join(f"{k.name}: {k.summary}" for k in kinds.KINDS.values()),
 )
-@click.option(
-    "--capacity",
-    type=click.IntRange(min=1),
-    help=f"Distinct URLs the filter is sized for [default: {kinds.DEFAULT_CAPACITY}].",
-)
-@click.option(
-    "--error-rate",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    help=_error_rate_help(),
-)
+@sizing_options
 @click.option(
     "--remove",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -245,7 +240,10 @@ def dedup_command(
     if kind != "exact" and (remove is not None or forget_older_than is not None):
         raise click.UsageError("--remove and --forget-older-than need --filter exact")
     cutoff = None if forget_older_than is None else _parse_age(forget_older_than)
-    with cli_errors():
+    lines = Inputs(inputs, stop_on_error=True)
+    with cli_errors(), _naming_output(output):
+        read = (*inputs, remove) if remove is not None else inputs
+        refuse_clobbering(read, output, state, kinds.KINDS[kind].state == "folder")
         seen = open_filter(kind, capacity=capacity, error_rate=error_rate, state=state,
                            redis=redis_url, name=name, **options)  # fmt: skip
         with seen, contextlib.ExitStack() as stack:
@@ -269,7 +267,7 @@ def dedup_command(
                 bar = tqdm(total=size, unit="B", unit_scale=True, file=sys.stderr, leave=False)
                 stack.enter_context(bar)
             summary = dedup(
-                Inputs(inputs),
+                lines,
                 seen,
                 out,
                 keyer=LineKeyer(profile=profile),
@@ -278,3 +276,5 @@ def dedup_command(
                 progress=bar.update if bar is not None else None,
             )
     _report(summary, as_json, "in Redis" if redis_url is not None else "in memory")
+    if (error := lines.failed()) is not None:  # the summary above says what came before it
+        raise click.ClickException(str(error))

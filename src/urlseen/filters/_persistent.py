@@ -12,8 +12,10 @@ their C type takes between the data offset and the seed (`_shape`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import FormatError
 from urlseen.filters._hashes import HASHES, require_stored_hash, require_stored_seed
@@ -84,12 +86,15 @@ class StoreBacked(Closeable):
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> Self:
-        """Open a state file made by create() or save(). Reads the header only.
+        """Open a state file made by create() or save(). Checks its header and, if its writer
+        closed it, its data (~0.4 s per GB from the page cache).
 
         Raises:
-            FormatError: the file is not this filter's state file, or is corrupted, truncated
-                or of a newer format.
+            FormatError: the file is not this filter's state file, or is corrupted (header or
+                data), truncated or of a newer format.
             StateInUseError: another process has it open for writing.
+            OSError: the file cannot be opened (for writing: a read-only file or disk), or its
+                blocks cannot be reserved (a full disk).
         """
         return cls.from_store(MappedFile.open(path, readonly=readonly, check=cls._check_header))
 
@@ -177,6 +182,23 @@ class StoreBacked(Closeable):
         store = self._store
         assert store is not None  # not closed
         return store
+
+    # Batches check the store first (one fstat for a file): a state file cut short by another
+    # process is then a FormatError, not a SIGBUS. Single-key calls stay bare C calls.
+
+    def check_store(self) -> None:
+        """FormatError if the state file was cut short underneath (nothing for memory)."""
+        self._live_store().check()
+
+    def add_many(self, keys: Iterable[_core.Key]) -> list[bool]:
+        """Check-and-add every key, in order; element i is True if key i was new."""
+        self._live_store().check()
+        return super().add_many(keys)  # type: ignore[misc, no-any-return]
+
+    def contains_many(self, keys: Iterable[_core.Key]) -> list[bool]:
+        """Test every key without adding; element i is True if key i may have been added."""
+        self._live_store().check()
+        return super().contains_many(keys)  # type: ignore[misc, no-any-return]
 
     @property
     def path(self) -> str | None:

@@ -86,6 +86,11 @@ def check_target(capacity: object, error_rate: object) -> tuple[int, float]:
         raise ConfigError(f"capacity must be a positive int, not {capacity!r}")
     if capacity < 1:
         raise ConfigError(f"capacity must be >= 1, not {capacity}")
+    if capacity > MAX_BITS:  # every key takes at least a bit (and floats must hold it)
+        raise ConfigError(
+            f"capacity {capacity} is more than any filter can hold (at most {MAX_BITS} bits); "
+            "use a splittable or distributed filter"
+        )
     if isinstance(error_rate, bool) or not isinstance(error_rate, (int, float)):
         raise ConfigError(f"error_rate must be a float in (0, 1), not {error_rate!r}")
     rate = float(error_rate)
@@ -122,6 +127,12 @@ def size_standard(capacity: int, error_rate: float) -> BloomSize:
     for k in _candidate_ks(error_rate, 1):
         inv = -math.expm1(math.log1p(-(error_rate ** (1.0 / k))) / (k * capacity))
         m = math.ceil(1.0 / inv) if inv > 0 else MAX_BITS + 1
+        if m > MAX_BITS:  # refused at once (the guard below would crawl in steps of 64)
+            raise ConfigError(
+                f"capacity {capacity} at error_rate {error_rate} needs "
+                f"{m / 8 / 2**40:.3g} TiB, more than the {MAX_BITS // 8 // 2**40} TiB a "
+                "filter may take; use a splittable or distributed filter"
+            )
         m = -(-m // 64) * 64
         while standard_error_rate(capacity, m, k) > error_rate:  # guard float rounding
             m += 64

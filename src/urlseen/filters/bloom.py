@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from urlseen import _core
@@ -87,6 +88,11 @@ class BloomFilter(StoreBacked, _core.BitFilter):
     @staticmethod
     def _shape(params: dict[str, Any]) -> tuple[int, ...]:
         return params["nbits"], params["k"], _LAYOUT_CODES[params["layout"]]
+
+    def update(self, keys: Iterable[_core.Key]) -> int:
+        """Add every key; how many were new."""
+        self._live_store().check()
+        return super().update(keys)
 
     # -- combination and inspection ------------------------------------------------------
 

@@ -9,6 +9,7 @@ fingerprint library, and drives this class's counters.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from urlseen import _core
@@ -88,6 +89,11 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
     @staticmethod
     def _shape(params: dict[str, Any]) -> tuple[int, ...]:
         return params["ncounters"], params["k"], params["counter_bits"]
+
+    def remove_many(self, keys: Iterable[_core.Key]) -> list[bool]:
+        """Remove every key; element i is True if key i was present (see remove())."""
+        self._live_store().check()
+        return super().remove_many(keys)
 
     @property
     def params(self) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.stores import _space
 from urlseen.stores.redis_store import RemoteError
 from urlseen.stores.splittable import (
     FP_BYTES,
@@ -119,6 +120,9 @@ class SplittableBloomFilter(Closeable):
                 "blocked" if layout is None else layout,
                 0 if seed is None else seed,
             )
+            if isinstance(store, MemoryLeafStore):  # the whole first layer, allocated now
+                first_layer = params["first_leaves"] * params["leaf_bits"] // 8
+                _space.check_memory(first_layer, _space.describe({"kind": "dsbf", **params}))
             root = Split(_new_seed(), tuple(str(i) for i in range(params["first_leaves"])))
             store.make_leaves(root.children, params)
             store.create(params, root)
@@ -371,6 +375,12 @@ def _params(
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
     size = _sizing.size_splittable(capacity, leaf_bits, error_rate, layout)  # type: ignore[arg-type]
+    if size.first_leaves * leaf_bits > _sizing.MAX_BITS:
+        raise ConfigError(
+            f"capacity {capacity} needs a first layer of {size.first_leaves:,} leaves of "
+            f"{leaf_bits} bits, more than the {_sizing.MAX_BITS // 8 // 2**40} TiB a filter may "
+            "take"
+        )
     # A leaf reaching leaf_capacity splits; while the split runs, writers go on writing to it
     # (the copy takes their fingerprints too, so no URL added during a split is lost) up to
     # this limit, then wait for the split. With at most leaf_capacity / 16 keys per leaf per

@@ -41,10 +41,11 @@ from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyErro
 from urlseen.filters._hashes import check_fingerprint
 from urlseen.filters._sizing import DEFAULT_CACHE_ENTRIES
 from urlseen.filters.base import FilterStats, Key, creator, key_batch
-from urlseen.filters.counting import CountingBloomFilter, data_bytes, make_params
+from urlseen.filters.counting import CountingBloomFilter, make_params
+from urlseen.stores._format import FLAG_OPEN
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
-from urlseen.stores.mmapfile import UncleanShutdownWarning
+from urlseen.stores.mmapfile import DataChecksumError, UncleanShutdownWarning, read_header
 from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 
 LIBRARY_FILE = "library.sqlite"
@@ -154,6 +155,7 @@ class ExactFilter(Closeable):
         folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
         try:
             library = SQLiteLibrary(folder / LIBRARY_FILE, create=True)
+            library.seal_on_close = False  # thrown away on close
             self = cls(capacity, error_rate, library=library, **options)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
@@ -226,17 +228,12 @@ class ExactFilter(Closeable):
             if not sizing:
                 sizing = {"capacity": max(2 * library.count(), 1_000_000), "error_rate": 0.001}
         else:
-            probe = _open_quietly(path, readonly=True)
-            try:
-                params, unclean = probe.params, getattr(probe._store, "unclean", False)
-                damaged = False
-                if not unclean:
-                    try:
-                        probe.verify()  # reads every counter once (zlib CRC-32)
-                    except FormatError:
-                        damaged = True
-            finally:
-                probe.close()
+            try:  # a clean file's counters are checked (zlib CRC-32) as it opens
+                with _open_quietly(path, readonly=True) as probe:
+                    params, damaged = probe.params, False
+                    unclean = bool(getattr(probe._store, "unclean", False))
+            except DataChecksumError:
+                params, unclean, damaged = read_header(path).params, False, True
             if not sizing:  # a folder made before the sizing was recorded
                 sizing = {
                     "capacity": params["capacity"], "error_rate": params["error_rate"],
@@ -310,6 +307,7 @@ class ExactFilter(Closeable):
         """
         with self._lock:
             self._usable()
+            self._counters.check_store()  # a counter file cut short: FormatError, not SIGBUS
             now = self._clock()
             stamp = _seconds(now)
             cache = self._cache
@@ -453,6 +451,7 @@ class ExactFilter(Closeable):
     def _drop(self, fps: list[bytes], *, purge: bool) -> list[bool]:
         with self._lock:
             self._usable()
+            self._counters.check_store()
             cache, pending, taken = self._cache, {}, {}
             for fp in set(fps):
                 entry = cache.take(fp) if cache is not None else None
@@ -699,6 +698,8 @@ def _open_quietly(path: Path, *, readonly: bool) -> CountingBloomFilter:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UncleanShutdownWarning)
             return CountingBloomFilter.open(path, readonly=readonly)
+    except DataChecksumError:
+        raise  # the header is sound: the caller rebuilds the counters
     except FormatError as exc:
         raise FormatError(f"{exc} (delete it to rebuild it from the library)") from exc
 
@@ -714,21 +715,26 @@ def _new_folder(
     folder: Path, sizing: dict[str, Any], hash: str, durable: bool, library_cache_kib: int
 ) -> tuple[CountingBloomFilter, SQLiteLibrary]:
     """The counters and library of a new filter in `folder` (created; FileExistsError if it
-    holds either already); the library records the counters' sizing."""
+    holds either already); the library records the counters' sizing.
+
+    The library appears whole (built under another name, then linked into place; an empty one
+    left by an older urlseen's interrupted creation is made again), then the counters: a
+    creation killed in between leaves a library whose missing counters open() rebuilds."""
     folder.mkdir(parents=True, exist_ok=True)
+    SQLiteLibrary.remove_half_made(folder / LIBRARY_FILE)
     for name in (LIBRARY_FILE, COUNTERS_FILE):
         if (folder / name).exists():
             raise FileExistsError(f"{folder / name} exists: open it, or choose a new folder")
     library = SQLiteLibrary(
         folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
-        fingerprint=check_fingerprint(hash),
+        fingerprint=check_fingerprint(hash), meta={"counter_sizing": json.dumps(sizing)},
     )  # fmt: skip
     try:
         counters = _new_counters(folder / COUNTERS_FILE, library, sizing)
-        library.apply(Changes(time.time(), meta={"counter_sizing": json.dumps(sizing)}))
     except BaseException:
+        library.seal_on_close = False
         library.close()
-        (folder / LIBRARY_FILE).unlink()
+        (folder / LIBRARY_FILE).unlink(missing_ok=True)
         raise
     return counters, library
 
@@ -763,10 +769,12 @@ def _stale_counters(library: FingerprintLibrary, params: dict[str, Any], unclean
 
 def describe_state(path: str | os.PathLike[str], verify: bool = False) -> dict[str, Any]:
     """What an exact (or library-only) filter's folder holds, read-only: nothing is rebuilt or
-    changed, so a crawler may be using it. verify=True also checks the library's integrity
-    and the counters' checksum (FormatError if either fails)."""
+    changed, so a crawler may be using it; only headers are read. verify=True also checks the
+    library's integrity and its bytes against its seal, and the counters' data against their
+    checksum (FormatError if one fails; a check that cannot be made, because a writer has the
+    file open or did not close it, is reported as None)."""
     folder = Path(path)
-    library = SQLiteLibrary(folder / LIBRARY_FILE, readonly=True)
+    library = SQLiteLibrary(folder / LIBRARY_FILE, readonly=True, check_seal=verify)
     try:
         counters_path = folder / COUNTERS_FILE
         desc: dict[str, Any] = {
@@ -777,27 +785,34 @@ def describe_state(path: str | os.PathLike[str], verify: bool = False) -> dict[s
             "library_bytes": sum(os.path.getsize(f) for f in library.files()),
         }
         if verify:
-            library.verify()
-            desc["library_verified"] = True
+            desc["library_verified"] = library.verify() or None
         if not counters_path.exists():
             return desc
-        with _open_quietly(counters_path, readonly=True) as counters:
-            params = counters.params
-            unclean = bool(getattr(counters._store, "unclean", False))
-            why = _foreign_counters(library, params) or _stale_counters(library, params, unclean)
-            desc.update(
-                {
-                    "counters_closed_cleanly": not unclean,
-                    "counters_in_sync": not why,
-                    **{
-                        name: params.get(name)
-                        for name in ("capacity", "error_rate", "ncounters", "counter_bits", "k")
-                    },
-                    "counter_bytes": data_bytes(params),
-                }
-            )
-            if verify and not unclean:
-                desc["counters_verified"] = counters.verify()
+        try:
+            header = read_header(counters_path)
+        except FormatError as exc:
+            raise FormatError(f"{exc} (delete it to rebuild it from the library)") from exc
+        params, unclean = header.params, bool(header.flags & FLAG_OPEN)
+        why = _foreign_counters(library, params) or _stale_counters(library, params, unclean)
+        desc.update(
+            {
+                "counters_closed_cleanly": not unclean,
+                "counters_in_sync": not why,
+                **{
+                    name: params.get(name)
+                    for name in ("capacity", "error_rate", "ncounters", "counter_bits", "k")
+                },
+                "counter_bytes": header.data_length,
+            }
+        )
+        if verify and unclean:  # a writer has it (or had it): no checksum to compare yet
+            desc["counters_verified"] = None
+        elif verify:
+            try:  # opening a cleanly closed file checks its data
+                with _open_quietly(counters_path, readonly=True) as counters:
+                    desc["counters_verified"] = counters.verify() or None
+            except DataChecksumError as exc:
+                raise FormatError(f"{exc} (the next writer rebuilds it from the library)") from exc
         return desc
     finally:
         library.close()

@@ -73,6 +73,7 @@ class FingerprintLibraryFilter(Closeable):
                 )
             folder = Path(path)
             folder.mkdir(parents=True, exist_ok=True)
+            SQLiteLibrary.remove_half_made(folder / LIBRARY_FILE)  # an interrupted creation's
             library = SQLiteLibrary(
                 folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
                 fingerprint=hash,
@@ -126,6 +127,8 @@ class FingerprintLibraryFilter(Closeable):
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
+        if isinstance(self._library, SQLiteLibrary):
+            self._library.seal_on_close = False  # thrown away on close
         self._temporary = folder
         return self
 

@@ -20,9 +20,11 @@ in exactly one generation: the oldest one that contains it, since older generati
 change except by removal. `remove` therefore decrements there and nowhere else. G = 1 with no
 window is the plain counting filter.
 
-Persistence: a folder with one state file per generation and `rotating.json`, a manifest with a
-CRC naming the live generations in order (written atomically; files it does not name are
-leftovers of an interrupted rotation and are deleted on open).
+Persistence: a folder with one state file per generation and `rotating.json`, a manifest under a
+CRC of its exact bytes (stores/_sealed.py) naming the filter's id and the live generations in
+order (written atomically; files it does not name are leftovers of an interrupted rotation and
+are deleted on open). Each generation file carries the filter's id and its sequence number in
+its params, so a generation file of another filter, or a stray state file, is refused.
 
 Threads: one writer at a time (the generations are C filters, but a batch here is several C
 calls); share it between threads behind a lock.
@@ -34,6 +36,7 @@ import json
 import math
 import os
 import time
+import uuid
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -45,12 +48,14 @@ from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters.base import FilterStats, Key, creator, key_batch
 from urlseen.filters.bloom import BloomFilter
-from urlseen.filters.counting import CountingBloomFilter
+from urlseen.filters.bloom import _params as bloom_params
+from urlseen.filters.counting import CountingBloomFilter, make_params
+from urlseen.stores import _sealed
 from urlseen.stores.mmapfile import read_header
 
 MANIFEST = "rotating.json"
 FORMAT = "urlseen-rotating"
-VERSION = 1
+VERSION = 2  # 1: the manifest's CRC covered its body re-encoded, generations had no id
 MAX_GENERATIONS = 64
 
 Generation: TypeAlias = BloomFilter | CountingBloomFilter
@@ -117,6 +122,7 @@ class RotatingBloomFilter(Closeable):
         self._config = config
         self._clock = clock
         self._folder = folder
+        self._id: str | None = uuid.uuid4().hex  # open() puts the manifest's (None: version 1)
         self._gens: list[Generation] = []  # oldest first
         self._started: list[float] = []
         self._seqs: list[int] = []
@@ -138,16 +144,17 @@ class RotatingBloomFilter(Closeable):
             FormatError: the manifest or a generation file is missing, damaged or foreign.
         """
         path = Path(folder)
-        config, live, next_seq = _read_manifest(path / MANIFEST)
+        config, live, next_seq, filter_id = _read_manifest(path / MANIFEST)
         self = cls.__new__(cls)
         self._setup(config, clock, path)
+        self._id = filter_id
         self._next_seq = next_seq
         kind = CountingBloomFilter if config["counting"] else BloomFilter
         try:
             for seq, started in live:
                 gen = kind.open(path / _gen_name(seq))
                 self._gens.append(gen)
-                _check_generation(gen, config, path / _gen_name(seq))
+                _check_generation(gen, config, path / _gen_name(seq), filter_id, seq)
                 self._seqs.append(seq)
                 self._started.append(started)
         except FileNotFoundError as exc:
@@ -171,7 +178,13 @@ class RotatingBloomFilter(Closeable):
             options["layout"] = c["layout"]
         if self._folder is None:
             return kind(n_g, p_g, **options)
-        return kind.create(self._folder / _gen_name(seq), n_g, p_g, **options)
+        if c["counting"]:
+            params = make_params(n_g, p_g, 4, None, None, c["seed"], c["hash"])
+        else:
+            params = bloom_params(n_g, p_g, c["layout"], c["seed"], c["hash"])
+        if self._id is not None:  # whose generation, and which: a stray file is refused
+            params.update(rotating_id=self._id, generation=seq)
+        return kind._create_file(self._folder / _gen_name(seq), params, False)
 
     def _start_generation(self, started: float | None = None) -> None:
         """Append an empty newest generation; drop the oldest if that makes G + 1."""
@@ -197,19 +210,14 @@ class RotatingBloomFilter(Closeable):
             return
         body = {
             "format": FORMAT,
-            "version": VERSION,
+            "version": VERSION if self._id is not None else 1,
             "config": self._config,
             "live": [[s, t] for s, t in zip(self._seqs, self._started, strict=True)],
             "next_seq": self._next_seq,
         }
-        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        data = json.dumps({"crc": zlib.crc32(text.encode()), "body": body}, sort_keys=True)
-        tmp = self._folder / f".{MANIFEST}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._folder / MANIFEST)
+        if self._id is not None:
+            body["id"] = self._id
+        _sealed.write(self._folder / MANIFEST, body)
 
     # -- rotation --------------------------------------------------------------------------
 
@@ -417,7 +425,7 @@ def _config(
 def _generation_target(config: dict[str, Any]) -> tuple[int, float]:
     """Each generation's capacity and error rate: ceil(capacity / G) keys at p_g."""
     g = config["generations"]
-    return math.ceil(config["capacity"] / g), generation_error_rate(config["error_rate"], g)
+    return -(-config["capacity"] // g), generation_error_rate(config["error_rate"], g)
 
 
 def describe_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -425,7 +433,7 @@ def describe_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
     may be using it): the configuration and, per live generation, its file, start time and
     count (from the file's header). FormatError if it is not one."""
     path = Path(folder)
-    config, live, _ = _read_manifest(path / MANIFEST)
+    config, live, _, _ = _read_manifest(path / MANIFEST)
     generations = []
     for seq, started in live:
         header = read_header(path / _gen_name(seq))
@@ -433,12 +441,46 @@ def describe_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return {"kind": "rotating", **config, "live_generations": generations}
 
 
-def _read_manifest(path: Path) -> tuple[dict[str, Any], list[tuple[int, float]], int]:
+def _read_manifest(path: Path) -> tuple[dict[str, Any], list[tuple[int, float]], int, str | None]:
+    """The configuration, the live generations (sequence number, start), the next sequence
+    number and the filter's id (None for a version 1 manifest)."""
     where = str(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise FormatError(f"{where}: no rotating filter here (manifest missing)") from None
+    except IsADirectoryError:
+        raise FormatError(f"{where}: not a rotating-filter manifest (a folder)") from None
+    body = _sealed.decode(raw, where, "manifest") if _sealed.is_sealed(raw) else _legacy(raw, where)
+    if body.get("format") != FORMAT:
+        raise FormatError(f"{where}: not a rotating-filter manifest")
+    version = body.get("version")
+    if version not in (1, VERSION) or (version == 1) == ("id" in body):
+        raise FormatError(f"{where}: unsupported version {version!r}")
+    try:
+        c = body["config"]
+        config = _config(
+            c["capacity"], c["error_rate"], c["generations"], c["window"], c["counting"],
+            c["layout"], c["seed"], c["hash"],
+        )  # fmt: skip
+        live = [(int(s), float(t)) for s, t in body["live"]]
+        next_seq = body["next_seq"]
+        filter_id = body.get("id")
+        if (
+            not isinstance(next_seq, int)
+            or not 1 <= len(live) <= config["generations"]
+            or any(not 0 <= s < next_seq for s, _ in live)
+            or [s for s, _ in live] != sorted({s for s, _ in live})
+            or not (filter_id is None or isinstance(filter_id, str))
+        ):
+            raise ValueError("live generations")
+    except (ConfigError, ValueError, TypeError, KeyError) as exc:
+        raise FormatError(f"{where}: invalid manifest ({exc})") from None
+    return config, live, next_seq, filter_id
+
+
+def _legacy(raw: bytes, where: str) -> dict[str, Any]:
+    """A version 1 manifest: {"body": ..., "crc": CRC32 of the body re-encoded}."""
     try:
         outer = json.loads(raw)
         body = outer["body"]
@@ -448,31 +490,20 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], list[tuple[int, float]],
         raise FormatError(f"{where}: not a rotating-filter manifest") from None
     if not crc_ok:
         raise FormatError(f"{where}: corrupted manifest (checksum mismatch)")
-    if not isinstance(body, dict) or body.get("format") != FORMAT:
+    if not isinstance(body, dict) or body.get("version") != 1:
         raise FormatError(f"{where}: not a rotating-filter manifest")
-    if body.get("version") != VERSION:
-        raise FormatError(f"{where}: unsupported version {body.get('version')!r}")
-    try:
-        c = body["config"]
-        config = _config(
-            c["capacity"], c["error_rate"], c["generations"], c["window"], c["counting"],
-            c["layout"], c["seed"], c["hash"],
-        )  # fmt: skip
-        live = [(int(s), float(t)) for s, t in body["live"]]
-        next_seq = body["next_seq"]
-        if (
-            not isinstance(next_seq, int)
-            or not 1 <= len(live) <= config["generations"]
-            or any(not 0 <= s < next_seq for s, _ in live)
-            or [s for s, _ in live] != sorted({s for s, _ in live})
-        ):
-            raise ValueError("live generations")
-    except (ConfigError, ValueError, TypeError, KeyError) as exc:
-        raise FormatError(f"{where}: invalid manifest ({exc})") from None
-    return config, live, next_seq
+    return body
 
 
-def _check_generation(gen: Generation, config: dict[str, Any], path: Path) -> None:
+def _check_generation(
+    gen: Generation, config: dict[str, Any], path: Path, filter_id: str | None, seq: int
+) -> None:
     n_g, p_g = _generation_target(config)
-    if gen.capacity != n_g or not math.isclose(gen.error_rate, p_g, rel_tol=1e-12):
+    params = gen._live_store().params()
+    owner = (params.get("rotating_id"), params.get("generation"))
+    if (
+        gen.capacity != n_g
+        or not math.isclose(gen.error_rate, p_g, rel_tol=1e-12)
+        or (filter_id is not None and owner != (filter_id, seq))
+    ):
         raise FormatError(f"{path}: generation does not belong to this rotating filter")

@@ -1,4 +1,5 @@
-"""UrlseenDupeFilter: urlseen as Scrapy's duplicate-request filter (DUPEFILTER_CLASS).
+"""UrlseenDupeFilter: urlseen as Scrapy's duplicate-request filter (DUPEFILTER_CLASS), under
+Scrapy's own scheduler and under scrapy-redis's (and scrapy-redis-bloomfilter's).
 
 Settings (all optional)::
 
@@ -9,28 +10,42 @@ Settings (all optional)::
                                       # bloom 1e-6)
     URLSEEN_STATE = None              # default: <JOBDIR>/urlseen (a folder for exact, the file
                                       # seen.bloom in it for bloom), else nothing persists
-    URLSEEN_REDIS_URL = None          # share one filter between crawler processes
-    URLSEEN_REDIS_NAME = None         # the shared filter's name (default: "scrapy:<spider>")
+    URLSEEN_REDIS_URL = None          # share one filter between crawler processes (under
+                                      # scrapy-redis's scheduler: default its REDIS_URL)
+    URLSEEN_REDIS_NAME = None         # the shared filter's name (default: "scrapy:<spider>",
+                                      # or scrapy-redis's SCHEDULER_DUPEFILTER_KEY when set)
     URLSEEN_DEBUG = False             # log every filtered request (default: DUPEFILTER_DEBUG)
     URLSEEN_AUDIT = False             # count false positives against an exact in-memory set
+    URLSEEN_FLUSH_SECONDS = 1.0       # commit grouped adds at least this often while crawling
 
 Keys are the crawler's own request fingerprints (`crawler.request_fingerprinter`, 20 raw
 bytes by default), so the filter agrees with Scrapy's HTTP cache and REQUEST_FINGERPRINTER_*
-settings; they are already canonical.
+settings; they are already canonical. Records go to Scrapy's dupefilter logger,
+`scrapy.dupefilters`, with Scrapy's messages.
+
+scrapy-redis builds its dupefilter with `from_spider` and never calls open() or close(); it
+calls clear() when the crawl ends with SCHEDULER_PERSIST off (and at start with
+SCHEDULER_FLUSH_ON_START). So the filter keeps itself durable (grouped commits flushed every
+URLSEEN_FLUSH_SECONDS and on spider_idle), closes on spider_closed / engine_stopped (and at exit
+if neither came), and clear() forgets the crawl: a local state is removed, a shared filter is
+deleted from Redis by the last live process using it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from urlseen import kinds
 from urlseen.errors import MissingDependencyError
 from urlseen.filters.base import SeenFilter
-from urlseen.integrations._grouped import grouped
+from urlseen.integrations._handle import SeenHandle
 
 try:
+    from scrapy import signals
     from scrapy.dupefilters import BaseDupeFilter
     from scrapy.utils.job import job_dir
     from scrapy.utils.request import RequestFingerprinter, referer_str
@@ -42,20 +57,26 @@ except ImportError as exc:  # pragma: no cover - exercised only without scrapy
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
     from scrapy.utils.request import RequestFingerprinterProtocol
+    from twisted.internet.task import LoopingCall
 
 STATE_FOLDER = "urlseen"  # the filter's state inside JOBDIR
 GROUP_SIZE = 8192  # exact filter, one writer: a library commit per this many new requests (or 1 s)
+FLUSH_SECONDS = 1.0
+BLOOM_KINDS = ("bloom", "dsbf")  # kinds sized by bits and hashes, as scrapy-redis-bloomfilter's
+BLOOMFILTER_DEFAULTS = (30, 6)  # scrapy-redis-bloomfilter's BLOOMFILTER_BIT, _HASH_NUMBER
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("scrapy.dupefilters")  # Scrapy's dupefilter logger, as RFPDupeFilter
+_warned: set[str] = set()
 
 
 class UrlseenDupeFilter(BaseDupeFilter):
     """Scrapy's duplicate filter on a urlseen filter: bounded memory, persistent, shareable.
 
     Build it with plain values (tests, scripts) or let Scrapy build it from the URLSEEN_*
-    settings (from_crawler).
+    settings (from_crawler; scrapy-redis: from_spider).
 
     Args:
         filter: a kind of urlseen.kinds.KINDS: "exact" (IMP-CBFilter: never drops a request;
@@ -75,6 +96,9 @@ class UrlseenDupeFilter(BaseDupeFilter):
         stats: the crawler's stats collector (dupefilter/filtered, urlseen/*).
         audit: also keep every fingerprint in a Python set to count the filter's false
             positives (urlseen/false_positives): a measurement, at a set's memory.
+        options: the kind's own options (urlseen.kinds.OPTIONS), e.g. {"layout": "standard"}.
+        bloomfilter_stat: also count filtered requests as `bloomfilter/filtered`, the stat
+            scrapy-redis-bloomfilter's users read.
     """
 
     def __init__(
@@ -90,21 +114,22 @@ class UrlseenDupeFilter(BaseDupeFilter):
         fingerprinter: RequestFingerprinterProtocol | None = None,
         stats: StatsCollector | None = None,
         audit: bool = False,
+        options: dict[str, Any] | None = None,
+        bloomfilter_stat: bool = False,
+        flush_seconds: float = FLUSH_SECONDS,
     ) -> None:
         kind = filter or kinds.DEFAULT_KIND
         row = kinds.kind(kind, _setting)
-        if row.url_keys:
-            raise kinds.OptionError(
-                f"URLSEEN_FILTER {kind!r} reads URLs' structure; Scrapy's keys are request "
-                "fingerprints"
-            )
         if state is not None and row.state == "file" and Path(state).is_dir():
             state = kinds.state_in(state, kind)
         self.kind = kind
+        self.logger = logger
         self.fingerprinter: RequestFingerprinterProtocol = fingerprinter or RequestFingerprinter()
         self.debug = debug
         self.logdupes = True
         self.stats = stats
+        self.bloomfilter_stat = bloomfilter_stat
+        self.flush_seconds = flush_seconds
         self.new = 0
         self.false_positives = 0
         self.where = (
@@ -112,7 +137,9 @@ class UrlseenDupeFilter(BaseDupeFilter):
             if redis_url is not None
             else f"{kind} filter " + (f"at {state}" if state is not None else "(not persisted)")
         )
-        seen = kinds.open_filter(
+        # One local writer of an exact filter: group the commits. Shared or Bloom: each add
+        # is its own atomic check-and-add.
+        self.handle = SeenHandle(
             kind,
             capacity=capacity,
             error_rate=error_rate,
@@ -120,12 +147,12 @@ class UrlseenDupeFilter(BaseDupeFilter):
             redis=redis_url,
             name=redis_name,
             spell=_setting,
+            group=GROUP_SIZE,
+            keys="Scrapy's request fingerprints",
+            **(options or {}),
         )
-        # One local writer of an exact filter: group the commits. Shared or Bloom: each add
-        # is its own atomic check-and-add.
-        self.seen: SeenFilter = (
-            grouped(seen, GROUP_SIZE) if kind == "exact" and redis_url is None else seen
-        )
+        self._timer: LoopingCall | None = None
+        self._closed = False
         self._audit: set[bytes] | None = None
         if audit:
             if len(self.seen) or redis_url is not None:
@@ -136,35 +163,96 @@ class UrlseenDupeFilter(BaseDupeFilter):
             else:
                 self._audit = set()
 
+    @property
+    def seen(self) -> SeenFilter:
+        """The urlseen filter (a GroupedAdds around a local exact filter)."""
+        return self.handle.seen
+
+    # -- construction -----------------------------------------------------------------------
+
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UrlseenDupeFilter:
-        """The filter from the crawler's URLSEEN_* settings (see the module docstring)."""
-        settings = crawler.settings
+        """The filter from the crawler's URLSEEN_* settings (see the module docstring), as
+        Scrapy's scheduler builds it."""
+        spider = getattr(crawler, "spider", None)
+        self = cls._from_settings(crawler.settings, crawler, getattr(spider, "name", None))
+        self._connect(crawler)
+        return self
+
+    @classmethod
+    def from_spider(cls, spider: Spider) -> UrlseenDupeFilter:
+        """As scrapy-redis's scheduler builds it (and never opens or closes it): shared
+        through the scheduler's Redis unless URLSEEN_REDIS_URL, URLSEEN_STATE or JOBDIR says
+        otherwise; closed on the engine's signals."""
+        crawler = spider.crawler
+        self = cls._from_settings(crawler.settings, crawler, spider.name, scrapy_redis=True)
+        self._connect(crawler)
+        return self
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> UrlseenDupeFilter:
+        """From settings alone (no crawler: Scrapy's default fingerprinter, no stats, no
+        signals: the caller closes it). Prefer from_crawler."""
+        return cls._from_settings(settings, None, None)
+
+    @classmethod
+    def _from_settings(
+        cls,
+        settings: BaseSettings,
+        crawler: Crawler | None,
+        spider_name: str | None,
+        *,
+        scrapy_redis: bool = False,
+    ) -> UrlseenDupeFilter:
+        kind = settings.get("URLSEEN_FILTER") or kinds.DEFAULT_KIND
         state = settings.get("URLSEEN_STATE")
+        redis_url = settings.get("URLSEEN_REDIS_URL")
         jobdir = job_dir(settings)
-        if state is None and jobdir:
+        if state is None and jobdir and redis_url is None:
             state = Path(jobdir, STATE_FOLDER)  # a file kind keeps its file in it
             state.mkdir(parents=True, exist_ok=True)
-        spider = getattr(crawler, "spider", None)
-        name = settings.get("URLSEEN_REDIS_NAME") or f"scrapy:{getattr(spider, 'name', 'spider')}"
+        if scrapy_redis and redis_url is None and state is None:
+            redis_url = _scrapy_redis_url(settings)
+        name = settings.get("URLSEEN_REDIS_NAME")
+        if not name and scrapy_redis and settings.get("SCHEDULER_DUPEFILTER_KEY"):
+            name = settings["SCHEDULER_DUPEFILTER_KEY"] % {"spider": spider_name}
         rate = settings.get("URLSEEN_ERROR_RATE")
         capacity = settings.get("URLSEEN_CAPACITY")
-        debug = settings.get("URLSEEN_DEBUG")
-        return cls(
-            settings.get("URLSEEN_FILTER"),
+        sizing = (
             None if capacity is None else settings.getint("URLSEEN_CAPACITY"),
             None if rate is None else settings.getfloat("URLSEEN_ERROR_RATE"),
-            state,
-            settings.get("URLSEEN_REDIS_URL"),
-            name,
-            settings.getbool("DUPEFILTER_DEBUG") if debug is None else bool(debug),
-            fingerprinter=crawler.request_fingerprinter,
-            stats=crawler.stats,
-            audit=settings.getbool("URLSEEN_AUDIT"),
         )
+        capacity, rate, options = _translate_bloomfilter(settings, kind, *sizing)
+        debug = settings.get("URLSEEN_DEBUG")
+        return cls(
+            kind,
+            capacity,
+            rate,
+            state,
+            redis_url,
+            name or f"scrapy:{spider_name or 'spider'}",
+            settings.getbool("DUPEFILTER_DEBUG") if debug is None else bool(debug),
+            fingerprinter=None if crawler is None else crawler.request_fingerprinter,
+            stats=None if crawler is None else crawler.stats,
+            audit=settings.getbool("URLSEEN_AUDIT"),
+            options=options,
+            bloomfilter_stat=_bloomfilter_in_use(settings),
+            flush_seconds=settings.getfloat("URLSEEN_FLUSH_SECONDS", FLUSH_SECONDS),
+        )
+
+    def _connect(self, crawler: Crawler) -> None:
+        """Durable and closed whoever drives the filter: Scrapy's scheduler opens and closes
+        it, scrapy-redis's does neither."""
+        crawler.signals.connect(self._start_timer, signal=signals.spider_opened)
+        crawler.signals.connect(self.checkpoint, signal=signals.spider_idle)
+        crawler.signals.connect(self.close, signal=signals.spider_closed)
+        crawler.signals.connect(self.close, signal=signals.engine_stopped)
+
+    # -- Scrapy's dupefilter interface ------------------------------------------------------
 
     def open(self) -> None:
         logger.info("urlseen dupefilter: %s", self.where)
+        self._start_timer()
         self._report()
 
     def request_seen(self, request: Request) -> bool:
@@ -181,39 +269,79 @@ class UrlseenDupeFilter(BaseDupeFilter):
         return True
 
     def log(self, request: Request, spider: Spider) -> None:
-        """Scrapy's duplicate log: the first filtered request, or all with debug."""
+        """Scrapy's duplicate log, word for word: the first filtered request, or all with
+        debug; and the dupefilter/filtered stat."""
         if self.debug:
-            logger.debug(
-                "Filtered duplicate request: %(request)s (referer: %(referer)s)",
-                {"request": request, "referer": referer_str(request)},
-                extra={"spider": spider},
-            )
+            msg = "Filtered duplicate request: %(request)s (referer: %(referer)s)"
+            args = {"request": request, "referer": referer_str(request)}
+            self.logger.debug(msg, args, extra={"spider": spider})
         elif self.logdupes:
-            logger.debug(
-                "Filtered duplicate request: %(request)s - no more duplicates will be shown "
-                "(see URLSEEN_DEBUG or DUPEFILTER_DEBUG to show all duplicates)",
-                {"request": request},
-                extra={"spider": spider},
+            msg = (
+                "Filtered duplicate request: %(request)s"
+                " - no more duplicates will be shown"
+                " (see DUPEFILTER_DEBUG to show all duplicates)"
             )
+            self.logger.debug(msg, {"request": request}, extra={"spider": spider})
             self.logdupes = False
-        if self.stats is not None:
-            self.stats.inc_value("dupefilter/filtered")
+        stats = self.stats or getattr(getattr(spider, "crawler", None), "stats", None)
+        if stats is not None:
+            stats.inc_value("dupefilter/filtered")
+            if self.bloomfilter_stat:
+                stats.inc_value("bloomfilter/filtered")
 
-    def close(self, reason: str) -> None:
-        """Write the state (a paused crawl resumes with every fetched request seen)."""
+    def clear(self) -> None:
+        """Forget the crawl, as scrapy-redis means it (its scheduler calls this at the end of a
+        crawl with SCHEDULER_PERSIST off, and at start with SCHEDULER_FLUSH_ON_START): a local
+        state is removed, a temporary filter dropped, a shared filter deleted from Redis if no
+        other live process uses it (else only left to them). The next request, if any, opens
+        a new empty filter."""
+        done = self.handle.clear()
+        logger.info("urlseen dupefilter cleared: %s", done)
+
+    def checkpoint(self) -> None:
+        """Make every answer so far durable (commit grouped adds; acknowledge to a shared
+        filter) and update the stats. Runs on a timer, on spider_idle and at close."""
+        if self.handle.opened:
+            self.handle.checkpoint()
+            self._report()
+
+    def close(self, reason: str = "finished") -> None:
+        """Write the state (a paused crawl resumes with every fetched request seen). Runs once,
+        from Scrapy's scheduler or from the spider_closed / engine_stopped signals."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None and self._timer.running:
+            self._timer.stop()
         try:
             self._report()
         finally:
-            self.seen.close()
+            self.handle.close()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _start_timer(self) -> None:
+        """Checkpoint every flush_seconds while the reactor runs (not in reactor-less tests)."""
+        reactor = sys.modules.get("twisted.internet.reactor")
+        if self._timer is not None or self._closed or not getattr(reactor, "running", False):
+            return
+        from twisted.internet.task import LoopingCall
+
+        self._timer = LoopingCall(self._tick)
+        self._timer.start(self.flush_seconds, now=False)
+
+    def _tick(self) -> None:
+        try:
+            self.checkpoint()
+        except Exception:
+            logger.exception("urlseen dupefilter: checkpoint failed (retried at the next tick)")
 
     def _report(self) -> None:
         if self.stats is None:
             return
-        info: dict[str, Any] = {
-            "urlseen/filter": self.kind,
-            "urlseen/new": self.new,
-            "urlseen/filter_bits": self.seen.stats().bits,
-        }
+        info: dict[str, Any] = {"urlseen/filter": self.kind, "urlseen/new": self.new}
+        if self.handle.opened:  # not after clear(): that would open a new filter
+            info["urlseen/filter_bits"] = self.seen.stats().bits
         if self._audit is not None:
             info["urlseen/false_positives"] = self.false_positives
         for key, value in info.items():
@@ -229,6 +357,74 @@ _SETTINGS = {"filter": "URLSEEN_FILTER", "redis": "URLSEEN_REDIS_URL", "name": "
 def _setting(name: str) -> str:
     """A filter parameter's name as a Scrapy setting, for messages."""
     return _SETTINGS.get(name, f"URLSEEN_{name.upper()}")
+
+
+def _warn_once(message: str, *args: object) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning(message, *args)
+
+
+def _scrapy_redis_url(settings: BaseSettings) -> str:
+    """The Redis that scrapy-redis's scheduler uses (REDIS_URL, else REDIS_HOST / REDIS_PORT /
+    REDIS_DB and REDIS_PARAMS' password), where its own dupefilter would keep its set."""
+    url = settings.get("REDIS_URL")
+    if url:
+        return str(url)
+    params = settings.getdict("REDIS_PARAMS")
+    password = params.get("password")
+    auth = f":{password}@" if password else ""
+    host = settings.get("REDIS_HOST") or params.get("host") or "localhost"
+    port = settings.get("REDIS_PORT") or params.get("port") or 6379
+    db = settings.get("REDIS_DB") or params.get("db") or 0
+    return f"redis://{auth}{host}:{port}/{db}"
+
+
+def _bloomfilter_in_use(settings: BaseSettings) -> bool:
+    """Whether the crawl was set up for scrapy-redis-bloomfilter (its scheduler, or its
+    BLOOMFILTER_* settings): then its users' stat, bloomfilter/filtered, is counted too."""
+    scheduler = settings.get("SCHEDULER")
+    path = scheduler if isinstance(scheduler, str) else getattr(scheduler, "__module__", "")
+    return str(path).startswith("scrapy_redis_bloomfilter") or any(
+        settings.get(name) is not None for name in ("BLOOMFILTER_BIT", "BLOOMFILTER_HASH_NUMBER")
+    )
+
+
+def _translate_bloomfilter(
+    settings: BaseSettings, kind: str, capacity: int | None, error_rate: float | None
+) -> tuple[int | None, float | None, dict[str, Any]]:
+    """scrapy-redis-bloomfilter's BLOOMFILTER_BIT (m = 2**bit bits) and BLOOMFILTER_HASH_NUMBER
+    (k hashes) as urlseen's sizing: for a Bloom kind, the capacity at which m bits and k hashes
+    are the optimum (m ln 2 / k) and that optimum's error rate (2**-k), in the standard layout:
+    the same bits and hashes. Other kinds have no bits to size: warned once, ignored."""
+    bit, hashes = settings.get("BLOOMFILTER_BIT"), settings.get("BLOOMFILTER_HASH_NUMBER")
+    if bit is None and hashes is None:
+        return capacity, error_rate, {}
+    bit = settings.getint("BLOOMFILTER_BIT", BLOOMFILTER_DEFAULTS[0])
+    hashes = settings.getint("BLOOMFILTER_HASH_NUMBER", BLOOMFILTER_DEFAULTS[1])
+    if kind not in BLOOM_KINDS:
+        _warn_once(
+            "BLOOMFILTER_BIT and BLOOMFILTER_HASH_NUMBER size scrapy-redis-bloomfilter's Bloom "
+            "filter; URLSEEN_FILTER %r never drops a request and has no bit array to size, so "
+            "they are ignored (URLSEEN_FILTER = 'bloom' translates them; URLSEEN_CAPACITY sizes "
+            "any filter)",
+            kind,
+        )
+        return capacity, error_rate, {}
+    if capacity is not None or error_rate is not None:
+        _warn_once(
+            "BLOOMFILTER_BIT and BLOOMFILTER_HASH_NUMBER ignored: URLSEEN_CAPACITY or "
+            "URLSEEN_ERROR_RATE is set, and sizes the filter"
+        )
+        return capacity, error_rate, {}
+    capacity = max(1, int((1 << bit) * math.log(2) / hashes))
+    error_rate = 0.5**hashes
+    logger.info(
+        "BLOOMFILTER_BIT %d and BLOOMFILTER_HASH_NUMBER %d translated: capacity %d at error "
+        "rate %g, standard layout (2**%d bits, %d hashes)",
+        bit, hashes, capacity, error_rate, bit, hashes,
+    )  # fmt: skip
+    return capacity, error_rate, {"layout": "standard"}
 
 
 __all__ = ["UrlseenDupeFilter"]

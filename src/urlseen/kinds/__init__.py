@@ -35,8 +35,8 @@ class Option:
     help: str
     type: type = str
     choices: tuple[str, ...] = ()
-    low: float | None = None
-    high: float | None = None
+    low: int | None = None  # bounds: whole numbers for every option so far
+    high: int | None = None
     default: Any = None  # None: the filter chooses (the help says how)
 
 

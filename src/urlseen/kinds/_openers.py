@@ -3,12 +3,15 @@ state, or shared through Redis), and the one rule for values given against store
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from urlseen.errors import ConfigError
+from urlseen.errors import ConfigError, FormatError
 from urlseen.filters.base import SeenFilter
 
 Spell = Callable[[str], str]
@@ -81,8 +84,26 @@ def _file_state(request: Request) -> Path | None:
     return path
 
 
+def _created(path: Path, create: Callable[[], SeenFilter]) -> SeenFilter | None:
+    """A filter made by create() at path, or None if path exists: already, or because another
+    process made it a moment ago (then the caller opens theirs: one wins, the other opens it
+    or is told it is in use)."""
+    if path.exists():
+        return None
+    try:
+        return create()
+    except FileExistsError:
+        if not path.exists():
+            raise
+        return None
+
+
 def _folder_state(request: Request, marker: str) -> tuple[Path | None, bool]:
-    """The folder, and whether it holds the kind's state already (its marker file)."""
+    """The folder, and whether it holds the kind's state already (its marker file). A folder
+    that holds another kind's state is refused: a second filter would grow beside it."""
+    from urlseen.kinds import KINDS
+    from urlseen.stores.sqlite_library import SQLiteLibrary
+
     folder = request.state
     if folder is None:
         return None, False
@@ -91,7 +112,33 @@ def _folder_state(request: Request, marker: str) -> tuple[Path | None, bool]:
             f"{request.spell('state')} {folder} is a file: {request.spell('filter')} "
             f"{request.kind} keeps a folder"
         )
-    return folder, (folder / marker).exists()
+    for row in KINDS.values():
+        held = row.marker if row.state == "folder" else f"seen.{row.name}"
+        if held and held != marker and (folder / held).exists():
+            kind = "exact or library" if held == KINDS["exact"].marker else row.name
+            raise FormatError(
+                f"{folder}: holds {_a(kind)} filter's state ({held}), not {_a(request.kind)} "
+                f"one: choose another folder for {request.spell('state')}"
+            )
+    made = (folder / marker).exists() and not SQLiteLibrary.half_made(folder / marker)
+    return folder, made
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+@contextlib.contextmanager
+def _creating(folder: Path) -> Iterator[None]:
+    """Hold the folder's lock while its state is made, so that two processes creating the
+    same state at once take turns: the second finds the first one's (and opens it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a creation takes moments
+        yield
+    finally:
+        os.close(fd)
 
 
 def open_bloom(request: Request) -> SeenFilter:
@@ -102,8 +149,9 @@ def open_bloom(request: Request) -> SeenFilter:
     layout = request.value("layout")
     if path is None:
         return BloomFilter(*sizing, layout=layout)
-    if not path.exists():
-        return BloomFilter.create(path, *sizing, layout=layout)
+    made = _created(path, lambda: BloomFilter.create(path, *sizing, layout=layout))
+    if made is not None:
+        return made
     seen = BloomFilter.open(path)
     stored = {
         "capacity": seen.capacity,
@@ -121,8 +169,9 @@ def open_mdbf(request: Request) -> SeenFilter:
     shape = {"groups": request.value("groups"), "query": request.value("query")}
     if path is None:
         return Mdbf(*sizing, **shape)
-    if not path.exists():
-        return Mdbf.create(path, *sizing, **shape)
+    made = _created(path, lambda: Mdbf.create(path, *sizing, **shape))
+    if made is not None:
+        return made
     seen = Mdbf.open(path)
     stored = {
         "capacity": seen.capacity,
@@ -148,8 +197,9 @@ def open_similar(request: Request) -> SeenFilter:
     shape = {"mode": mode, "index": index, "canonicalize": "none", "url_db": url_db}
     if path is None:
         return SimilarityFilter(*sizing, **shape)
-    if not path.exists():
-        return SimilarityFilter.create(path, *sizing, **shape)
+    made = _created(path, lambda: SimilarityFilter.create(path, *sizing, **shape))
+    if made is not None:
+        return made
     seen = SimilarityFilter.open(path, url_db=url_db)
     stats = seen.stats()
     stored = {
@@ -170,7 +220,9 @@ def open_rotating(request: Request) -> SeenFilter:
     if folder is None:
         return RotatingBloomFilter(*sizing, **shape)
     if not exists:
-        return RotatingBloomFilter.create(folder, *sizing, **shape)
+        with _creating(folder):
+            if not (folder / MANIFEST).exists():
+                return RotatingBloomFilter.create(folder, *sizing, **shape)
     seen = RotatingBloomFilter.open(folder)
     details = seen.stats().details
     stored = {
@@ -192,7 +244,9 @@ def open_exact(request: Request) -> SeenFilter:
     if folder is None:
         return ExactFilter.temporary(*sizing, **cache)
     if not exists:
-        return ExactFilter.create(folder, *sizing, **cache)
+        with _creating(folder):
+            if not _folder_state(request, LIBRARY_FILE)[1]:
+                return ExactFilter.create(folder, *sizing, **cache)
     seen = ExactFilter.open(folder, **cache)
     stored = {"capacity": seen.counters.capacity, "error_rate": seen.counters.error_rate}
     return checked(request, seen, stored, "state")  # type: ignore[no-any-return]
@@ -205,9 +259,11 @@ def open_library(request: Request) -> SeenFilter:
     folder, exists = _folder_state(request, LIBRARY_FILE)
     if folder is None:
         return FingerprintLibraryFilter.temporary()
-    if exists:
-        return FingerprintLibraryFilter.open(folder)
-    return FingerprintLibraryFilter.create(folder)
+    if not exists:
+        with _creating(folder):
+            if not _folder_state(request, LIBRARY_FILE)[1]:
+                return FingerprintLibraryFilter.create(folder)
+    return FingerprintLibraryFilter.open(folder)
 
 
 def open_dsbf(request: Request) -> SeenFilter:

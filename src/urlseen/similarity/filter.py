@@ -187,7 +187,9 @@ class SimilarityFilter(Closeable):
                     _core.HASH_MD5,
                 )
             if isinstance(url_db, (str, os.PathLike)):
-                create = not store.readonly and not os.path.exists(url_db)
+                create = not store.readonly and (  # (an empty one: an interrupted creation)
+                    not os.path.exists(url_db) or SQLiteUrlDB.remove_half_made(url_db)
+                )
                 self._url_db = SQLiteUrlDB(url_db, create=create, readonly=store.readonly)
                 self._owns_url_db = True
             elif url_db is not None:
@@ -410,6 +412,7 @@ class SimilarityFilter(Closeable):
         self._usable()
         store = self._store
         assert store is not None  # set before the filter is usable
+        store.check()  # a state file cut short underneath: FormatError, not SIGBUS
         return store
 
     def __repr__(self) -> str:

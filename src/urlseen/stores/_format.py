@@ -2,8 +2,7 @@
 ARCHITECTURE.md, nowhere else.
 
 A state file is one page of header followed by the filter's data (bits or counters), page
-aligned so it can be memory-mapped in place. Opening reads only the header: a 1 GB filter opens
-in microseconds.
+aligned so it can be memory-mapped in place. Every byte of it is under a checksum:
 
     offset size  field
     0      8     magic b"\\x89URLSEEN" (the high first byte catches text-mode mangling)
@@ -17,9 +16,16 @@ in microseconds.
     40     4     flags (u32): 1 = open for writing (not closed cleanly), 2 = data CRC valid
     44     4     CRC32 of the data, written on a clean close (valid when flag 2 is set)
     48     n     params: UTF-8 JSON object ({"kind": "bloom", "nbits": ..., ...})
+    48+n   ...   zeros
+    4092   4     seal (version 2): CRC32 of bytes 32..4091, the count read as 0 while flag 1
+                 is set (the C core changes it on every new key; the seal is rewritten only
+                 when the flags change)
 
 Count, flags and data CRC change while the file is open, so the header CRC leaves them out;
-everything that decides which bits a key maps to is under it.
+everything that decides which bits a key maps to is under it, and the seal covers the rest of
+the page. A version 2 file is exactly data offset + data length bytes long, the data offset is
+the header page size, and a file that was closed cleanly has a valid data CRC. Version 1 files
+(no seal) are still read; a writer rewrites their header as version 2.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Any
 from urlseen.errors import FormatError
 
 MAGIC = b"\x89URLSEEN"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER_SIZE = 4096
 COUNT_OFFSET = 32
 FLAG_OPEN = 1
@@ -44,7 +50,17 @@ _STATIC = struct.Struct("<8sHHIQI")
 _CRC = struct.Struct("<I")
 _LIVE = struct.Struct("<QII")  # count, flags, data crc
 _PARAMS_AT = 48
-MAX_PARAMS = HEADER_SIZE - _PARAMS_AT
+SEAL_AT = HEADER_SIZE - _CRC.size
+MAX_PARAMS = SEAL_AT - _PARAMS_AT
+
+
+def seal(page: bytes | bytearray | memoryview) -> int:
+    """The seal of a header page: CRC32 of bytes 32..4091, the count read as 0 while the
+    open flag is set (a writer's count changes without the seal being rewritten)."""
+    (flags,) = _CRC.unpack_from(page, 40)
+    with memoryview(page) as view:
+        count = bytes(8) if flags & FLAG_OPEN else view[COUNT_OFFSET : COUNT_OFFSET + 8]
+        return zlib.crc32(view[COUNT_OFFSET + 8 : SEAL_AT], zlib.crc32(count))
 
 
 @dataclass
@@ -57,8 +73,10 @@ class Header:
     flags: int = 0
     data_crc: int = 0
     data_offset: int = HEADER_SIZE
+    version: int = FORMAT_VERSION
 
     def encode(self) -> bytes:
+        """The whole header page, as this module writes it (version 2, sealed)."""
         params = json.dumps(self.params, sort_keys=True, separators=(",", ":")).encode()
         if len(params) > MAX_PARAMS:
             raise FormatError(f"filter parameters take {len(params)} bytes; at most {MAX_PARAMS}")
@@ -67,18 +85,17 @@ class Header:
         )
         crc = zlib.crc32(params, zlib.crc32(static))
         live = _LIVE.pack(self.count, self.flags, self.data_crc)
-        return static + _CRC.pack(crc) + live + params
-
-    def encode_live(self) -> bytes:
-        """Bytes COUNT_OFFSET.. of the header: what changes while the file is open."""
-        return _LIVE.pack(self.count, self.flags, self.data_crc)
+        page = bytearray((static + _CRC.pack(crc) + live + params).ljust(HEADER_SIZE, b"\0"))
+        _CRC.pack_into(page, SEAL_AT, seal(page))
+        return bytes(page)
 
 
 def decode(raw: bytes, file_size: int, where: str) -> Header:
-    """Parse and check a header; FormatError says what is wrong with which file.
+    """Parse and check a header page; FormatError says what is wrong with which file.
 
     Checks, in order: the file is long enough to hold a header; the magic; the version; the
-    header CRC; the params; that the file holds all the data the header announces.
+    header CRC; the params; that the file holds all the data the header announces; and for
+    version 2 the seal and the flags.
     """
     if len(raw) < _PARAMS_AT:
         raise FormatError(f"{where}: too short ({file_size} bytes) to be a urlseen state file")
@@ -104,15 +121,30 @@ def decode(raw: bytes, file_size: int, where: str) -> Header:
         raise FormatError(f"{where}: unreadable parameters ({exc})") from exc
     if not isinstance(params, dict):
         raise FormatError(f"{where}: unreadable parameters (not an object)")
-    if data_offset < _PARAMS_AT + params_len:
+    if data_offset < _PARAMS_AT + params_len or (version > 1 and data_offset != HEADER_SIZE):
         raise FormatError(f"{where}: corrupted header (data offset {data_offset})")
-    if file_size < data_offset + data_length:
-        raise FormatError(
-            f"{where}: truncated: {file_size} bytes, the header announces "
-            f"{data_offset + data_length}"
-        )
+    expected = data_offset + data_length
+    if file_size < expected:
+        raise FormatError(f"{where}: truncated: {file_size} bytes, the header announces {expected}")
     count, flags, data_crc = _LIVE.unpack_from(raw, COUNT_OFFSET)
-    return Header(params, data_length, count, flags, data_crc, data_offset)
+    if version > 1:
+        (stored_seal,) = _CRC.unpack_from(raw, SEAL_AT)
+        if seal(raw) != stored_seal:
+            raise FormatError(f"{where}: corrupted header (seal checksum mismatch)")
+        if flags not in (FLAG_OPEN, FLAG_DATA_CRC):  # open for writing, or sealed
+            raise FormatError(f"{where}: corrupted header (flags {flags:#x})")
+    return Header(params, data_length, count, flags, data_crc, data_offset, version)
+
+
+def check_length(header: Header, file_size: int, where: str) -> None:
+    """A version 2 file holds nothing after its data (decode checked that nothing is missing);
+    run after the filter's own check of the params, whose message says more."""
+    expected = header.data_offset + header.data_length
+    if header.version > 1 and file_size > expected:
+        raise FormatError(
+            f"{where}: {file_size} bytes, the header announces {expected}: "
+            f"{file_size - expected} bytes too many (not written by urlseen)"
+        )
 
 
 def require(params: dict[str, Any], where: str, **types: type) -> None:

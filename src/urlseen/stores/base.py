@@ -34,6 +34,11 @@ class BufferStore(Protocol):
 
     def stored_count(self) -> int: ...
 
+    def check(self) -> None:
+        """Raise (FormatError) if the buffer can no longer be touched safely: a state file cut
+        short underneath. Cheap; run before every batch."""
+        ...
+
     @property
     def closed(self) -> bool: ...
 

@@ -13,6 +13,7 @@ import mmap
 from typing import Any
 
 from urlseen._lifecycle import Closeable
+from urlseen.stores import _space
 
 _HUGE_PAGE = 2 * 1024 * 1024
 
@@ -27,6 +28,8 @@ class MemoryStore(Closeable):
     path = None
 
     def __init__(self, nbytes: int, params: dict[str, Any]) -> None:
+        """ConfigError, before anything is allocated, if nbytes exceed the memory available."""
+        _space.check_memory(nbytes, _space.describe(params))
         self.buffer = mmap.mmap(-1, max(nbytes, 1))
         if nbytes >= _HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
             with contextlib.suppress(OSError):  # no THP here: 4 KiB pages still work
@@ -39,6 +42,10 @@ class MemoryStore(Closeable):
     def stored_count(self) -> int:
         self._usable()
         return 0
+
+    def check(self) -> None:
+        """Memory cannot be cut short underneath."""
+        self._usable()
 
     def flush(self) -> None:
         """Nothing to persist."""

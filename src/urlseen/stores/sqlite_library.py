@@ -27,9 +27,10 @@ import json
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 
-from urlseen.errors import FormatError, ReadOnlyError
+from urlseen.errors import FormatError
 from urlseen.stores import _sqlite
 from urlseen.stores.library_protocol import (
     Changes,
@@ -92,15 +93,21 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         durable: bool = False,
         cache_kib: int = DEFAULT_CACHE_KIB,
         fingerprint: str = "md5",
+        meta: Mapping[str, str] | None = None,
+        check_seal: bool = True,
     ) -> None:
+        """Open the library at path, or create it (`meta`: more first meta rows). A library
+        whose writer closed it is read whole and checked against its seal, unless a reader
+        says check_seal=False (stores/_sqlite.py)."""
         self.io = LibraryIO()
         self._depth = 0
-        meta = {
+        first_meta = {
             "format": "urlseen-library",
             "fingerprint": fingerprint,
             "library_id": uuid.uuid4().hex,
             "records": "0",
             "counters": "",
+            **(meta or {}),
         }
         pragmas = (
             f"cache_size=-{int(cache_kib)}",
@@ -108,8 +115,8 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             "mmap_size=0",
         )
         super().__init__(
-            path, create=create, readonly=readonly, durable=durable, new_meta=meta,
-            pragmas=pragmas, page_size=PAGE_SIZE,
+            path, create=create, readonly=readonly, durable=durable, new_meta=first_meta,
+            pragmas=pragmas, page_size=PAGE_SIZE, check_seal=check_seal,
         )  # fmt: skip
 
     def _check_tables(self) -> None:
@@ -190,8 +197,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """One write transaction (BEGIN IMMEDIATE: the write lock from the start); nests."""
-        if self.readonly:
-            raise ReadOnlyError(f"{self.path} was opened read-only")
+        self._writing()  # ReadOnlyError for a reader
         if self._depth:
             self._depth += 1
             try:
@@ -270,12 +276,18 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             self._db.executemany("INSERT INTO overflow VALUES (?, ?)", counts.items())
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
 
-    def verify(self) -> None:
-        """Run SQLite's integrity check over the whole file; FormatError if it fails."""
+    def verify(self) -> bool:
+        """Run SQLite's integrity check over the whole file and, if it was closed cleanly,
+        compare its bytes with its seal; FormatError if either fails. True if the seal was
+        compared (every byte checked), False if there is none (its writer did not close it,
+        or a writer has it open)."""
         with self._errors():
             result = self._db.execute("PRAGMA integrity_check").fetchall()
         if result != [("ok",)]:
             raise FormatError(f"{self.path}: damaged library ({result[0][0]})")
+        if self.readonly and not self.sealed:
+            self.sealed = self._check_seal(Path(self.path))
+        return self.sealed and self.readonly
 
     def files(self) -> list[str]:
         """The database file and its WAL (for the experiment's page-cache eviction)."""

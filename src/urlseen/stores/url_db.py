@@ -138,6 +138,7 @@ class SQLiteUrlDB(_sqlite.SQLiteStore):
             for d in decisions
         ]
         db = self._db
+        self._writing()
         with self._errors():
             db.execute("BEGIN IMMEDIATE")
             try:

@@ -1,0 +1,237 @@
+"""One crawler integration's filter: opened through kinds.open_filter, kept durable without the
+crawler's help, emptied the way a crawl framework means it, and never left behind.
+
+Crawl frameworks do not always close what they open: scrapy-redis's scheduler never calls its
+dupefilter's close(), Scrapy skips it on some error paths, a Crawlee process may simply exit.
+So the handle
+
+- groups a local exact filter's commits (GroupedAdds) and lets the caller flush them on a timer
+  and on the framework's signals (`checkpoint()`), so a state is current without close();
+- closes the filter at interpreter exit (or when the handle is garbage collected) if nobody
+  did: grouped keys committed, a temporary library's folder removed;
+- for a filter shared through Redis, records this process as a member of the filter's fleet,
+  so that `clear()` deletes the shared filter only when no other live process still uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+import uuid
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from urlseen import kinds
+from urlseen.filters.base import SeenFilter
+from urlseen.integrations._grouped import grouped
+
+logger = logging.getLogger(__name__)
+
+MEMBER_SECONDS = 120.0  # a member that has not renewed for this long counts as gone
+# The files a kind keeps in its state folder (a folder of the user's may hold others).
+STATE_FILES = ("library.sqlite*", "*.urlseen", "rotating.json*")
+
+
+class Fleet:
+    """The live processes using one shared filter: a sorted set beside the filter's keys
+    (`urlseen:{name}:members`, in the filter's hash slot), member -> the time it counts as gone
+    unless renewed. Plain redis-py calls: a Redis error here is the filter's own error too."""
+
+    def __init__(self, url: str, name: str) -> None:
+        import redis
+
+        if url.startswith("redis-cluster://"):
+            self._client: Any = redis.RedisCluster.from_url("redis://" + url[16:])
+        else:
+            self._client = redis.Redis.from_url(url)
+        self.key = f"urlseen:{{{name}}}:members"
+        self.member = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.renew()
+
+    def renew(self) -> None:
+        self._client.zadd(self.key, {self.member: time.time() + MEMBER_SECONDS})
+
+    def leave(self) -> int:
+        """Leave the fleet; the number of live members left."""
+        pipe = self._client.pipeline(transaction=True)
+        pipe.zrem(self.key, self.member)
+        pipe.zremrangebyscore(self.key, "-inf", time.time())
+        pipe.zcard(self.key)
+        left = int(pipe.execute()[-1])
+        if left == 0:
+            self._client.delete(self.key)
+        return left
+
+
+def _close_quietly(seen: SeenFilter, fleet: Fleet | None) -> None:
+    """The finalizer: at exit or collection, close what the crawler did not."""
+    with contextlib.suppress(Exception):
+        seen.close()
+    if fleet is not None:
+        with contextlib.suppress(Exception):
+            fleet.leave()
+
+
+def destroy_shared(seen: SeenFilter) -> None:
+    """Delete a shared filter's keys from Redis (and close it)."""
+    destroy: Callable[[], None] | None = getattr(seen, "destroy", None)
+    if destroy is None:  # the exact shared filter: its library holds the keys
+        destroy = getattr(getattr(seen, "library", None), "destroy", None)
+    if destroy is None:  # pragma: no cover - every shared kind has one
+        raise TypeError(f"{type(seen).__name__} cannot be deleted from Redis")
+    destroy()
+
+
+def remove_state(state: Path) -> None:
+    """Remove a local state: a state file, or a kind's files in its folder (and the folder if
+    nothing else is left in it)."""
+    if state.is_file():
+        state.unlink()
+        return
+    if not state.is_dir():
+        return
+    for pattern in STATE_FILES:
+        for path in state.glob(pattern):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        state.rmdir()  # only if empty
+
+
+class SeenHandle:
+    """The filter of one crawler process, opened now (bad settings fail early), reopened
+    lazily after clear().
+
+    Args: as kinds.open_filter; group: a local exact filter's grouped adds (new keys per
+    commit; 0: none); keys: what the crawler's keys are, for the error when the kind reads
+    URLs' structure (a crawler's request keys are opaque).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        capacity: int | None = None,
+        error_rate: float | None = None,
+        state: str | os.PathLike[str] | None = None,
+        redis: str | None = None,
+        name: str | None = None,
+        spell: Callable[[str], str] | None = None,
+        group: int = 0,
+        keys: str = "request keys",
+        **options: Any,
+    ) -> None:
+        row = kinds.kind(kind, spell) if spell is not None else kinds.kind(kind)
+        if row.url_keys:
+            name = spell("filter") if spell is not None else "filter"
+            raise kinds.OptionError(f"{name} {kind!r} reads URLs' structure; {keys} are opaque")
+        self.kind = kind
+        self.state = None if state is None else Path(state)
+        self.redis, self.name = redis, name
+        self.group = group if kind == "exact" and redis is None else 0
+        self._arguments: dict[str, Any] = dict(
+            capacity=capacity,
+            error_rate=error_rate,
+            state=state,
+            redis=redis,
+            name=name,
+            **options,
+        )
+        if spell is not None:
+            self._arguments["spell"] = spell
+        self._seen: SeenFilter | None = None
+        self._fleet: Fleet | None = None
+        self._finalizer: weakref.finalize[Any, SeenHandle] | None = None
+        seen = self.seen  # open now: bad settings fail before the crawl starts
+        if self.state is None and self.redis is None:
+            # Nothing to keep yet: closed again, and opened on first use, so that a crawl that
+            # fails before using it (Scrapy has such paths, and sends no signal on them)
+            # leaves no temporary folder behind, even in a process that lives on.
+            self._detach()
+            seen.close()
+
+    @property
+    def shared(self) -> bool:
+        return self.redis is not None
+
+    @property
+    def opened(self) -> bool:
+        return self._seen is not None
+
+    @property
+    def seen(self) -> SeenFilter:
+        """The open filter (opened again after clear())."""
+        if self._seen is None:
+            seen = kinds.open_filter(self.kind, **self._arguments)
+            if self.group:
+                seen = grouped(seen, self.group)
+            try:
+                fleet = Fleet(self.redis, self.name or "") if self.redis is not None else None
+            except BaseException:
+                seen.close()
+                raise
+            self._seen, self._fleet = seen, fleet
+            self._finalizer = weakref.finalize(self, _close_quietly, seen, fleet)
+        return self._seen
+
+    def checkpoint(self) -> None:
+        """Make every answer given so far durable: commit grouped adds, tell a shared filter
+        that its answers reached us (acknowledge, where the filter has it), renew membership."""
+        seen = self._seen
+        if seen is None:
+            return
+        flush = getattr(seen, "flush", None)
+        if flush is not None:
+            flush()
+        acknowledge = getattr(seen, "acknowledge", None)
+        if acknowledge is not None:
+            acknowledge()
+        if self._fleet is not None:
+            self._fleet.renew()
+
+    def clear(self) -> str:
+        """Forget every key: a local state is removed, a temporary filter dropped, a shared
+        filter deleted from Redis if no other live process uses it (else only left). The
+        filter opens again, empty, on next use. Returns what was done, for the log."""
+        seen = self._seen or self.seen
+        fleet = self._fleet
+        self._detach()
+        if fleet is not None:
+            left = fleet.leave()
+            if left:
+                seen.close()
+                return f"left the shared filter {self.name!r} to its {left} other process(es)"
+            destroy_shared(seen)
+            return f"deleted the shared filter {self.name!r} (no other process used it)"
+        seen.close()
+        if self.state is not None:
+            remove_state(self.state)
+            return f"removed the state at {self.state}"
+        return "dropped the filter (it was not persisted)"
+
+    def close(self) -> None:
+        """Commit and close; a shared filter stays in Redis (this process leaves its fleet)."""
+        seen, fleet = self._seen, self._fleet
+        if seen is None:
+            return
+        try:
+            self.checkpoint()
+        finally:
+            self._detach()
+            try:
+                seen.close()
+            finally:
+                if fleet is not None:
+                    fleet.leave()
+
+    def _detach(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._seen = self._fleet = self._finalizer = None
