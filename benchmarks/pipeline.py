@@ -245,6 +245,12 @@ def main() -> None:
             "machine": platform.platform(),
             "cpus": os.cpu_count(),
             "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+            "urlseen": subprocess.run(
+                [sys.executable, "-c", "import urlseen; print(urlseen.__file__)"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip(),
         }
         rows_out = [{**asdict(r), "lines_per_second": r.lines_per_second} for r in rows]
         args.json.write_text(json.dumps({"meta": meta, "rows": rows_out}, indent=1) + "\n")

@@ -264,6 +264,23 @@ def test_the_exact_filter_through_the_engine(tmp_path: Path) -> None:
     assert outs[0] == outs[1]
 
 
+def test_known_digests_belong_to_one_filter() -> None:
+    """The engine remembers digests known to be in a filter; another filter starts afresh."""
+    data = b"".join(b"http://k.example/%d\n" % (i % 300) for i in range(3000))
+    engine = _core.LineEngine(False, 64 * 1024)
+    first, second = BloomFilter(10_000, 1e-9), BloomFilter(10_000, 1e-9)
+    news = []
+    for seen in (first, first, second):
+        engine.feed(data)
+        engine.end_input()
+        new = 0
+        while engine.next_batch(1000, final=True):
+            new += engine.bloom_add(seen)
+        news.append(new)
+    assert news == [300, 0, 300]
+    assert len(first) == len(second) == 300
+
+
 def test_engine_c_needs_inputs_with_chunks() -> None:
     with pytest.raises(ConfigError, match=r"streams\.Inputs"):
         dedup([b"http://a/\n"], BloomFilter(10, 0.01), io.BytesIO(), engine="c")

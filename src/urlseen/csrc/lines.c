@@ -93,6 +93,10 @@ static const uint8_t CLASSES[256] = {
 /* The first index >= i of s[0, n) whose byte is not in class c. */
 static inline size_t span(const uint8_t *s, size_t i, size_t n, uint8_t c)
 {
+    /* four bytes a step while they all belong (half the instructions of one at a time) */
+    while (i + 4 <= n &&
+           (CLASSES[s[i]] & CLASSES[s[i + 1]] & CLASSES[s[i + 2]] & CLASSES[s[i + 3]] & c))
+        i += 4;
     while (i < n && (CLASSES[s[i]] & c)) i++;
     return i;
 }
