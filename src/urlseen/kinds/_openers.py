@@ -141,45 +141,59 @@ def _creating(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _file_filter(
+    request: Request,
+    make: Callable[[Path | None], Any],
+    open_: Callable[[Path], Any],
+    stored: Callable[[Any], Mapping[str, Any]],
+) -> SeenFilter:
+    """A file kind's filter: make(None) in memory, make(path) for a new state file, or the
+    existing file opened and its stored values checked against the ones given."""
+    path = _file_state(request)
+    if path is None:
+        return make(None)  # type: ignore[no-any-return]
+    made = _created(path, lambda: make(path))
+    if made is not None:
+        return made
+    seen = open_(path)
+    return checked(request, seen, stored(seen), "state file")  # type: ignore[no-any-return]
+
+
+def _sizing(request: Request) -> tuple[Any, Any]:
+    return request.value("capacity"), request.value("error_rate")
+
+
 def open_bloom(request: Request) -> SeenFilter:
     from urlseen.filters.bloom import BloomFilter
 
-    path = _file_state(request)
-    sizing = (request.value("capacity"), request.value("error_rate"))
     layout = request.value("layout")
-    if path is None:
-        return BloomFilter(*sizing, layout=layout)
-    made = _created(path, lambda: BloomFilter.create(path, *sizing, layout=layout))
-    if made is not None:
-        return made
-    seen = BloomFilter.open(path)
-    stored = {
-        "capacity": seen.capacity,
-        "error_rate": seen.error_rate,
-        "layout": seen.stats().details["layout"],
-    }
-    return checked(request, seen, stored, "state file")  # type: ignore[no-any-return]
+    return _file_filter(
+        request,
+        lambda path: BloomFilter(*_sizing(request), layout=layout, path=path),
+        BloomFilter.open,
+        lambda seen: {
+            "capacity": seen.capacity,
+            "error_rate": seen.error_rate,
+            "layout": seen.stats().details["layout"],
+        },
+    )
 
 
 def open_mdbf(request: Request) -> SeenFilter:
     from urlseen.filters.mdbf import MultiDimensionalBloomFilter as Mdbf
 
-    path = _file_state(request)
-    sizing = (request.value("capacity"), request.value("error_rate"))
     shape = {"groups": request.value("groups"), "query": request.value("query")}
-    if path is None:
-        return Mdbf(*sizing, **shape)
-    made = _created(path, lambda: Mdbf.create(path, *sizing, **shape))
-    if made is not None:
-        return made
-    seen = Mdbf.open(path)
-    stored = {
-        "capacity": seen.capacity,
-        "error_rate": seen.error_rate,
-        "groups": seen.size.groups,
-        "query": seen.query,
-    }
-    return checked(request, seen, stored, "state file")  # type: ignore[no-any-return]
+    return _file_filter(
+        request,
+        lambda path: Mdbf(*_sizing(request), **shape, path=path),
+        Mdbf.open,
+        lambda seen: {
+            "capacity": seen.capacity,
+            "error_rate": seen.error_rate,
+            "groups": seen.size.groups,
+            "query": seen.query,
+        },
+    )
 
 
 def open_similar(request: Request) -> SeenFilter:
@@ -187,28 +201,28 @@ def open_similar(request: Request) -> SeenFilter:
     not canonicalize again."""
     from urlseen.similarity.filter import SimilarityFilter
 
-    path = _file_state(request)
     mode, index = request.value("similarity_mode"), request.value("similarity_index")
     if mode == "composite" and index != "shared":
         index_option = request.spell("similarity_index")
         raise OptionError(f"{index_option} applies to the patent and exact4 modes")
-    sizing = (request.value("capacity"), request.value("error_rate"))
     url_db = request.value("url_db")
     shape = {"mode": mode, "index": index, "canonicalize": "none", "url_db": url_db}
-    if path is None:
-        return SimilarityFilter(*sizing, **shape)
-    made = _created(path, lambda: SimilarityFilter.create(path, *sizing, **shape))
-    if made is not None:
-        return made
-    seen = SimilarityFilter.open(path, url_db=url_db)
-    stats = seen.stats()
-    stored = {
-        "capacity": stats.capacity,
-        "error_rate": stats.error_rate,
-        "similarity_mode": stats.details["mode"],
-        "similarity_index": stats.details["index"],
-    }
-    return checked(request, seen, stored, "state file")  # type: ignore[no-any-return]
+
+    def stored(seen: Any) -> dict[str, Any]:
+        stats = seen.stats()
+        return {
+            "capacity": stats.capacity,
+            "error_rate": stats.error_rate,
+            "similarity_mode": stats.details["mode"],
+            "similarity_index": stats.details["index"],
+        }
+
+    return _file_filter(
+        request,
+        lambda path: SimilarityFilter(*_sizing(request), **shape, path=path),
+        lambda path: SimilarityFilter.open(path, url_db=url_db),
+        stored,
+    )
 
 
 def open_rotating(request: Request) -> SeenFilter:
