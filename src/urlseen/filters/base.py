@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 Key = str | bytes
@@ -118,3 +121,20 @@ def creator(
     create.__qualname__ = init.__qualname__.rpartition(".")[0] + ".create"
     create.__doc__ = doc
     return classmethod(create)
+
+
+Made = TypeVar("Made")
+
+
+def in_temporary_folder(make: Callable[[Path], Made]) -> Made:
+    """make(folder) in a new temporary folder (removed at once if make fails), kept by what it
+    made as `_temporary`, which removes it on close: a filter that persists nothing but keeps
+    its library on disk, so memory stays bounded however many URLs come."""
+    folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
+    try:
+        made = make(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    made._temporary = folder  # type: ignore[attr-defined]
+    return made

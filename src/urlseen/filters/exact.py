@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -40,7 +39,7 @@ from urlseen._lifecycle import Closeable
 from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
 from urlseen.filters._hashes import check_fingerprint
 from urlseen.filters._sizing import DEFAULT_CACHE_ENTRIES
-from urlseen.filters.base import FilterStats, Key, creator, key_batch
+from urlseen.filters.base import FilterStats, Key, creator, in_temporary_folder, key_batch
 from urlseen.filters.counting import CountingBloomFilter, make_params
 from urlseen.stores._format import FLAG_OPEN
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
@@ -152,16 +151,13 @@ class ExactFilter(Closeable):
         """A filter that persists nothing but keeps its library on disk, in a temporary folder
         removed on close: memory stays bounded however many URLs come. The counters live in
         memory (nothing to seal); options are the constructor's."""
-        folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
-        try:
+
+        def make(folder: Path) -> ExactFilter:
             library = SQLiteLibrary(folder / LIBRARY_FILE, create=True)
             library.seal_on_close = False  # thrown away on close
-            self = cls(capacity, error_rate, library=library, **options)
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        self._temporary = folder
-        return self
+            return cls(capacity, error_rate, library=library, **options)
+
+        return in_temporary_folder(make)
 
     @classmethod
     def open(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -28,7 +27,7 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError
 from urlseen.filters._hashes import FINGERPRINTS, check_fingerprint
-from urlseen.filters.base import FilterStats, Key, creator, key_batch
+from urlseen.filters.base import FilterStats, Key, creator, in_temporary_folder, key_batch
 from urlseen.filters.exact import LIBRARY_FILE
 from urlseen.stores.library_protocol import Changes, FingerprintLibrary, LibraryIO
 from urlseen.stores.memory_library import MemoryLibrary
@@ -122,16 +121,14 @@ class FingerprintLibraryFilter(Closeable):
     def temporary(cls, *, hash: str = "md5") -> FingerprintLibraryFilter:
         """A filter that persists nothing but keeps its library on disk, in a temporary folder
         removed on close: memory stays bounded however many URLs come."""
-        folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
-        try:
-            self = cls.create(folder, hash=hash)
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        if isinstance(self._library, SQLiteLibrary):
-            self._library.seal_on_close = False  # thrown away on close
-        self._temporary = folder
-        return self
+
+        def make(folder: Path) -> FingerprintLibraryFilter:
+            made = cls.create(folder, hash=hash)
+            if isinstance(made._library, SQLiteLibrary):
+                made._library.seal_on_close = False  # thrown away on close
+            return made
+
+        return in_temporary_folder(make)
 
     def forget_many(self, keys: Iterable[Key]) -> list[bool]:
         """Shared library only: make these URLs new again (True for each one it held)."""
