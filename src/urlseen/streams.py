@@ -27,8 +27,8 @@ import stat
 import sys
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
-from typing import Any, BinaryIO, TextIO
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Protocol, TextIO, TypeVar
 
 from urlseen.errors import UrlseenError
 
@@ -168,20 +168,37 @@ class InputLines(Iterator[bytes]):
         return next(self._lines)
 
     def _read(self, names: tuple[str, ...]) -> Iterator[bytes]:
-        for name in names:
-            try:
-                with read_errors(name):
-                    stream = open_input(name)
-                    try:
-                        yield from stream
-                    finally:
-                        if name != "-":
-                            stream.close()
-            except InputError as exc:
-                if not self._stop:
-                    raise
-                self.error = exc
-                return
+        return _each_input(self, names, iter)
+
+
+Item = TypeVar("Item")
+
+
+class _Reader(Protocol):
+    error: InputError | None
+    _stop: bool
+
+
+def _each_input(
+    reader: _Reader, names: tuple[str, ...], read: Callable[[BinaryIO], Iterator[Item]]
+) -> Iterator[Item]:
+    """read(stream) of every input in turn, each opened and closed here (stdin is not closed);
+    an input that cannot be read to its end raises InputError naming it, or, when the reader
+    stops on errors, ends the items there with the error kept in reader.error."""
+    for name in names:
+        try:
+            with read_errors(name):
+                stream = open_input(name)
+                try:
+                    yield from read(stream)
+                finally:
+                    if name != "-":
+                        stream.close()
+        except InputError as exc:
+            if not reader._stop:
+                raise
+            reader.error = exc
+            return
 
 
 def input_lines(names: tuple[str, ...], *, stop_on_error: bool = False) -> InputLines:
@@ -215,26 +232,16 @@ class Inputs:
         return read_ahead(self._chunks(size))
 
     def _chunks(self, size: int) -> Iterator[bytes | None]:
-        for name in self.names or ("-",):
-            try:
-                with read_errors(name):
-                    stream = open_input(name)
-                    try:
-                        if isinstance(stream, gzip.GzipFile):
-                            yield from _whole_chunks(stream.read1, size)
-                        else:  # what a pipe has, without waiting for more
-                            read = getattr(stream, "read1", stream.read)
-                            while chunk := read(size):
-                                yield chunk
-                    finally:
-                        if name != "-":
-                            stream.close()
-            except InputError as exc:
-                if not self._stop:
-                    raise
-                self.error = exc
-                return
-            yield None
+        def chunks(stream: BinaryIO) -> Iterator[bytes | None]:
+            if isinstance(stream, gzip.GzipFile):
+                yield from _whole_chunks(stream.read1, size)
+            else:  # what a pipe has, without waiting for more
+                read = getattr(stream, "read1", stream.read)
+                while chunk := read(size):
+                    yield chunk
+            yield None  # the end of this input
+
+        return _each_input(self, self.names or ("-",), chunks)
 
     def failed(self) -> InputError | None:
         """The error that stopped the input (stop_on_error), whichever way it was read."""
