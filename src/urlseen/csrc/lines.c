@@ -101,6 +101,20 @@ static inline size_t span(const uint8_t *s, size_t i, size_t n, uint8_t c)
     return i;
 }
 
+#define NOT_CANONICAL SIZE_MAX
+
+/* Past an optional port at i (":" then [1-9][0-9]{0,3}, the only ports this shortcut passes),
+   or NOT_CANONICAL when what follows the colon is not one. */
+static inline size_t skip_port(const uint8_t *s, size_t i, size_t n)
+{
+    if (i >= n || s[i] != ':') return i;
+    i++;
+    if (i >= n || s[i] < '1' || s[i] > '9') return NOT_CANONICAL;
+    size_t digits = i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    return i - digits > 4 ? NOT_CANONICAL : i;
+}
+
 typedef struct {
     const uint8_t *name, *value;
     size_t name_len, value_len;
@@ -191,13 +205,8 @@ size_t us_canonical_plain(const uint8_t *s, size_t n, uint8_t *out, size_t cap)
     size_t host = i;
     i = span(s, i, n, C_HOST);
     if (i == host) return 0;
-    if (i < n && s[i] == ':') { /* port: [1-9][0-9]{0,3} */
-        i++;
-        if (i >= n || s[i] < '1' || s[i] > '9') return 0;
-        size_t digits = i;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-        if (i - digits > 4) return 0;
-    }
+    i = skip_port(s, i, n);
+    if (i == NOT_CANONICAL) return 0;
     size_t origin_end = i;
     size_t path = i, path_end = i;
     int has_path = 0;
@@ -401,13 +410,8 @@ size_t us_canonical_ascii(const uint8_t *s, size_t n, uint8_t *out, size_t cap, 
     while (i < n && ((CLASSES[s[i]] & C_HOST) || (s[i] >= 'A' && s[i] <= 'Z'))) i++;
     if (i == host) return 0;
     size_t host_end = i;
-    if (i < n && s[i] == ':') { /* port: [1-9][0-9]{0,3} */
-        i++;
-        if (i >= n || s[i] < '1' || s[i] > '9') return 0;
-        size_t digits = i;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-        if (i - digits > 4) return 0;
-    }
+    i = skip_port(s, i, n);
+    if (i == NOT_CANONICAL) return 0;
     size_t origin_end = i;
     if (i < n && s[i] != '/' && s[i] != '?' && s[i] != '#') return 0; /* the host goes on */
     size_t path = i;
