@@ -270,10 +270,12 @@ def test_a_server_back_within_the_retry_window_is_invisible(private_redis):
     first = urls(100, seed=13)
     assert all(seen.add_many(first))
     private_redis.kill()
-    threading.Timer(0.3, private_redis.start).start()
+    restart = threading.Timer(0.3, private_redis.start)
+    restart.start()
     started = time.monotonic()
     assert seen.add_many([*first, "https://later.example/"]) == [False] * 100 + [True]
     assert time.monotonic() - started < 10
+    restart.join()  # the server is back (and the fixture stops it) before the test ends
 
 
 def test_info_describes_a_redis_filter(redis_url, redis_name):

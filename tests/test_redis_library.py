@@ -260,13 +260,16 @@ def test_a_server_back_within_the_retry_window_is_invisible(private_redis):
         private_redis.kill()
         batches.append(done)
 
-    threading.Timer(0.3, kill).start()
-    threading.Timer(0.8, private_redis.start).start()
+    timers = [threading.Timer(0.3, kill), threading.Timer(0.8, private_redis.start)]
+    for timer in timers:
+        timer.start()
     for start in range(0, len(stream), 500):
         batch = stream[start : start + 500]
         claimed += [fp for fp, new in zip(batch, lib.claim(batch), strict=True) if new]
         done += 1
         time.sleep(0.005)
+    for timer in timers:  # the server is back (and the fixture stops it) before the test ends
+        timer.join()
     assert batches and 0 < batches[0] < done, f"no outage mid-stream ({batches}, {done})"
     assert len(claimed) == len(set(claimed)) == len(set(stream))
     assert RedisLibrary(private_redis.url, "fleet").count() == len(set(stream))
