@@ -172,27 +172,34 @@ class Server:
     """A private redis-server: nothing but this benchmark touches its memory or CPU."""
 
     def __init__(self, folder: Path, *, cluster: bool = False) -> None:
-        self.port = free_port(bus=cluster)
-        PORTS.append(self.port)
-        node = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{self.port}.conf"]
-        options = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)]
-        # No per-command latency histograms: each is allocated on a command's first call and
-        # would count in used_memory as if it were the filter's.
-        options += ["--latency-tracking", "no", *(node if cluster else [])]
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), *options], stdout=subprocess.DEVNULL
-        )
-        self.client = redis.Redis(port=self.port)
-        for _ in range(250):
-            try:
-                self.client.ping()
+        for _ in range(3):  # a port found free may be taken before the server binds it
+            self.port = free_port(bus=cluster)
+            node = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{self.port}.conf"]
+            options = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+            # No per-command latency histograms: each is allocated on a command's first call
+            # and would count in used_memory as if it were the filter's.
+            options += ["--dir", str(folder), "--latency-tracking", "no"]
+            self.proc = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), *options, *(node if cluster else [])],
+                stdout=subprocess.DEVNULL,
+            )
+            self.client = redis.Redis(port=self.port)
+            if self._answers():
+                PORTS.append(self.port)
                 return
+            self.stop()
+        raise RuntimeError("could not start a private redis-server")
+
+    def _answers(self) -> bool:
+        """Whether this process's server answers (never someone else's on the same port)."""
+        for _ in range(250):
+            if self.proc.poll() is not None:
+                return False
+            try:
+                return int(self.client.info("server")["process_id"]) == self.proc.pid
             except redis.exceptions.ConnectionError:
-                if self.proc.poll() is not None:
-                    break
                 time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
+        return False
 
     @property
     def url(self) -> str:

@@ -56,7 +56,7 @@ def test_every_way_on_both_streams_answers_correctly(quick: tuple[dict, str]) ->
         assert {(stream, k) for k in ("sadd", "bloom", "dsbf", "exact")} <= kinds
     for r in rows:
         assert r["new_twice"] == 0, r["label"]
-        assert r["server_cpu_seconds"] > 0 and r["memory_bytes"] > 0, r["label"]
+        assert r["server_cpu_seconds"] > 0 and r["key_bytes"] > 0, r["label"]
         assert r["attempts"] >= 1
         if r["kind"] in ("sadd", "exact"):  # exact: no wrong answer at all
             assert r["false_positives"] == r["false_negatives"] == 0, r["label"]
