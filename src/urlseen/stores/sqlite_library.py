@@ -6,32 +6,41 @@ every Python. Settings, and why:
   may lose the last commits (those URLs are new again: a re-crawl, never a lost page).
   durable=True uses synchronous=FULL (every commit on disk before add_many returns).
 - `fingerprints` is a WITHOUT ROWID table keyed by the 16-byte fingerprint: one B-tree, no rowid
-  index beside it; inserts and look-ups of a batch are sorted (IRLbot's DRUM lesson: touch
-  the B-tree in key order, never one random page per URL).
-- A batch's look-ups, inserts, reference updates and deletes are one statement each, the
-  fingerprints packed in one blob (`_ROWS`).
+  index beside it; look-ups of a batch are sorted (IRLbot's DRUM lesson: touch the B-tree in
+  key order, never one random page per URL).
+- New records and reference changes are staged first (stores/_staging.py): one row per batch,
+  mirrored in memory, merged into the B-tree in one sorted pass when `stage_limit`
+  fingerprints are staged (DRUM's lesson again, across many batches): a random insert into a
+  large B-tree costs a page write, a staged one 16 bytes (benchmarks/EXACT.md).
+- A batch's look-ups, reference updates and deletes are one statement each, the fingerprints
+  packed in one blob (`_ROWS`).
 - 16 KiB pages and a WAL auto-checkpoint every 10,000 pages: fewer, larger writes for the
   random inserts that dominate (benchmarks/EXACT.md); the price is 16 KiB read per random
   look-up and a WAL that can grow to about 160 MiB before a checkpoint.
 - The page cache is bounded (`cache_kib`, default 4 MiB): the library may be much larger than
   memory.
 - application_id and user_version mark the file; a foreign or newer file is refused, a damaged
-  one raises FormatError. One writer at a time (an flock beside SQLite's own locks;
-  readers take none).
+  one raises FormatError. Version 1 (format "urlseen-library", no stage) is read as it is and
+  migrated by the first writer that opens it; urlseen releases before the stage refuse
+  version 2 ("written by a newer urlseen"). One writer at a time (an flock beside SQLite's own
+  locks; readers take none).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 from urlseen.errors import FormatError
 from urlseen.stores import _sqlite
+from urlseen.stores._staging import STAGE_TABLE, Stage, pack_deltas
 from urlseen.stores.library_protocol import (
     Changes,
     LibraryIO,
@@ -42,8 +51,11 @@ from urlseen.stores.library_protocol import (
 )
 
 APPLICATION_ID = 0x75726C73  # "urls"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+FORMAT = "urlseen-library-2"
+FORMATS = ("urlseen-library", FORMAT)  # version 1 had no stage
 DEFAULT_CACHE_KIB = 4096
+DEFAULT_STAGE_LIMIT = 2_000_000  # staged fingerprints (~100 bytes of memory each) before a merge
 PAGE_SIZE = 16384
 WAL_CHECKPOINT_PAGES = 10000
 FP_BYTES = 16
@@ -55,7 +67,15 @@ _ROWS = (
     "batch(fp) AS (SELECT substr(:fps, i * 16 + 1, 16) FROM n) "
 )
 
-_SCHEMA = """
+# The records a library file holds, counted from its rows (not its `records` meta row): the
+# B-tree's rows and the fingerprints of the staged inserts. For checks from outside.
+STORED_RECORDS = (
+    "SELECT (SELECT COUNT(*) FROM fingerprints) + "
+    "(SELECT COALESCE(SUM(length(fps)), 0) / 16 FROM staged WHERE deltas IS NULL)"
+)
+
+_SCHEMA = (
+    """
 CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE fingerprints (
     fp BLOB PRIMARY KEY,
@@ -65,6 +85,8 @@ CREATE TABLE fingerprints (
 ) WITHOUT ROWID;
 CREATE TABLE overflow (counter INTEGER PRIMARY KEY, count INTEGER NOT NULL);
 """
+    + STAGE_TABLE
+)
 
 
 def _packed(fps: Sequence[bytes]) -> dict[str, object]:
@@ -95,14 +117,20 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         fingerprint: str = "md5",
         meta: Mapping[str, str] | None = None,
         check_seal: bool = True,
+        stage_limit: int = DEFAULT_STAGE_LIMIT,
     ) -> None:
         """Open the library at path, or create it (`meta`: more first meta rows). A library
         whose writer closed it is read whole and checked against its seal, unless a reader
-        says check_seal=False (stores/_sqlite.py)."""
+        says check_seal=False (stores/_sqlite.py). stage_limit: staged fingerprints (in
+        memory) that trigger a merge into the B-tree."""
         self.io = LibraryIO()
         self._depth = 0
+        self._stage_limit = stage_limit
+        self._staged: Stage | None = None  # read from the file at first use
+        self._has_stage = True  # False for a version-1 file opened read-only
+        self._main_empty: bool | None = None  # the B-tree holds no record (known, or None)
         first_meta = {
-            "format": "urlseen-library",
+            "format": FORMAT,
             "fingerprint": fingerprint,
             "library_id": uuid.uuid4().hex,
             "records": "0",
@@ -118,6 +146,8 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             path, create=create, readonly=readonly, durable=durable, new_meta=first_meta,
             pragmas=pragmas, page_size=PAGE_SIZE, check_seal=check_seal,
         )  # fmt: skip
+        if not self._has_stage and not readonly:
+            self._migrate()
 
     def _check_tables(self) -> None:
         try:
@@ -127,39 +157,115 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
                 f"{self.path}: not a readable urlseen library: it has urlseen's mark but not "
                 f"its tables ({exc})"
             ) from exc
-        if fmt != "urlseen-library" or records is None:
+        if fmt not in FORMATS or records is None:
             raise FormatError(f"{self.path}: a urlseen library without its metadata")
+        table = "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'staged'"
+        self._has_stage = self._db.execute(table).fetchone() is not None
+        if fmt == FORMAT and not self._has_stage:
+            raise FormatError(f"{self.path}: a urlseen library without its staging table")
+
+    def _migrate(self) -> None:
+        """A version-1 library becomes version 2: an empty stage, the new format name."""
+        with self.transaction(), self._errors():
+            self._db.execute(STAGE_TABLE)
+            self._db.execute("UPDATE meta SET value = ? WHERE name = 'format'", (FORMAT,))
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._has_stage = True
+
+    # -- the stage ----------------------------------------------------------------------------
+
+    @property
+    def _stage(self) -> Stage:
+        """The staged rows in memory (read from the file at first use, and again after a
+        rolled-back transaction)."""
+        if self._staged is None:
+            stage = Stage()
+            if self._has_stage:
+                with self._errors():
+                    rows = self._db.execute("SELECT now, fps, deltas FROM staged ORDER BY batch")
+                    for now, fps, deltas in rows:
+                        stage.load_row(now, fps, deltas)
+            self._staged = stage
+        return self._staged
+
+    def _in_main(self, fps: Sequence[bytes]) -> set[bytes]:
+        """Which of fps the B-tree holds: one sorted statement (none if it is empty)."""
+        if not fps:
+            return set()
+        if self._main_empty is None:
+            self._main_empty = (
+                self._db.execute("SELECT 1 FROM fingerprints LIMIT 1").fetchone() is None
+            )
+        if self._main_empty:
+            return set()
+        sql = _ROWS + "SELECT fp FROM fingerprints WHERE fp IN (SELECT fp FROM batch)"
+        return {row[0] for row in self._db.execute(sql, _packed(sorted(set(fps))))}
+
+    def merge(self) -> None:
+        """Move every staged change into the B-tree, in key order, in one transaction."""
+        stage = self._stage
+        if not stage.rows:
+            return
+        db = self._db
+        with self.transaction(), self._errors():
+            if stage.new:
+                order = sorted(stage.new)
+                db.execute(
+                    "INSERT INTO fingerprints SELECT substr(:fps, j.key * 16 + 1, 16), 1, "
+                    "j.value, j.value FROM json_each(:times) AS j",
+                    {"fps": b"".join(order), "times": json.dumps([stage.new[fp] for fp in order])},
+                )
+            if stage.deltas:
+                order = sorted(stage.deltas)
+                self._update_refs(order, [stage.deltas[fp] for fp in order])
+            db.execute("DELETE FROM staged")
+            self._staged = Stage()
+            self._main_empty = False
+
+    def _update_refs(self, order: list[bytes], pairs: list[list[int]]) -> None:
+        """Add [delta, last seen ms] to the records of the sorted fingerprints `order`."""
+        self._db.execute(
+            "UPDATE fingerprints SET refs = refs + u.delta, "
+            "last_seen = max(last_seen, u.seen) "
+            "FROM (SELECT substr(:fps, j.key * 16 + 1, 16) AS fp, "
+            "json_extract(j.value, '$[0]') AS delta, json_extract(j.value, '$[1]') AS seen "
+            "FROM json_each(:pairs) AS j) AS u WHERE fingerprints.fp = u.fp",
+            {**_packed(order), "pairs": json.dumps(pairs)},
+        )
 
     # -- reads --------------------------------------------------------------------------------
 
     def present(self, fps: Sequence[bytes], *, batched: bool = True) -> set[bytes]:
-        found: set[bytes] = set()
         if not fps:
-            return found
+            return set()
         self.io.lookups += len(fps)
+        new = self._stage.new
+        found = {fp for fp in fps if fp in new}
+        rest = [fp for fp in fps if fp not in new]
         with self._errors():
             if not batched:
                 one = "SELECT 1 FROM fingerprints WHERE fp = ?"
-                for fp in fps:
+                self.io.round_trips += len(fps) - len(rest)
+                for fp in rest:
                     self.io.round_trips += 1
                     if self._db.execute(one, (fp,)).fetchone() is not None:
                         found.add(fp)
                 return found
-            ordered = sorted(set(fps))
-            sql = _ROWS + "SELECT fp FROM fingerprints WHERE fp IN (SELECT fp FROM batch)"
-            found.update(row[0] for row in self._db.execute(sql, _packed(ordered)))
+            found |= self._in_main(rest)
             self.io.round_trips += 1
         return found
 
     def records(self, fps: Iterable[bytes]) -> dict[bytes, Record]:
         out = {}
         sql = "SELECT refs, first_seen, last_seen FROM fingerprints WHERE fp = ?"
+        stage = self._stage
         with self._errors():
             for fp in sorted(set(fps)):
-                row = self._db.execute(sql, (fp,)).fetchone()
                 self.io.lookups += 1
-                if row is not None:
-                    out[fp] = Record(row[0], from_millis(row[1]), from_millis(row[2]))
+                row = None if fp in stage.new else self._db.execute(sql, (fp,)).fetchone()
+                rec = stage.record(fp, row)
+                if rec is not None:
+                    out[fp] = Record(rec[0], from_millis(rec[1]), from_millis(rec[2]))
         return out
 
     def count(self) -> int:
@@ -168,14 +274,21 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
     def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
         with self._errors():
             cursor = self._db.execute("SELECT fp FROM fingerprints")
-            while rows := cursor.fetchmany(chunk):
-                yield [row[0] for row in rows]
+            rows = (row[0] for row in iter(cursor.fetchone, None))
+            every = itertools.chain(rows, list(self._stage.new))
+            while batch := list(itertools.islice(every, chunk)):
+                yield batch
 
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
-        time_index(by)  # a checked column name
-        sql = f"SELECT fp FROM fingerprints WHERE {by} < ?"
+        column = time_index(by)  # a checked column name, and its place in a record
+        limit = to_millis(timestamp)
+        stage = self._stage
+        sql = f"SELECT fp, refs, first_seen, last_seen FROM fingerprints WHERE {by} < ?"
         with self._errors():
-            return [row[0] for row in self._db.execute(sql, (to_millis(timestamp),))]
+            rows = self._db.execute(sql, (limit,)).fetchall()
+        old = [fp for fp, *rec in rows if cast(tuple, stage.record(fp, tuple(rec)))[column] < limit]
+        staged = ((fp, stage.record(fp, None)) for fp in stage.new)
+        return old + [fp for fp, rec in staged if cast(tuple, rec)[column] < limit]
 
     def overflow(self, counters: Iterable[int]) -> dict[int, int]:
         sql = "SELECT count FROM overflow WHERE counter = ?"
@@ -210,14 +323,16 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         self._depth = 1
         try:
             yield
+            self._depth = 0
+            with self._errors():
+                self._db.execute("COMMIT")
         except BaseException:
             self._depth = 0
+            self._staged = None  # the stage in memory may be ahead: read it again
+            self._main_empty = None
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
             raise
-        self._depth = 0
-        with self._errors():
-            self._db.execute("COMMIT")
 
     def apply(self, changes: Changes) -> None:
         if not changes:
@@ -226,29 +341,32 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         db = self._db
         with self.transaction(), self._errors():
             grown = 0
+            stage = self._stage
             if changes.inserts:
+                inserts = changes.inserts
+                blob = _packed(inserts)["fps"]  # ValueError for a fingerprint of another size
+                if self._in_main(inserts):
+                    raise ValueError("inconsistent changes: inserts already present")
+                stage.insert(inserts, now)  # ValueError for a repeat, or one staged already
+                db.execute("INSERT INTO staged (now, fps) VALUES (?, ?)", (now, blob))
+                grown += len(inserts)
+            if changes.refs:  # staged for present records only (absent ones: nothing to do)
+                refs, seen = changes.refs, changes.seen
+                absent = refs.keys() - stage.new.keys()
+                gone = absent - self._in_main(list(absent)) if absent else set()
+                fps = [fp for fp in refs if fp not in gone]
+                if fps:
+                    times = [round(seen.get(fp, changes.now) * 1000) for fp in fps]
+                    deltas = pack_deltas([refs[fp] for fp in fps], times)
+                    fps_blob = b"".join(fps)
+                    db.execute(
+                        "INSERT INTO staged (now, fps, deltas) VALUES (?, ?, ?)",
+                        (now, fps_blob, deltas),
+                    )
+                    stage.add_deltas(fps_blob, deltas)
+            if changes.deletes:  # in the B-tree alone: a record is never staged and deleted
+                self.merge()
                 before = db.total_changes  # rowcount is -1 for a statement that starts WITH
-                db.execute(
-                    _ROWS + "INSERT INTO fingerprints SELECT fp, 1, :now, :now FROM batch",
-                    {**_packed(sorted(changes.inserts)), "now": now},
-                )
-                grown += db.total_changes - before
-            if changes.refs:
-                order = sorted(changes.refs)
-                seen = changes.seen
-                pairs = [
-                    [changes.refs[fp], to_millis(seen[fp]) if fp in seen else now] for fp in order
-                ]
-                db.execute(
-                    "UPDATE fingerprints SET refs = refs + u.delta, "
-                    "last_seen = max(last_seen, u.seen) "
-                    "FROM (SELECT substr(:fps, j.key * 16 + 1, 16) AS fp, "
-                    "json_extract(j.value, '$[0]') AS delta, json_extract(j.value, '$[1]') AS seen "
-                    "FROM json_each(:pairs) AS j) AS u WHERE fingerprints.fp = u.fp",
-                    {**_packed(order), "pairs": json.dumps(pairs)},
-                )
-            if changes.deletes:
-                before = db.total_changes
                 db.execute(
                     _ROWS + "DELETE FROM fingerprints WHERE fp IN (SELECT fp FROM batch)",
                     _packed(sorted(set(changes.deletes))),
@@ -267,6 +385,8 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
                 )
             if changes.meta:
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.meta.items())
+            if self._stage.rows >= self._stage_limit:
+                self.merge()
         self.io.writes += len(changes.inserts) + len(changes.refs) + len(changes.deletes)
         self.io.round_trips += 1
 
