@@ -21,6 +21,8 @@ import sys
 from array import array
 from collections.abc import Sequence
 
+from urlseen import _core
+
 FP_BYTES = 16
 STAGE_TABLE = (
     "CREATE TABLE staged (batch INTEGER PRIMARY KEY, now INTEGER NOT NULL, fps BLOB NOT NULL, "
@@ -55,14 +57,15 @@ def unpack_deltas(blob: bytes) -> tuple[array[int], array[int]]:
 
 class Stage:
     """The staged changes in memory: inserted fingerprints with their batch time (ms), and
-    reference deltas with the latest last-seen time (ms) per fingerprint.
+    reference deltas with the latest last-seen time (ms) per fingerprint. The inserts are in a
+    FingerprintMap (csrc/fpmap.h: ~24-48 bytes each, no Python object per fingerprint).
 
     Look-ups need only the inserts; the deltas are kept as their rows were written and folded
     into one table when a record is read or the stage is merged (most batches never need it).
     """
 
     def __init__(self) -> None:
-        self.new: dict[bytes, int] = {}
+        self.new = _core.FingerprintMap()  # fingerprint -> batch time (ms)
         self._rows: list[tuple[bytes, bytes]] = []  # delta rows not folded yet
         self._deltas: dict[bytes, list[int]] = {}
         self.rows = 0  # fingerprints in the staged rows (a hot one counts once per batch)
@@ -70,10 +73,9 @@ class Stage:
     def insert(self, fps: Sequence[bytes], now: int) -> None:
         """Stage new records; ValueError if one is staged already or repeated (the stage is
         then unusable: the caller reads it again from the file)."""
-        before = len(self.new)
-        self.new.update(dict.fromkeys(fps, now))
+        added = self.new.add_many(fps, now)
         self.rows += len(fps)
-        if len(self.new) - before != len(fps):
+        if added != len(fps):
             raise ValueError("inconsistent changes: inserts already present")
 
     def add_deltas(self, fps: bytes, deltas: bytes) -> None:

@@ -209,11 +209,14 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         db = self._db
         with self.transaction(), self._errors():
             if stage.new:
-                order = sorted(stage.new)
+                items = sorted(stage.new.items())
                 db.execute(
                     "INSERT INTO fingerprints SELECT substr(:fps, j.key * 16 + 1, 16), 1, "
                     "j.value, j.value FROM json_each(:times) AS j",
-                    {"fps": b"".join(order), "times": json.dumps([stage.new[fp] for fp in order])},
+                    {
+                        "fps": b"".join(fp for fp, _ in items),
+                        "times": json.dumps([t for _, t in items]),
+                    },
                 )
             if stage.deltas:
                 order = sorted(stage.deltas)
@@ -239,9 +242,8 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         if not fps:
             return set()
         self.io.lookups += len(fps)
-        new = self._stage.new
-        found = {fp for fp in fps if fp in new}
-        rest = [fp for fp in fps if fp not in new]
+        inside, rest = self._stage.new.partition(fps)
+        found = set(inside)
         with self._errors():
             if not batched:
                 one = "SELECT 1 FROM fingerprints WHERE fp = ?"
@@ -275,7 +277,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         with self._errors():
             cursor = self._db.execute("SELECT fp FROM fingerprints")
             rows = (row[0] for row in iter(cursor.fetchone, None))
-            every = itertools.chain(rows, list(self._stage.new))
+            every = itertools.chain(rows, self._stage.new.keys())
             while batch := list(itertools.islice(every, chunk)):
                 yield batch
 
@@ -287,7 +289,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         with self._errors():
             rows = self._db.execute(sql, (limit,)).fetchall()
         old = [fp for fp, *rec in rows if cast(tuple, stage.record(fp, tuple(rec)))[column] < limit]
-        staged = ((fp, stage.record(fp, None)) for fp in stage.new)
+        staged = ((fp, stage.record(fp, None)) for fp, _ in stage.new.items())
         return old + [fp for fp, rec in staged if cast(tuple, rec)[column] < limit]
 
     def overflow(self, counters: Iterable[int]) -> dict[int, int]:
@@ -352,8 +354,8 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
                 grown += len(inserts)
             if changes.refs:  # staged for present records only (absent ones: nothing to do)
                 refs, seen = changes.refs, changes.seen
-                absent = refs.keys() - stage.new.keys()
-                gone = absent - self._in_main(list(absent)) if absent else set()
+                absent = stage.new.partition(list(refs))[1]
+                gone = set(absent) - self._in_main(absent) if absent else set()
                 fps = [fp for fp in refs if fp not in gone]
                 if fps:
                     times = [round(seen.get(fp, changes.now) * 1000) for fp in fps]

@@ -1,0 +1,127 @@
+/* fpmap.c: see fpmap.h. */
+#include "csrc/fpmap.h"
+
+#include <stdlib.h>
+
+#include "csrc/bytes.h"
+
+static inline uint64_t slot_of(uint64_t a, uint64_t b, uint64_t mask)
+{
+    uint64_t h = (a ^ (b * 0x9E3779B97F4A7C15ull)) * 0xD6E8FEB86659FD93ull;
+    return (h ^ (h >> 32)) & mask;
+}
+
+/* Place (a, b, value), known absent, in slots of size mask + 1 with room to spare. */
+static void place(us_fpmap_slot *slots, uint64_t mask, uint64_t a, uint64_t b, uint64_t value)
+{
+    uint64_t i = slot_of(a, b, mask);
+    while (slots[i].a | slots[i].b) i = (i + 1) & mask;
+    slots[i].a = a;
+    slots[i].b = b;
+    slots[i].value = value;
+}
+
+static int grow_to(us_fpmap *m, uint64_t capacity)
+{
+    us_fpmap_slot *slots = calloc(capacity, sizeof *slots);
+    if (slots == NULL) return -1;
+    for (uint64_t i = 0; i < m->capacity; i++) {
+        const us_fpmap_slot *s = &m->slots[i];
+        if (s->a | s->b) place(slots, capacity - 1, s->a, s->b, s->value);
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->capacity = capacity;
+    return 0;
+}
+
+static int grow(us_fpmap *m)
+{
+    return grow_to(m, m->capacity ? 2 * m->capacity : 1024);
+}
+
+int us_fpmap_reserve(us_fpmap *m, uint64_t more)
+{
+    uint64_t capacity = m->capacity ? m->capacity : 1024;
+    while (4 * (m->count + more) > 3 * capacity) capacity *= 2;
+    return capacity == m->capacity ? 0 : grow_to(m, capacity);
+}
+
+void us_fpmap_prefetch(const us_fpmap *m, const uint8_t fp[16])
+{
+    if (m->capacity == 0) return;
+    uint64_t i = slot_of(us_load64_le(fp), us_load64_le(fp + 8), m->capacity - 1);
+    __builtin_prefetch(&m->slots[i]);
+}
+
+int us_fpmap_insert(us_fpmap *m, const uint8_t fp[16], uint64_t value)
+{
+    uint64_t a = us_load64_le(fp), b = us_load64_le(fp + 8);
+    if (!(a | b)) {
+        if (m->has_zero) return 0;
+        m->has_zero = 1;
+        m->zero_value = value;
+        m->count++;
+        return 1;
+    }
+    if (4 * (m->count + 1) > 3 * m->capacity && grow(m) < 0) return -1;
+    uint64_t mask = m->capacity - 1, i = slot_of(a, b, mask);
+    for (;; i = (i + 1) & mask) {
+        us_fpmap_slot *s = &m->slots[i];
+        if (s->a == a && s->b == b) return 0;
+        if (!(s->a | s->b)) {
+            s->a = a;
+            s->b = b;
+            s->value = value;
+            m->count++;
+            return 1;
+        }
+    }
+}
+
+int us_fpmap_get(const us_fpmap *m, const uint8_t fp[16], uint64_t *value)
+{
+    uint64_t a = us_load64_le(fp), b = us_load64_le(fp + 8);
+    if (!(a | b)) {
+        if (m->has_zero) *value = m->zero_value;
+        return m->has_zero;
+    }
+    if (m->capacity == 0) return 0;
+    uint64_t mask = m->capacity - 1, i = slot_of(a, b, mask);
+    for (;; i = (i + 1) & mask) {
+        const us_fpmap_slot *s = &m->slots[i];
+        if (s->a == a && s->b == b) {
+            *value = s->value;
+            return 1;
+        }
+        if (!(s->a | s->b)) return 0;
+    }
+}
+
+int us_fpmap_each(const us_fpmap *m, int (*fn)(const uint8_t fp[16], uint64_t value, void *arg),
+                  void *arg)
+{
+    uint8_t fp[16];
+    if (m->has_zero) {
+        for (int j = 0; j < 16; j++) fp[j] = 0;
+        int r = fn(fp, m->zero_value, arg);
+        if (r) return r;
+    }
+    for (uint64_t i = 0; i < m->capacity; i++) {
+        const us_fpmap_slot *s = &m->slots[i];
+        if (!(s->a | s->b)) continue;
+        us_store64_le(fp, s->a);
+        us_store64_le(fp + 8, s->b);
+        int r = fn(fp, s->value, arg);
+        if (r) return r;
+    }
+    return 0;
+}
+
+void us_fpmap_free(us_fpmap *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+    m->capacity = m->count = 0;
+    m->has_zero = 0;
+}
