@@ -36,7 +36,6 @@ import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import cast
 
 from urlseen.errors import FormatError
 from urlseen.stores import _sqlite
@@ -288,9 +287,9 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         sql = f"SELECT fp, refs, first_seen, last_seen FROM fingerprints WHERE {by} < ?"
         with self._errors():
             rows = self._db.execute(sql, (limit,)).fetchall()
-        old = [fp for fp, *rec in rows if cast(tuple, stage.record(fp, tuple(rec)))[column] < limit]
-        staged = ((fp, stage.record(fp, None)) for fp, _ in stage.new.items())
-        return old + [fp for fp, rec in staged if cast(tuple, rec)[column] < limit]
+        records = [(fp, stage.record(fp, (refs, first, last))) for fp, refs, first, last in rows]
+        records += [(fp, stage.record(fp, None)) for fp, _ in stage.new.items()]
+        return [fp for fp, rec in records if rec is not None and rec[column] < limit]
 
     def overflow(self, counters: Iterable[int]) -> dict[int, int]:
         sql = "SELECT count FROM overflow WHERE counter = ?"
