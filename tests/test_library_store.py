@@ -512,3 +512,25 @@ def test_a_version_2_library_without_its_stage_is_refused(lib_path):
     db.close()
     Path(str(lib_path) + ".seal").unlink(missing_ok=True)
     refused(lib_path, "staging table")
+
+
+@pytest.mark.parametrize(
+    ("damage", "needle"),
+    [
+        ("UPDATE staged SET fps = substr(fps, 1, 20)", "damaged staged row"),
+        ("UPDATE meta SET value = '7' WHERE name = 'records'", "its count says 7"),
+    ],
+)
+def test_verify_reads_the_stage_and_counts_the_records(lib_path, damage, needle):
+    """Damage SQLite cannot see (well-formed pages, wrong contents), in a file its writer did
+    not seal: verify() finds it."""
+    make_file(lib_path, 10)
+    db = sqlite3.connect(lib_path)
+    db.execute(damage)
+    db.commit()
+    db.close()
+    Path(str(lib_path) + ".seal").unlink()
+    lib = SQLiteLibrary(lib_path, readonly=True)
+    with pytest.raises(FormatError, match=needle):
+        lib.verify()
+    lib.close()

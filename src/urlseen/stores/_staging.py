@@ -100,7 +100,9 @@ class Stage:
         return table
 
     def load_row(self, now: int, fps: bytes, deltas: bytes | None) -> None:
-        """One staged row, as read back from the file."""
+        """One staged row, as read back from the file; ValueError if it is not well formed."""
+        if len(fps) % FP_BYTES or (deltas is not None and len(deltas) != len(fps)):
+            raise ValueError(f"{len(fps)} bytes of fingerprints, {len(deltas or b'')} of deltas")
         if deltas is None:
             self.insert(split(fps), now)
         else:

@@ -178,14 +178,20 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         """The staged rows in memory (read from the file at first use, and again after a
         rolled-back transaction)."""
         if self._staged is None:
-            stage = Stage()
-            if self._has_stage:
-                with self._errors():
-                    rows = self._db.execute("SELECT now, fps, deltas FROM staged ORDER BY batch")
-                    for now, fps, deltas in rows:
-                        stage.load_row(now, fps, deltas)
-            self._staged = stage
+            self._staged = self._read_stage()
         return self._staged
+
+    def _read_stage(self) -> Stage:
+        stage = Stage()
+        if self._has_stage:
+            with self._errors():
+                rows = self._db.execute("SELECT now, fps, deltas FROM staged ORDER BY batch")
+                for now, fps, deltas in rows:
+                    try:
+                        stage.load_row(now, fps, deltas)
+                    except (TypeError, ValueError) as exc:
+                        raise FormatError(f"{self.path}: damaged staged row ({exc})") from exc
+        return stage
 
     def _in_main(self, fps: Sequence[bytes]) -> set[bytes]:
         """Which of fps the B-tree holds: one sorted statement (none if it is empty)."""
@@ -398,7 +404,8 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
 
     def verify(self) -> bool:
-        """Run SQLite's integrity check over the whole file and, if it was closed cleanly,
+        """Run SQLite's integrity check over the whole file, read every staged row and count
+        the records against the library's count and, if it was closed cleanly,
         compare its bytes with its seal; FormatError if either fails. True if the seal was
         compared (every byte checked), False if there is none (its writer did not close it,
         or a writer has it open)."""
@@ -406,6 +413,14 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             result = self._db.execute("PRAGMA integrity_check").fetchall()
         if result != [("ok",)]:
             raise FormatError(f"{self.path}: damaged library ({result[0][0]})")
+        self._staged = self._read_stage()  # every staged row read and checked again
+        with self._errors():
+            (stored,) = self._db.execute(STORED_RECORDS).fetchone()
+        if stored != self.count():
+            raise FormatError(
+                f"{self.path}: damaged library (it holds {stored} records, its count says "
+                f"{self.count()})"
+            )
         if self.readonly and not self.sealed:
             self.sealed = self._check_seal(Path(self.path))
         return self.sealed and self.readonly
