@@ -21,9 +21,23 @@ static const uint8_t *fp_bytes(PyObject *obj)
     return (const uint8_t *)PyBytes_AS_STRING(obj);
 }
 
+/* Room for `more` entries (one rehash, not several, for a batch): 0, or -1 with MemoryError. */
+static int reserve(FingerprintMap *self, uint64_t more)
+{
+    uint64_t capacity = us_fpmap_room(&self->map, more);
+    if (capacity == 0) return 0;
+    us_fpmap_slot *slots = PyMem_RawCalloc(capacity, sizeof *slots);
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyMem_RawFree(us_fpmap_move(&self->map, slots, capacity));
+    return 0;
+}
+
 static void FingerprintMap_dealloc(FingerprintMap *self)
 {
-    us_fpmap_free(&self->map);
+    PyMem_RawFree(self->map.slots);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -49,19 +63,14 @@ static PyObject *FingerprintMap_add_many(FingerprintMap *self, PyObject *args)
         }
     }
     Py_ssize_t added = 0;
-    if (us_fpmap_reserve(&self->map, (uint64_t)n) < 0) {
+    if (reserve(self, (uint64_t)n) < 0) {
         Py_DECREF(seq);
-        return PyErr_NoMemory();
+        return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + FPMAP_AHEAD < n)
             us_fpmap_prefetch(&self->map, (const uint8_t *)PyBytes_AS_STRING(items[i + FPMAP_AHEAD]));
-        int r = us_fpmap_insert(&self->map, (const uint8_t *)PyBytes_AS_STRING(items[i]), value);
-        if (r < 0) {
-            Py_DECREF(seq);
-            return PyErr_NoMemory();
-        }
-        added += r;
+        added += us_fpmap_insert(&self->map, (const uint8_t *)PyBytes_AS_STRING(items[i]), value);
     }
     Py_DECREF(seq);
     return PyLong_FromSsize_t(added);

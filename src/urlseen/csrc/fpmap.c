@@ -1,8 +1,6 @@
 /* fpmap.c: see fpmap.h. */
 #include "csrc/fpmap.h"
 
-#include <stdlib.h>
-
 #include "csrc/bytes.h"
 
 static inline uint64_t slot_of(uint64_t a, uint64_t b, uint64_t mask)
@@ -21,30 +19,23 @@ static void place(us_fpmap_slot *slots, uint64_t mask, uint64_t a, uint64_t b, u
     slots[i].value = value;
 }
 
-static int grow_to(us_fpmap *m, uint64_t capacity)
+uint64_t us_fpmap_room(const us_fpmap *m, uint64_t more)
 {
-    us_fpmap_slot *slots = calloc(capacity, sizeof *slots);
-    if (slots == NULL) return -1;
+    uint64_t capacity = m->capacity ? m->capacity : 1024;
+    while (4 * (m->count + more) > 3 * capacity) capacity *= 2;
+    return capacity == m->capacity ? 0 : capacity;
+}
+
+us_fpmap_slot *us_fpmap_move(us_fpmap *m, us_fpmap_slot *slots, uint64_t capacity)
+{
     for (uint64_t i = 0; i < m->capacity; i++) {
         const us_fpmap_slot *s = &m->slots[i];
         if (s->a | s->b) place(slots, capacity - 1, s->a, s->b, s->value);
     }
-    free(m->slots);
+    us_fpmap_slot *old = m->slots;
     m->slots = slots;
     m->capacity = capacity;
-    return 0;
-}
-
-static int grow(us_fpmap *m)
-{
-    return grow_to(m, m->capacity ? 2 * m->capacity : 1024);
-}
-
-int us_fpmap_reserve(us_fpmap *m, uint64_t more)
-{
-    uint64_t capacity = m->capacity ? m->capacity : 1024;
-    while (4 * (m->count + more) > 3 * capacity) capacity *= 2;
-    return capacity == m->capacity ? 0 : grow_to(m, capacity);
+    return old;
 }
 
 void us_fpmap_prefetch(const us_fpmap *m, const uint8_t fp[16])
@@ -64,7 +55,6 @@ int us_fpmap_insert(us_fpmap *m, const uint8_t fp[16], uint64_t value)
         m->count++;
         return 1;
     }
-    if (4 * (m->count + 1) > 3 * m->capacity && grow(m) < 0) return -1;
     uint64_t mask = m->capacity - 1, i = slot_of(a, b, mask);
     for (;; i = (i + 1) & mask) {
         us_fpmap_slot *s = &m->slots[i];
@@ -116,12 +106,4 @@ int us_fpmap_each(const us_fpmap *m, int (*fn)(const uint8_t fp[16], uint64_t va
         if (r) return r;
     }
     return 0;
-}
-
-void us_fpmap_free(us_fpmap *m)
-{
-    free(m->slots);
-    m->slots = NULL;
-    m->capacity = m->count = 0;
-    m->has_zero = 0;
 }

@@ -7,8 +7,8 @@
  *
  * Open addressing with linear probing over 24-byte slots, grown (doubled) at 3/4 full. The
  * keys are digests, already uniform; they are mixed anyway, so any 16 bytes work. The all-zero
- * fingerprint marks an empty slot and is kept apart. Pure C: the caller frees with
- * us_fpmap_free.
+ * fingerprint marks an empty slot and is kept apart. Pure C, no allocation: the caller owns
+ * the slot arrays (us_fpmap_room says when a larger one is needed, us_fpmap_move fills it).
  */
 #ifndef URLSEEN_FPMAP_H
 #define URLSEEN_FPMAP_H
@@ -29,13 +29,17 @@ typedef struct {
     uint64_t zero_value;
 } us_fpmap;
 
-/* Insert fp with value if absent: 1 if inserted, 0 if it was there (value left as it was),
- * -1 if memory ran out (nothing changed). */
-int us_fpmap_insert(us_fpmap *m, const uint8_t fp[16], uint64_t value);
+/* The capacity (a power of two) the map needs to take `more` entries within 3/4 full, or 0 if
+ * it has room already. */
+uint64_t us_fpmap_room(const us_fpmap *m, uint64_t more);
 
-/* Make room for `more` entries without growing (one rehash instead of several): 0, or -1 if
- * memory ran out (nothing changed). */
-int us_fpmap_reserve(us_fpmap *m, uint64_t more);
+/* Move every entry into `slots` (capacity of them, zeroed, from us_fpmap_room), which the map
+ * then uses; returns its former slot array for the caller to free. */
+us_fpmap_slot *us_fpmap_move(us_fpmap *m, us_fpmap_slot *slots, uint64_t capacity);
+
+/* Insert fp with value if absent: 1 if inserted, 0 if it was there (value left as it was).
+ * The map must have room (us_fpmap_room(m, 1) == 0). */
+int us_fpmap_insert(us_fpmap *m, const uint8_t fp[16], uint64_t value);
 
 /* Hint that fp is about to be inserted or looked up (its slot is fetched into the cache). */
 void us_fpmap_prefetch(const us_fpmap *m, const uint8_t fp[16]);
@@ -47,7 +51,5 @@ int us_fpmap_get(const us_fpmap *m, const uint8_t fp[16], uint64_t *value);
  * and returns it. */
 int us_fpmap_each(const us_fpmap *m, int (*fn)(const uint8_t fp[16], uint64_t value, void *arg),
                   void *arg);
-
-void us_fpmap_free(us_fpmap *m);
 
 #endif
