@@ -534,3 +534,18 @@ def test_verify_reads_the_stage_and_counts_the_records(lib_path, damage, needle)
     with pytest.raises(FormatError, match=needle):
         lib.verify()
     lib.close()
+
+
+def test_a_reader_sees_what_a_writer_stages_and_merges_after_it_opened(lib_path):
+    writer = SQLiteLibrary(lib_path, create=True, stage_limit=100)
+    writer.apply(Changes(1.0, inserts=[fp(i) for i in range(10)]))
+    reader = SQLiteLibrary(lib_path, readonly=True, check_seal=False)
+    assert len(reader.present([fp(i) for i in range(300)])) == 10
+    writer.apply(Changes(2.0, inserts=[fp(i) for i in range(10, 50)]))  # staged
+    assert len(reader.present([fp(i) for i in range(300)])) == 50
+    writer.apply(Changes(3.0, inserts=[fp(i) for i in range(50, 150)]))  # merged
+    assert len(reader.present([fp(i) for i in range(300)])) == 150
+    assert reader.records([fp(3)]) == {fp(3): Record(1, 1.0, 1.0)}
+    assert sum(len(c) for c in reader.fingerprints()) == 150
+    reader.close()
+    writer.close()

@@ -128,6 +128,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         self._staged: Stage | None = None  # read from the file at first use
         self._has_stage = True  # False for a version-1 file opened read-only
         self._main_empty: bool | None = None  # the B-tree holds no record (known, or None)
+        self._read_version = -1  # a reader's PRAGMA data_version when it read the stage
         first_meta = {
             "format": FORMAT,
             "fingerprint": fingerprint,
@@ -177,6 +178,10 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
     def _stage(self) -> Stage:
         """The staged rows in memory (read from the file at first use, and again after a
         rolled-back transaction)."""
+        if self.readonly:  # a writer beside it may have staged or merged since: read again
+            (version,) = self._db.execute("PRAGMA data_version").fetchone()
+            if version != self._read_version:
+                self._staged, self._main_empty, self._read_version = None, None, version
         if self._staged is None:
             self._staged = self._read_stage()
         return self._staged
@@ -279,10 +284,11 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         return int(self.get_meta("records") or 0)
 
     def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
+        staged = self._stage.new.keys()  # first: a merge in between repeats, never loses one
         with self._errors():
             cursor = self._db.execute("SELECT fp FROM fingerprints")
             rows = (row[0] for row in iter(cursor.fetchone, None))
-            every = itertools.chain(rows, self._stage.new.keys())
+            every = itertools.chain(rows, staged)
             while batch := list(itertools.islice(every, chunk)):
                 yield batch
 
