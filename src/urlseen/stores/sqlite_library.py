@@ -54,7 +54,10 @@ SCHEMA_VERSION = 2
 FORMAT = "urlseen-library-2"
 FORMATS = ("urlseen-library", FORMAT)  # version 1 had no stage
 DEFAULT_CACHE_KIB = 4096
-DEFAULT_STAGE_LIMIT = 2_000_000  # staged fingerprints (~100 bytes of memory each) before a merge
+# Staged fingerprints before a merge: this many, or as many as the B-tree holds up to twice
+# this many (a merge rewrites most of the B-tree's pages, so it waits longer as the B-tree
+# grows; the stage's memory, ~24-48 bytes a fingerprint, stays bounded).
+DEFAULT_STAGE_LIMIT = 2_000_000
 PAGE_SIZE = 16384
 WAL_CHECKPOINT_PAGES = 10000
 FP_BYTES = 16
@@ -121,7 +124,8 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         """Open the library at path, or create it (`meta`: more first meta rows). A library
         whose writer closed it is read whole and checked against its seal, unless a reader
         says check_seal=False (stores/_sqlite.py). stage_limit: staged fingerprints (in
-        memory) that trigger a merge into the B-tree."""
+        memory) that trigger a merge into the B-tree (up to twice as many once the B-tree
+        holds more: DEFAULT_STAGE_LIMIT)."""
         self.io = LibraryIO()
         self._depth = 0
         self._stage_limit = stage_limit
@@ -234,6 +238,11 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             db.execute("DELETE FROM staged")
             self._staged = Stage()
             self._main_empty = False
+
+    def _merge_threshold(self) -> int:
+        """Staged fingerprints that call for a merge (see DEFAULT_STAGE_LIMIT)."""
+        in_btree = self.count() - len(self._stage.new)
+        return max(self._stage_limit, min(in_btree, 2 * self._stage_limit))
 
     def _update_refs(self, order: list[bytes], pairs: list[list[int]]) -> None:
         """Add [delta, last seen ms] to the records of the sorted fingerprints `order`."""
@@ -398,7 +407,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
                 )
             if changes.meta:
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.meta.items())
-            if self._stage.rows >= self._stage_limit:
+            if self._stage.rows >= self._merge_threshold():
                 self.merge()
         self.io.writes += len(changes.inserts) + len(changes.refs) + len(changes.deletes)
         self.io.round_trips += 1
