@@ -26,6 +26,9 @@ def test_it_behaves_as_a_dict_that_keeps_the_first_value(batches):
         assert len(m) == len(model)
     assert sorted(m.items()) == sorted(model.items())
     assert sorted(m.keys()) == sorted(model)
+    packed, values = m.sorted()  # byte order, as SQLite compares blobs
+    order = sorted(model)
+    assert packed == b"".join(order) and values == [model[fp] for fp in order]
     for fp in [*list(model)[:20], b"\x01" * 16]:
         assert (fp in m) == (fp in model) and m.get(fp) == model.get(fp)
 

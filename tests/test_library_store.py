@@ -549,3 +549,18 @@ def test_a_reader_sees_what_a_writer_stages_and_merges_after_it_opened(lib_path)
     assert sum(len(c) for c in reader.fingerprints()) == 150
     reader.close()
     writer.close()
+
+
+def test_a_wrong_known_absent_costs_no_record_and_no_stuck_merge(lib_path):
+    """known_absent skips the look-up of inserts in the B-tree; an insert the B-tree holds
+    after all keeps the B-tree's record at the merge, and the count stays the rows'."""
+    lib = SQLiteLibrary(lib_path, create=True, stage_limit=3)
+    lib.apply(Changes(1.0, inserts=[fp(1), fp(2), fp(3)]))  # merged
+    with pytest.raises(ValueError, match="inconsistent"):
+        lib.apply(Changes(2.0, inserts=[fp(1)]))  # looked up: refused
+    lib.apply(Changes(2.0, inserts=[fp(1), fp(4), fp(5)], known_absent=True))  # merged
+    assert lib.count() == 5 and lib.records([fp(1)]) == {fp(1): Record(1, 1.0, 1.0)}
+    lib.close()
+    db = sqlite3.connect(lib_path)
+    assert db.execute(STORED_RECORDS).fetchone() == (5,)
+    db.close()

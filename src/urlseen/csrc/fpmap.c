@@ -3,6 +3,8 @@
 
 #include "csrc/bytes.h"
 
+#include <stdlib.h>
+
 static inline uint64_t slot_of(uint64_t a, uint64_t b, uint64_t mask)
 {
     uint64_t h = (a ^ (b * 0x9E3779B97F4A7C15ull)) * 0xD6E8FEB86659FD93ull;
@@ -86,6 +88,25 @@ int us_fpmap_get(const us_fpmap *m, const uint8_t fp[16], uint64_t *value)
         }
         if (!(s->a | s->b)) return 0;
     }
+}
+
+/* Order of two slots by their fingerprints' bytes: the little-endian halves byte-swapped. */
+static int by_bytes(const void *x, const void *y)
+{
+    const us_fpmap_slot *p = x, *q = y;
+    uint64_t pa = __builtin_bswap64(p->a), qa = __builtin_bswap64(q->a);
+    if (pa != qa) return pa < qa ? -1 : 1;
+    uint64_t pb = __builtin_bswap64(p->b), qb = __builtin_bswap64(q->b);
+    return pb < qb ? -1 : pb > qb;
+}
+
+void us_fpmap_sorted(const us_fpmap *m, us_fpmap_slot *out)
+{
+    uint64_t n = 0;
+    if (m->has_zero) out[n++] = (us_fpmap_slot){0, 0, m->zero_value};
+    for (uint64_t i = 0; i < m->capacity; i++)
+        if (m->slots[i].a | m->slots[i].b) out[n++] = m->slots[i];
+    qsort(out, n, sizeof *out, by_bytes);
 }
 
 int us_fpmap_each(const us_fpmap *m, int (*fn)(const uint8_t fp[16], uint64_t value, void *arg),

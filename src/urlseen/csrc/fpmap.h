@@ -47,6 +47,10 @@ void us_fpmap_prefetch(const us_fpmap *m, const uint8_t fp[16]);
 /* 1 and *value if fp is in, else 0. */
 int us_fpmap_get(const us_fpmap *m, const uint8_t fp[16], uint64_t *value);
 
+/* Copy every entry into out (room for m->count) in the fingerprints' byte order (memcmp's,
+ * SQLite's for blobs). */
+void us_fpmap_sorted(const us_fpmap *m, us_fpmap_slot *out);
+
 /* Calls fn(fp, value, arg) for every entry, in slot order; stops at the first nonzero return
  * and returns it. */
 int us_fpmap_each(const us_fpmap *m, int (*fn)(const uint8_t fp[16], uint64_t value, void *arg),

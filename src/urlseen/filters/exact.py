@@ -326,7 +326,7 @@ class ExactFilter(Closeable):
                     answers = cast("list[bool]", flags)  # every None was resolved above
                     if before_commit is not None:
                         before_commit(answers)
-                    changes = Changes(now, inserts=fresh, overflow=overflow)
+                    changes = Changes(now, inserts=fresh, overflow=overflow, known_absent=True)
                     increments.fill(changes)
                     self._library.apply(changes)
             except BaseException:

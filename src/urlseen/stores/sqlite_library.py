@@ -216,22 +216,28 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         return {row[0] for row in self._db.execute(sql, _packed(sorted(set(fps))))}
 
     def merge(self) -> None:
-        """Move every staged change into the B-tree, in key order, in one transaction."""
+        """Move every staged change into the B-tree, in key order, in one transaction.
+
+        A staged insert the B-tree holds already (a caller's known_absent was wrong) keeps the
+        B-tree's record and leaves the record count right: nothing is stuck on it."""
         stage = self._stage
         if not stage.rows:
             return
         db = self._db
         with self.transaction(), self._errors():
             if stage.new:
-                items = sorted(stage.new.items())
+                fps, times = stage.new.sorted()
+                before = db.total_changes
                 db.execute(
-                    "INSERT INTO fingerprints SELECT substr(:fps, j.key * 16 + 1, 16), 1, "
-                    "j.value, j.value FROM json_each(:times) AS j",
-                    {
-                        "fps": b"".join(fp for fp, _ in items),
-                        "times": json.dumps([t for _, t in items]),
-                    },
+                    "INSERT OR IGNORE INTO fingerprints SELECT substr(:fps, j.key * 16 + 1, 16), "
+                    "1, j.value, j.value FROM json_each(:times) AS j",
+                    {"fps": fps, "times": json.dumps(times)},
                 )
+                if (repeated := len(times) - (db.total_changes - before)) > 0:
+                    db.execute(
+                        "UPDATE meta SET value = CAST(value AS INTEGER) - ? WHERE name = 'records'",
+                        (repeated,),
+                    )
             if stage.deltas:
                 order = sorted(stage.deltas)
                 self._update_refs(order, [stage.deltas[fp] for fp in order])
@@ -367,7 +373,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             if changes.inserts:
                 inserts = changes.inserts
                 blob = _packed(inserts)["fps"]  # ValueError for a fingerprint of another size
-                if self._in_main(inserts):
+                if not changes.known_absent and self._in_main(inserts):
                     raise ValueError("inconsistent changes: inserts already present")
                 stage.insert(inserts, now)  # ValueError for a repeat, or one staged already
                 db.execute("INSERT INTO staged (now, fps) VALUES (?, ?)", (now, blob))
