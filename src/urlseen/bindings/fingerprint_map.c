@@ -169,8 +169,14 @@ static PyObject *FingerprintMap_sorted(FingerprintMap *self, PyObject *unused)
 {
     uint64_t n = self->map.count;
     us_fpmap_slot *all = PyMem_RawMalloc((n ? n : 1) * sizeof *all);
-    if (all == NULL) return PyErr_NoMemory();
-    us_fpmap_sorted(&self->map, all);
+    uint64_t *buckets = PyMem_RawMalloc(US_FPMAP_BUCKETS * sizeof *buckets);
+    if (all == NULL || buckets == NULL) {
+        PyMem_RawFree(all);
+        PyMem_RawFree(buckets);
+        return PyErr_NoMemory();
+    }
+    us_fpmap_sorted(&self->map, all, buckets);
+    PyMem_RawFree(buckets);
     PyObject *fps = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(16 * n));
     PyObject *values = PyList_New((Py_ssize_t)n);
     if (fps == NULL || values == NULL) goto fail;

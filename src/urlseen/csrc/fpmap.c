@@ -100,13 +100,30 @@ static int by_bytes(const void *x, const void *y)
     return pb < qb ? -1 : pb > qb;
 }
 
-void us_fpmap_sorted(const us_fpmap *m, us_fpmap_slot *out)
+/* The first two bytes of a slot's fingerprint, as a number: its bucket in us_fpmap_sorted. */
+static inline unsigned first_two(const us_fpmap_slot *s)
 {
-    uint64_t n = 0;
-    if (m->has_zero) out[n++] = (us_fpmap_slot){0, 0, m->zero_value};
+    return (unsigned)(s->a & 0xFFFF) >> 8 | (unsigned)(s->a & 0xFF) << 8;
+}
+
+void us_fpmap_sorted(const us_fpmap *m, us_fpmap_slot *out, uint64_t *start)
+{
+    /* A counting pass by the first two bytes (digests spread evenly over the 65,536
+     * buckets), then each small bucket sorted in place: linear where one qsort is not. */
+    for (unsigned i = 0; i < US_FPMAP_BUCKETS; i++) start[i] = 0;
+    if (m->has_zero) start[1]++;
     for (uint64_t i = 0; i < m->capacity; i++)
-        if (m->slots[i].a | m->slots[i].b) out[n++] = m->slots[i];
-    qsort(out, n, sizeof *out, by_bytes);
+        if (m->slots[i].a | m->slots[i].b) start[first_two(&m->slots[i]) + 1]++;
+    for (unsigned i = 1; i <= 65536; i++) start[i] += start[i - 1];
+    if (m->has_zero) out[start[0]++] = (us_fpmap_slot){0, 0, m->zero_value};
+    for (uint64_t i = 0; i < m->capacity; i++)
+        if (m->slots[i].a | m->slots[i].b) out[start[first_two(&m->slots[i])]++] = m->slots[i];
+    /* start[b] is now the end of bucket b, the start of bucket b + 1 */
+    uint64_t from = 0;
+    for (unsigned b = 0; b < 65536; b++) {
+        qsort(out + from, start[b] - from, sizeof *out, by_bytes);
+        from = start[b];
+    }
 }
 
 int us_fpmap_each(const us_fpmap *m, int (*fn)(const uint8_t fp[16], uint64_t value, void *arg),

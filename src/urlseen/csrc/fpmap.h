@@ -48,8 +48,9 @@ void us_fpmap_prefetch(const us_fpmap *m, const uint8_t fp[16]);
 int us_fpmap_get(const us_fpmap *m, const uint8_t fp[16], uint64_t *value);
 
 /* Copy every entry into out (room for m->count) in the fingerprints' byte order (memcmp's,
- * SQLite's for blobs). */
-void us_fpmap_sorted(const us_fpmap *m, us_fpmap_slot *out);
+ * SQLite's for blobs); start is scratch room for US_FPMAP_BUCKETS counts. */
+#define US_FPMAP_BUCKETS 65537u
+void us_fpmap_sorted(const us_fpmap *m, us_fpmap_slot *out, uint64_t *start);
 
 /* Calls fn(fp, value, arg) for every entry, in slot order; stops at the first nonzero return
  * and returns it. */
