@@ -464,13 +464,14 @@ def test_a_rolled_back_batch_leaves_the_stage_as_committed(lib_path):
     lib.close()
 
 
-def _version_1_file(path: Path) -> None:
-    """A library as urlseen wrote it before the stage: no staged table, format
-    "urlseen-library", user_version 1."""
-    make_file(path, 50)
+def _version_1_file(path: Path, fill: bool = True) -> None:
+    """A library as urlseen wrote it before the stage (made here with 50 records, or the one at
+    path): no staged table, format "urlseen-library", user_version 1."""
+    if fill:
+        make_file(path, 50)
     db = sqlite3.connect(path)
     db.execute("BEGIN")
-    for now, fps in db.execute("SELECT now, fps FROM staged").fetchall():
+    for now, fps in db.execute("SELECT now, fps FROM staged WHERE deltas IS NULL").fetchall():
         db.executemany(
             "INSERT INTO fingerprints VALUES (?, 1, ?, ?)",
             [(fps[i : i + 16], now, now) for i in range(0, len(fps), 16)],
@@ -563,4 +564,20 @@ def test_a_wrong_known_absent_costs_no_record_and_no_stuck_merge(lib_path):
     lib.close()
     db = sqlite3.connect(lib_path)
     assert db.execute(STORED_RECORDS).fetchone() == (5,)
+    db.close()
+
+
+def test_an_exact_filter_made_before_the_stage_opens_and_answers_the_same(tmp_path):
+    """A folder whose library is version 1 (as an older urlseen left it): the exact filter
+    opens it, migrates it, and every URL it held is still seen."""
+    from urlseen import ExactFilter
+
+    urls = [f"https://old.example/{i}" for i in range(300)]
+    with ExactFilter.create(tmp_path / "state", capacity=10_000) as seen:
+        assert all(seen.add_many(urls))
+    _version_1_file(tmp_path / "state" / "library.sqlite", fill=False)
+    with ExactFilter.open(tmp_path / "state") as seen:
+        assert seen.add_many([*urls, "https://new.example/"]) == [False] * 300 + [True]
+    db = sqlite3.connect(tmp_path / "state" / "library.sqlite")
+    assert db.execute("PRAGMA user_version").fetchone() == (2,)
     db.close()
