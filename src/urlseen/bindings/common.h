@@ -266,6 +266,8 @@ Py_ssize_t us_bit_filter_probe(PyObject *obj, const us_hash128 *digests, size_t 
 int us_line_engine_add(PyObject *module);
 /* counting_filter.c: CountingFilter, FingerprintCache and digests(). */
 int us_counting_filter_add(PyObject *module);
+/* fingerprint_map.c: FingerprintMap (the library's staged fingerprints). */
+int us_fingerprint_map_add(PyObject *module);
 /* mdbf_filter.c: MDBFilter (the multi-dimensional Bloom filter) and its constants. */
 int us_mdbf_filter_add(PyObject *module);
 /* redis_masks.c: byte_masks() (the bytes a Bloom filter kept in Redis must find set). */

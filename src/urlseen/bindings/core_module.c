@@ -130,7 +130,7 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddIntConstant(m, "HASH_MURMUR3_X64_128", US_HASH_MURMUR3_X64_128) < 0 ||
         PyModule_AddIntConstant(m, "HASH_MD5", US_HASH_MD5) < 0 || us_bit_filter_add(m) < 0 ||
         us_counting_filter_add(m) < 0 || us_mdbf_filter_add(m) < 0 || us_redis_masks_add(m) < 0 ||
-        us_line_engine_add(m) < 0) {
+        us_line_engine_add(m) < 0 || us_fingerprint_map_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
