@@ -1,4 +1,4 @@
-/* xxh3.c: XXH3-128 with a 64-bit seed, from the xxHash specification (doc/xxhash_spec.md in
+/* xxh3.c: XXH3-128 and XXH3-64 with a 64-bit seed, from the xxHash specification (doc/xxhash_spec.md in
  * Cyan4973/xxHash, not in this repository; "the spec" below).
  *
  * One function per length class of the spec: 0, 1-3, 4-8, 9-16, 17-128, 129-240 and > 240
@@ -266,13 +266,13 @@ static uint64_t final_merge(const uint64_t acc[8], uint64_t init, const uint8_t 
     return avalanche(result);
 }
 
-/* Out of line: inlined into us_xxh3_128, its 192-byte secret and eight accumulators would make
- * every call, even a 60-byte URL's, save six registers and reserve the stack frame. */
-US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t seed)
+/* The eight accumulators of an input over 240 bytes and the secret they were made with (the
+ * default one, or `derived` filled from the seed): both widths merge them at the end. */
+static const uint8_t *accumulate_long(uint64_t acc[8], const uint8_t *p, size_t len, uint64_t seed,
+                                      uint8_t derived[SECRET_LEN])
 {
     /* A seed reaches long inputs only through the secret: 24 words, the seed added to the even
      * ones and subtracted from the odd. Seed 0 derives the default secret, so skip the copy. */
-    uint8_t derived[SECRET_LEN];
     const uint8_t *s = default_secret;
     if (seed) {
         for (int i = 0; i < SECRET_LEN; i += 16) {
@@ -282,7 +282,8 @@ US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t se
         s = derived;
     }
 
-    uint64_t acc[8] = {P32_3, P64_1, P64_2, P64_3, P64_4, P32_2, P64_5, P32_1};
+    static const uint64_t init[8] = {P32_3, P64_1, P64_2, P64_3, P64_4, P32_2, P64_5, P32_1};
+    memcpy(acc, init, sizeof init);
     /* Full blocks, each followed by a scramble, while more than one block remains: the last
      * block (even a full one) is left for the tail below and never scrambled. */
     size_t blocks = (len - 1) / BLOCK_LEN;
@@ -298,7 +299,16 @@ US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t se
     /* The last 64 bytes of the input, overlapping what came before unless len is a multiple of
      * 64, with a secret offset no full stripe uses. */
     accumulate(acc, p + len - STRIPE_LEN, s + SECRET_LEN - STRIPE_LEN - 7);
+    return s;
+}
 
+/* Out of line: inlined into us_xxh3_128, its 192-byte secret and eight accumulators would make
+ * every call, even a 60-byte URL's, save six registers and reserve the stack frame. */
+US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t seed)
+{
+    uint64_t acc[8];
+    uint8_t derived[SECRET_LEN];
+    const uint8_t *s = accumulate_long(acc, p, len, seed, derived);
     return make(final_merge(acc, (uint64_t)len * P64_1, s + 11),
                 final_merge(acc, ~((uint64_t)len * P64_2), s + SECRET_LEN - STRIPE_LEN - 11));
 }
@@ -315,4 +325,91 @@ us_hash128 us_xxh3_128(const void *key, size_t len, uint64_t seed)
     if (len <= 128) return len_17to128(p, len, seed);
     if (len <= 240) return len_129to240(p, len, seed);
     return len_long(p, len, seed);
+}
+
+/* ---- XXH3-64: the same secret and steps, one accumulator, its own constants per length ------ */
+
+/* The spec's rrmxmx: the 4-8-byte finalizer, which folds the length in again. */
+static inline uint64_t rrmxmx(uint64_t h, uint64_t len)
+{
+    h ^= us_rotl64(h, 49) ^ us_rotl64(h, 24);
+    h *= PRIME_MX2;
+    h ^= (h >> 35) + len;
+    h *= PRIME_MX2;
+    return h ^ (h >> 28);
+}
+
+static uint64_t len_0to16_64(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = default_secret;
+    if (len > 8) {
+        uint64_t lo = us_load64_le(p) ^ ((us_load64_le(s + 24) ^ us_load64_le(s + 32)) + seed);
+        uint64_t hi =
+            us_load64_le(p + len - 8) ^ ((us_load64_le(s + 40) ^ us_load64_le(s + 48)) - seed);
+        return avalanche((uint64_t)len + bswap64(lo) + hi + mul_fold64(lo, hi));
+    }
+    if (len >= 4) {
+        seed ^= (uint64_t)bswap32((uint32_t)seed) << 32;
+        uint64_t both = (uint64_t)us_load32_le(p + len - 4) + ((uint64_t)us_load32_le(p) << 32);
+        return rrmxmx(both ^ ((us_load64_le(s + 8) ^ us_load64_le(s + 16)) - seed), len);
+    }
+    if (len) {
+        uint32_t combined = (uint32_t)p[len - 1] | (uint32_t)len << 8 | (uint32_t)p[0] << 16 |
+                            (uint32_t)p[len >> 1] << 24;
+        return avalanche_xxh64((uint64_t)combined ^
+                               ((uint64_t)(us_load32_le(s) ^ us_load32_le(s + 4)) + seed));
+    }
+    return avalanche_xxh64(seed ^ us_load64_le(s + 56) ^ us_load64_le(s + 64));
+}
+
+/* 17-128 bytes: chunks from the front and the back, outermost first, into one accumulator. */
+static inline uint64_t len_17to128_64(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = default_secret;
+    uint64_t acc = (uint64_t)len * P64_1;
+    if (len > 32) {
+        if (len > 64) {
+            if (len > 96) {
+                acc += mix_step(p + 48, s + 96, seed);
+                acc += mix_step(p + len - 64, s + 112, seed);
+            }
+            acc += mix_step(p + 32, s + 64, seed);
+            acc += mix_step(p + len - 48, s + 80, seed);
+        }
+        acc += mix_step(p + 16, s + 32, seed);
+        acc += mix_step(p + len - 32, s + 48, seed);
+    }
+    acc += mix_step(p, s, seed);
+    acc += mix_step(p + len - 16, s + 16, seed);
+    return avalanche(acc);
+}
+
+static uint64_t len_129to240_64(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = default_secret;
+    uint64_t acc = (uint64_t)len * P64_1;
+    size_t rounds = len / 16;
+    for (size_t i = 0; i < 8; i++) acc += mix_step(p + 16 * i, s + 16 * i, seed);
+    acc = avalanche(acc);
+    /* As in the 128-bit form: past 128 bytes the secret is reused from offset 3. */
+    for (size_t i = 8; i < rounds; i++) acc += mix_step(p + 16 * i, s + 16 * (i - 8) + 3, seed);
+    acc += mix_step(p + len - 16, s + 119, seed);
+    return avalanche(acc);
+}
+
+US_NOINLINE static uint64_t len_long_64(const uint8_t *p, size_t len, uint64_t seed)
+{
+    uint64_t acc[8];
+    uint8_t derived[SECRET_LEN];
+    const uint8_t *s = accumulate_long(acc, p, len, seed, derived);
+    return final_merge(acc, (uint64_t)len * P64_1, s + 11);
+}
+
+uint64_t us_xxh3_64(const void *key, size_t len, uint64_t seed)
+{
+    const uint8_t *p = (const uint8_t *)key;
+    if (len <= 16) return len_0to16_64(p, len, seed);
+    if (len <= 128) return len_17to128_64(p, len, seed);
+    if (len <= 240) return len_129to240_64(p, len, seed);
+    return len_long_64(p, len, seed);
 }
