@@ -7,6 +7,7 @@ dedup` does not pay for the imports of `crawl` or `info` before its first line.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, MutableMapping
 
 import click
 
@@ -18,21 +19,35 @@ _COMMANDS = {
 }
 
 
-class _LazyGroup(click.Group):
-    """A group whose commands are imported on first use."""
+class _Commands(MutableMapping[str, click.Command]):
+    """The group's commands by name, each module imported when its command is first asked for
+    (click asks only for the one being run; help and `cli.commands[...]` for all)."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(_COMMANDS)
+    def __init__(self) -> None:
+        self._loaded: dict[str, click.Command] = {}
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in _COMMANDS:
-            return None
-        module, attribute = _COMMANDS[cmd_name]
-        command: click.Command = getattr(importlib.import_module(module), attribute)
-        return command
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            if name not in _COMMANDS:
+                raise KeyError(name)
+            module, attribute = _COMMANDS[name]
+            self._loaded[name] = getattr(importlib.import_module(module), attribute)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*_COMMANDS, *self._loaded]))
+
+    def __len__(self) -> int:
+        return len(set(_COMMANDS) | set(self._loaded))
 
 
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(commands=_Commands(), context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="urlseen", prog_name="urlseen")
 def cli() -> None:
     """urlseen: the URL-seen test for web crawlers, in bounded memory."""
