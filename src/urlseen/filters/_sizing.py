@@ -147,16 +147,17 @@ def size_blocked(capacity: int, error_rate: float) -> BloomSize:
     """Fewest 512-bit blocks, over a range of k, keeping the blocked rate at capacity <= target
     (ties: the smallest k).
 
-    The k nearest the optimum is searched first; every other k is first asked whether it fits
-    in the best size so far at all, which one rate evaluation answers (the rate falls as blocks
-    grow), so most ks cost one evaluation instead of a search: this runs at every `urlseen
-    dedup` start.
+    The k with the lowest rate at the standard layout's size is searched first (it is nearly
+    always the winner); every other k is first asked whether it fits in the best size so far at
+    all, which one rate evaluation answers (the rate falls as blocks grow), so most ks cost one
+    evaluation instead of a search: this runs at every `urlseen dedup` start.
     """
     std_blocks = size_standard(capacity, error_rate).nbits // BLOCK_BITS + 1
     lo, hi = max(1, std_blocks // 2), std_blocks * 8
-    k_opt = -math.log2(error_rate)
+    ks = _candidate_ks(error_rate, 3)
+    at_standard_size = {k: blocked_error_rate(capacity, std_blocks, k) for k in ks}
     best: tuple[int, int] | None = None  # (blocks, k)
-    for k in sorted(_candidate_ks(error_rate, 3), key=lambda k: (abs(k - k_opt), k)):
+    for k in sorted(ks, key=lambda k: (at_standard_size[k], k)):
 
         def fits(blocks: int, k: int = k) -> bool:
             return blocked_error_rate(capacity, blocks, k) <= error_rate
