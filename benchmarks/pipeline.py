@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """`urlseen dedup` end to end against the everyday tools, in one run, on three URL sets.
 
-Each row is one command under `/usr/bin/time -f "%M"`: wall time (s, from Python's clock around
-it, so to the millisecond; the wrapper's ~2 ms count for every tool alike) and peak RSS (for a
-shell pipeline, its largest process); the fastest of --repeat runs (rows over 20 s run once),
+Each row is one command under `/usr/bin/time -f "%M %U %S"`: wall time (s, from Python's clock
+around it, so to the millisecond; the wrapper's ~2 ms count for every tool alike), CPU time
+(user + sys of all its processes: `zcat` too, and urlseen's read-ahead thread; steadier than
+wall time when other work shares the machine) and peak RSS (for a shell pipeline, its largest
+process); the fastest of --repeat runs (rows over 20 s run once),
 the runs of all tools interleaved round by round. Throughput is input lines / wall time, so
 start-up, reading and decompression count, as they do for a user. Ratios are taken against
 `awk '!seen[$0]++'` measured in the same run (this 2-core machine is shared and noisy).
@@ -81,6 +83,7 @@ class Row:
     output_lines: int
     ok: bool
     note: str = ""
+    cpu_seconds: float = 0.0  # user + sys of every process of the command
 
     @property
     def lines_per_second(self) -> float:
@@ -153,7 +156,7 @@ def make_synthetic(path: Path, n: int) -> None:
 def timed(set_name: str, tool: str, command: str, lines: int, out: Path, timeout: float) -> Row:
     """Run `command` (a shell line writing to `out`) under /usr/bin/time."""
     stats = out.with_suffix(".time")
-    shell = f"/usr/bin/time -o {shlex.quote(str(stats))} -f '%e %M' sh -c {shlex.quote(command)}"
+    shell = f"/usr/bin/time -o {shlex.quote(str(stats))} -f '%M %U %S' sh -c {shlex.quote(command)}"
     started = time.perf_counter()
     try:
         done = subprocess.run(shell, shell=True, timeout=timeout, capture_output=True)
@@ -161,11 +164,11 @@ def timed(set_name: str, tool: str, command: str, lines: int, out: Path, timeout
     except subprocess.TimeoutExpired:
         return Row(set_name, tool, command, lines, timeout, 0.0, 0, False, f"timeout {timeout:g}s")
     ok = done.returncode == 0
-    rss_kb = stats.read_text().split()[-1]
+    rss_kb, user, system = stats.read_text().split()[-3:]
     note = "" if ok else done.stderr.decode(errors="replace").strip().splitlines()[-1][:200]
     output_lines = count_lines(out) if ok else 0
     return Row(set_name, tool, command, lines, wall, int(rss_kb) / 1024, output_lines,
-               ok, note)  # fmt: skip
+               ok, note, float(user) + float(system))  # fmt: skip
 
 
 def run_set(
@@ -209,8 +212,9 @@ def run_set(
                 best[tool] = row
             speed = row.lines_per_second / 1e6
             rss, out_lines = row.rss_mib, row.output_lines
-            print(f"{name:9} {tool:28} {row.seconds:8.2f} s {speed:6.2f} M lines/s "
-                  f"{rss:8.1f} MiB  out {out_lines:,} {row.note}", flush=True)  # fmt: skip
+            print(f"{name:9} {tool:28} {row.seconds:8.3f} s {speed:6.2f} M lines/s "
+                  f"CPU {row.cpu_seconds:6.2f} s {rss:8.1f} MiB  out {out_lines:,} {row.note}",
+                  flush=True)  # fmt: skip
     return [best[tool] for tool, _ in commands]
 
 
@@ -220,15 +224,18 @@ def markdown(rows: list[Row]) -> str:
         group = [r for r in rows if r.set == name]
         awk = next(r for r in group if r.tool.startswith("awk"))
         text.append(f"\n{name}: {group[0].lines:,} lines\n")
-        text.append("| tool | wall s | M lines/s | × awk | peak RSS MiB | lines out |")
-        text.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+        text.append("| tool | wall s | M lines/s | × awk | CPU s | × awk (CPU) | peak RSS MiB "
+                    "| lines out |")  # fmt: skip
+        text.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for r in group:
             ratio = awk.seconds / r.seconds if r.ok and r.seconds else 0.0
             shown = (
                 (f"{r.seconds:.3f}" if r.seconds < 1 else f"{r.seconds:.2f}") if r.ok else r.note
             )
+            cpu = awk.cpu_seconds / r.cpu_seconds if r.ok and r.cpu_seconds else 0.0
             text.append(f"| {r.tool} | {shown} | {r.lines_per_second / 1e6:.2f} | {ratio:.2f}× | "
-                        f"{r.rss_mib:.0f} | {r.output_lines:,} |")  # fmt: skip
+                        f"{r.cpu_seconds:.2f} | {cpu:.2f}× | {r.rss_mib:.0f} "
+                        f"| {r.output_lines:,} |")  # fmt: skip
     return "\n".join(text)
 
 
