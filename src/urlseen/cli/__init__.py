@@ -1,17 +1,14 @@
-"""The `urlseen` command: a thin click layer over the library (one module per command).
-
-Each command's module is imported only when that command runs (or help lists it): `urlseen
-dedup` does not pay for the imports of `crawl` or `info` before its first line.
-"""
+"""The `urlseen` command: a thin click layer over the library (one module per command, each
+imported only when its command runs or help lists it)."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping
 
 import click
 
-# name -> (module, attribute): the commands, in the order help lists them.
+# name -> (module, attribute), in the order help lists them
 _COMMANDS = {
     "crawl": ("urlseen.cli.crawl", "crawl_command"),
     "dedup": ("urlseen.cli.dedup", "dedup_command"),
@@ -19,32 +16,20 @@ _COMMANDS = {
 }
 
 
-class _Commands(MutableMapping[str, click.Command]):
-    """The group's commands by name, each module imported when its command is first asked for
-    (click asks only for the one being run; help and `cli.commands[...]` for all)."""
-
-    def __init__(self) -> None:
-        self._loaded: dict[str, click.Command] = {}
+class _Commands(Mapping[str, click.Command]):
+    """The group's commands by name: click asks for the one being run, so `urlseen dedup` does
+    not import `crawl` (Scrapy's side) or `info`; help and `cli.commands[...]` get them all."""
 
     def __getitem__(self, name: str) -> click.Command:
-        if name not in self._loaded:
-            if name not in _COMMANDS:
-                raise KeyError(name)
-            module, attribute = _COMMANDS[name]
-            self._loaded[name] = getattr(importlib.import_module(module), attribute)
-        return self._loaded[name]
-
-    def __setitem__(self, name: str, command: click.Command) -> None:
-        self._loaded[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        del self._loaded[name]
+        module, attribute = _COMMANDS[name]
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
 
     def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys([*_COMMANDS, *self._loaded]))
+        return iter(_COMMANDS)
 
     def __len__(self) -> int:
-        return len(set(_COMMANDS) | set(self._loaded))
+        return len(_COMMANDS)
 
 
 @click.group(commands=_Commands(), context_settings={"help_option_names": ["-h", "--help"]})

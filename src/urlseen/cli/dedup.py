@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import math
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,6 @@ def _parse_age(text: str) -> float:
             cutoff = float(text)
         except ValueError:
             with contextlib.suppress(ValueError, OverflowError):
-                from datetime import datetime  # here: most runs never parse a date
-
                 cutoff = datetime.fromisoformat(text).timestamp()
     if cutoff is None or not math.isfinite(cutoff) or abs(cutoff) > MAX_TIMESTAMP:
         raise click.BadParameter(
@@ -64,8 +64,6 @@ def _forget(seen: Any, remove: str | None, older_than: float | None, profile: st
 
 def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
     if as_json:
-        import json  # here: only --json needs it
-
         click.echo(json.dumps(summary.as_dict()), err=True)
         return
     s, skipped = summary, summary.skipped
