@@ -15,6 +15,7 @@ MAX_K: Final[int]
 HASH_XXH3_128: Final[int]
 HASH_MURMUR3_X64_128: Final[int]
 HASH_MD5: Final[int]
+HASH_XXH3_64: Final[int]
 FPCACHE_ENTRY_BYTES: Final[int]
 
 def murmur3_x64_128(key: Key, seed: int = 0) -> bytes:
@@ -22,6 +23,9 @@ def murmur3_x64_128(key: Key, seed: int = 0) -> bytes:
 
 def xxh3_128(key: Key, seed: int = 0) -> bytes:
     """The 16-byte XXH3-128 digest of key (str as UTF-8): low64 then high64, each little-endian."""
+
+def xxh3_64(key: Key, seed: int = 0) -> int:
+    """XXH3-64 of key (str as UTF-8), as xxhash.xxh3_64_intdigest gives it."""
 
 def md5(key: Key, seed: int = 0) -> bytes:
     """The 16-byte MD5 digest of key (str as UTF-8); a seed is prefixed as 4 LE bytes."""

@@ -16,6 +16,13 @@
 #include "csrc/bloom.h"
 #include "csrc/digest.h"
 
+/* Keeps a cold path out of a hot function's frame. */
+#if defined(__GNUC__) || defined(__clang__)
+#define US_NOINLINE __attribute__((noinline))
+#else
+#define US_NOINLINE
+#endif
+
 extern PyObject *us_InvalidKeyError; /* urlseen.errors.InvalidKeyError */
 extern PyObject *us_ClosedError;     /* urlseen.errors.ClosedError */
 extern PyObject *us_ReadOnlyError;   /* urlseen.errors.ReadOnlyError */
