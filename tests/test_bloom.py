@@ -26,6 +26,7 @@ from urlseen import (
     SeenFilter,
     StateInUseError,
     UncleanShutdownWarning,
+    _core,
 )
 
 LAYOUTS = ["blocked", "standard"]
@@ -33,6 +34,11 @@ LAYOUTS = ["blocked", "standard"]
 
 def urls(n: int, prefix: str = "https://example.com/page/") -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
+
+
+def bits_of(f: BloomFilter) -> bytes:
+    store = f._live_store()
+    return bytes(store.buffer[store.data_offset : store.data_offset + (f.nbits + 7) // 8])
 
 
 def sha256(path) -> str:
@@ -137,6 +143,52 @@ def test_batch_and_single_calls_agree(layout):
     batch = BloomFilter(capacity=500, error_rate=0.01, layout=layout)
     assert batch.add_many(keys) == [single.add(k) for k in keys]
     assert len(batch) == len(single) and batch.popcount() == single.popcount()
+
+
+def test_new_filters_hash_with_xxh3_64_and_a_state_keeps_its_own_hash(layout, state_path):
+    """XXH3-64 became the default; a filter made with XXH3-128 (the earlier default) keeps
+    answering with it, bit for bit, after the change."""
+    assert BloomFilter(capacity=100).stats().details["hash"] == "xxh3_64"
+    keys = urls(1500)
+    old = BloomFilter(capacity=2000, error_rate=0.001, layout=layout, hash="xxh3_128")
+    answers = old.add_many(keys)
+    old.save(state_path)
+    with BloomFilter.open(state_path) as g:
+        assert g.stats().details["hash"] == "xxh3_128" and g.hash == _core.HASH_XXH3_128
+        assert bits_of(g) == bits_of(old)
+        assert [g.positions(k) for k in keys[:50]] == [old.positions(k) for k in keys[:50]]
+        probes = urls(3000, "https://never/")
+        assert g.contains_many(probes) == old.contains_many(probes)
+    new = BloomFilter(capacity=2000, error_rate=0.001, layout=layout)
+    assert new.add_many(keys) == answers  # the same keys are new either way
+    assert [new.positions(k) for k in keys[:50]] != [old.positions(k) for k in keys[:50]]
+
+
+@pytest.mark.parametrize("hash_name", ["xxh3_64", "xxh3_128", "murmur3_x64_128", "md5"])
+def test_per_call_add_answers_alike_for_every_key_form(hash_name, layout):
+    """add's straight-line path (a compact-ASCII str, an XXH3 hash) and its general path
+    (other hashes, non-ASCII str, str subclasses, bytes, buffers) are one filter."""
+
+    class Url(str):
+        pass
+
+    keys = [*urls(300), *(f"https://ex.com/é{i}" for i in range(100))]
+    forms = [
+        str,
+        Url,
+        str.encode,
+        lambda k: bytearray(k.encode()),
+        lambda k: memoryview(k.encode()),
+    ]
+    batch = BloomFilter(capacity=500, error_rate=0.01, layout=layout, hash=hash_name)
+    expected = batch.add_many(keys)
+    for i, form in enumerate(forms):
+        single = BloomFilter(capacity=500, error_rate=0.01, layout=layout, hash=hash_name)
+        assert [single.add(form(k)) for k in keys] == expected, form
+        assert bits_of(single) == bits_of(batch)
+        other = forms[(i + 1) % len(forms)]
+        assert not any(single.add(other(k)) for k in keys)
+        assert len(single) == sum(expected)
 
 
 def test_empty_key_and_nul_keys_are_keys():

@@ -448,3 +448,24 @@ def test_broken_pipe_exits_quietly(tmp_path: Path, flag: list[str]) -> None:
     assert b"Traceback" not in err and b"Exception ignored" not in err, err.decode()
     assert b"Error" not in err, err.decode()
     assert status == 0
+
+
+# -- start-up: a command imports what it needs -------------------------------------------------
+
+
+def test_dedup_imports_neither_the_other_commands_nor_what_only_they_need(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("https://a.example/\nhttps://a.example/\n")
+    probe = (
+        "import sys\n"
+        "from urlseen.cli import cli\n"
+        "try:\n"
+        f"    cli(['dedup', '--no-progress', {str(source)!r}, '-o', {str(tmp_path / 'o')!r}])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "heavy = ['urlseen.cli.crawl', 'urlseen.cli.info', 'sqlite3', 'redis', 'scrapy', 'tqdm']\n"
+        "print(' '.join(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert (tmp_path / "o").read_text() == "https://a.example/\n"
+    assert done.stdout.split() == []  # tqdm too: --no-progress draws no bar

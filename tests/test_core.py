@@ -13,6 +13,7 @@ import struct
 
 import mmh3
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,6 +90,10 @@ def oracle_digest(key: bytes | str, seed: int, hash_id: int) -> bytes:
     """The filter's 128-bit digest as 16 bytes h1 || h2 (little-endian), by hash id."""
     if hash_id == _core.HASH_MURMUR3_X64_128:
         return oracle_murmur3(key, seed)
+    if hash_id == _core.HASH_XXH3_64:
+        # h1 = XXH3-64 (the xxhash package wraps the reference library), h2 = fmix64(h1).
+        h1 = xxhash.xxh3_64_intdigest(key.encode() if isinstance(key, str) else key, seed)
+        return h1.to_bytes(8, "little") + _fmix(h1).to_bytes(8, "little")
     return as_core_bytes(oracle_xxh3_128(key, seed))
 
 
@@ -240,7 +245,7 @@ def shapes(draw, max_nbits=M64):
     return nbits, draw(ks), layout
 
 
-hash_ids = st.sampled_from([_core.HASH_XXH3_128, _core.HASH_MURMUR3_X64_128])
+hash_ids = st.sampled_from([_core.HASH_XXH3_128, _core.HASH_MURMUR3_X64_128, _core.HASH_XXH3_64])
 
 
 @settings(max_examples=300, deadline=None)
@@ -308,7 +313,7 @@ def test_blocked_positions_are_as_distinct_as_independent_picks():
     assert not any(p[14:20] == p[7:13] for p in patterns)
 
 
-@pytest.mark.parametrize("hash_name", ["xxh3_128", "murmur3_x64_128"])
+@pytest.mark.parametrize("hash_name", ["xxh3_64", "xxh3_128", "murmur3_x64_128"])
 def test_bloomfilter_positions_match_oracle(hash_name):
     for layout in ("standard", "blocked"):
         f = BloomFilter(capacity=5000, error_rate=0.01, layout=layout, seed=99, hash=hash_name)

@@ -30,6 +30,7 @@ import pytest
 from cli_helpers import invoke, output_reaches
 from conftest import dev_urls_path
 from urlseen import CountersRebuiltWarning, ExactFilter, FingerprintLibraryFilter
+from urlseen.stores.sqlite_library import STORED_RECORDS
 
 ENV = {**os.environ, "PYTHONWARNINGS": "default"}
 LIBRARY, COUNTERS = "library.sqlite", "counters.urlseen"
@@ -42,10 +43,11 @@ def _seed() -> int:
 
 
 def _library_rows(folder: Path) -> int:
-    """Rows actually in the fingerprints table (not the library's own record counter)."""
+    """Records actually in the file (not the library's own record counter): rows of the
+    fingerprints table and fingerprints in staged insert rows (stores/_staging.py)."""
     db = sqlite3.connect(f"{(folder / LIBRARY).resolve().as_uri()}?mode=ro", uri=True)
     try:
-        return int(db.execute("SELECT COUNT(*) FROM fingerprints").fetchone()[0])
+        return int(db.execute(STORED_RECORDS).fetchone()[0])
     finally:
         db.close()
 
@@ -504,10 +506,11 @@ def test_sigkill_mid_dedup_then_resume_with_append(
 
 @pytest.fixture(scope="module")
 def good_state(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A closed exact state holding 20k URLs, and its input file."""
+    """A closed exact state holding 40k URLs (a library file of over 512 KiB, staged as 16
+    bytes a record), and its input file."""
     base = tmp_path_factory.mktemp("damage")
     src = base / "in.txt"
-    src.write_bytes(b"".join(b"https://d%d.example/page/%d\n" % (i % 37, i) for i in range(20_000)))
+    src.write_bytes(b"".join(b"https://d%d.example/page/%d\n" % (i % 37, i) for i in range(40_000)))
     state = base / "good"
     result = invoke("dedup", "--filter", "exact", "--state", state, "--capacity", "50000",
                     "--no-canonicalize", "-o", base / "out.txt", src)  # fmt: skip
@@ -649,4 +652,4 @@ def test_state_without_counter_file_is_rebuilt(
     assert out.read_bytes() == expected
     desc = json.loads(invoke("info", "--json", state).stdout)
     assert (desc["kind"], desc["counters_in_sync"]) == ("exact", True)
-    assert desc["records"] == 20_000
+    assert desc["records"] == 40_000

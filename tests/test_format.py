@@ -186,7 +186,7 @@ def test_header_layout_matches_the_documented_table(state_path):
         "nbits": f.nbits,
         "k": f.k,
         "seed": 9,
-        "hash": "xxh3_128",
+        "hash": "xxh3_64",
         "capacity": 1000,
         "error_rate": 0.01,
     }

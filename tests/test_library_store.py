@@ -19,7 +19,12 @@ import pytest
 from urlseen import FormatError, ReadOnlyError, StateInUseError
 from urlseen.stores.library_protocol import Changes, LibraryIO, Record
 from urlseen.stores.memory_library import MemoryLibrary
-from urlseen.stores.sqlite_library import APPLICATION_ID, SCHEMA_VERSION, SQLiteLibrary
+from urlseen.stores.sqlite_library import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    STORED_RECORDS,
+    SQLiteLibrary,
+)
 
 KINDS = ["memory", "sqlite"]
 
@@ -368,3 +373,211 @@ def test_a_failed_open_does_not_close_a_reused_descriptor(lib_path):
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+# ---- SQLiteLibrary: the stage (stores/_staging.py) ---------------------------------------------
+
+
+def _same_contents(a, b, universe: list[bytes]) -> None:
+    """Two libraries answer every read alike over `universe`."""
+    assert a.count() == b.count()
+    assert a.present(universe) == b.present(universe)
+    assert a.records(universe) == b.records(universe)
+    assert sorted(x for c in a.fingerprints(chunk=5) for x in c) == sorted(
+        x for c in b.fingerprints(chunk=5) for x in c
+    )
+    for by in ("first_seen", "last_seen"):
+        for when in (0.0, 150.0, 1e12):
+            assert sorted(a.older_than(when, by=by)) == sorted(b.older_than(when, by=by))
+
+
+@pytest.mark.parametrize("stage_limit", [1, 7, 50, 10**9])
+def test_staged_changes_read_as_the_memory_library(lib_path, stage_limit):
+    """Random batches of inserts, reference changes and deletes: the SQLite library, whose
+    stage is merged every `stage_limit` staged fingerprints (or never), reopened now and then,
+    answers every read as MemoryLibrary does."""
+    rng = random.Random(stage_limit)
+    universe = [fp(i) for i in range(120)]
+    memory = MemoryLibrary()
+    disk = SQLiteLibrary(lib_path, create=True, stage_limit=stage_limit)
+    try:
+        for step in range(60):
+            present = memory.present(universe)
+            absent = [f for f in universe if f not in present]
+            changes = Changes(100.0 + 3 * step)
+            changes.inserts = rng.sample(absent, min(len(absent), rng.randrange(0, 12)))
+            changes.refs = {f: rng.randrange(-1, 4) for f in rng.sample(universe, 10)}
+            changes.seen = {f: 90.0 + 4 * step for f in list(changes.refs)[:3]}
+            if step % 5 == 4:
+                changes.deletes = rng.sample(universe, 6)
+            for library in (memory, disk):
+                library.apply(changes)
+            _same_contents(memory, disk, universe)
+            if step % 9 == 8:  # the stage is read back from the file
+                disk.close()
+                disk = SQLiteLibrary(lib_path, stage_limit=stage_limit)
+                _same_contents(memory, disk, universe)
+        disk.close()
+        reader = SQLiteLibrary(lib_path, readonly=True)
+        _same_contents(memory, reader, universe)
+        reader.close()
+    finally:
+        disk.close()
+
+
+def test_a_batch_is_one_staged_row_until_the_merge(lib_path):
+    lib = SQLiteLibrary(lib_path, create=True, stage_limit=250)
+    lib.apply(Changes(1.0, inserts=[fp(i) for i in range(100)]))
+    lib.apply(Changes(2.0, inserts=[fp(i) for i in range(100, 200)], refs={fp(3): 2}))
+
+    def rows() -> tuple[int, int, int]:
+        db = sqlite3.connect(f"{lib_path.as_uri()}?mode=ro", uri=True)
+        try:
+            (main,) = db.execute("SELECT count(*) FROM fingerprints").fetchone()
+            (staged,) = db.execute("SELECT count(*) FROM staged").fetchone()
+            (records,) = db.execute(STORED_RECORDS).fetchone()
+            return main, staged, records
+        finally:
+            db.close()
+
+    assert rows() == (0, 3, 200), "two insert rows and one delta row, nothing in the B-tree"
+    lib.apply(Changes(3.0, inserts=[fp(i) for i in range(200, 260)]))  # 261 staged: merged
+    assert rows() == (260, 0, 260)
+    assert lib.records([fp(3)]) == {fp(3): Record(3, 1.0, 2.0)}
+    lib.close()
+
+
+def test_a_rolled_back_batch_leaves_the_stage_as_committed(lib_path):
+    lib = SQLiteLibrary(lib_path, create=True, stage_limit=5)
+    lib.apply(Changes(1.0, inserts=[fp(1), fp(2)]))
+    with pytest.raises(RuntimeError), lib.transaction():
+        lib.apply(Changes(2.0, inserts=[fp(i) for i in range(3, 10)]))  # merged inside
+        lib.apply(Changes(2.0, refs={fp(1): 5}))
+        raise RuntimeError("the caller failed")
+    assert lib.present([fp(i) for i in range(10)]) == {fp(1), fp(2)}
+    assert lib.records([fp(1)]) == {fp(1): Record(1, 1.0, 1.0)}
+    with pytest.raises(ValueError, match="inconsistent"):
+        lib.apply(Changes(3.0, inserts=[fp(3), fp(3)]))
+    with pytest.raises(ValueError, match="inconsistent"):
+        lib.apply(Changes(3.0, inserts=[fp(4), fp(2)]))
+    assert lib.count() == 2 and lib.present([fp(3), fp(4)]) == set()
+    lib.close()
+
+
+def _version_1_file(path: Path, fill: bool = True) -> None:
+    """A library as urlseen wrote it before the stage (made here with 50 records, or the one at
+    path): no staged table, format "urlseen-library", user_version 1."""
+    if fill:
+        make_file(path, 50)
+    db = sqlite3.connect(path)
+    db.execute("BEGIN")
+    for now, fps in db.execute("SELECT now, fps FROM staged WHERE deltas IS NULL").fetchall():
+        db.executemany(
+            "INSERT INTO fingerprints VALUES (?, 1, ?, ?)",
+            [(fps[i : i + 16], now, now) for i in range(0, len(fps), 16)],
+        )
+    db.execute("DROP TABLE staged")
+    db.execute("UPDATE meta SET value = 'urlseen-library' WHERE name = 'format'")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    Path(str(path) + ".seal").unlink()  # the bytes changed
+
+
+def test_a_version_1_library_is_read_and_migrated_by_its_first_writer(lib_path):
+    _version_1_file(lib_path)
+    before = sha(lib_path)
+    reader = SQLiteLibrary(lib_path, readonly=True)
+    assert reader.count() == 50 and len(reader.present([fp(i) for i in range(60)])) == 50
+    reader.close()
+    assert sha(lib_path) == before, "a reader leaves a version-1 file as it is"
+    writer = SQLiteLibrary(lib_path)
+    writer.apply(Changes(2.0, inserts=[fp(70)]))
+    writer.close()
+    db = sqlite3.connect(lib_path)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (2,)
+    assert db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone() == (
+        "urlseen-library-2",
+    )
+    db.close()
+    lib = SQLiteLibrary(lib_path)
+    assert lib.count() == 51 and len(lib.present([fp(i) for i in range(71)])) == 51
+    lib.close()
+
+
+def test_a_version_2_library_without_its_stage_is_refused(lib_path):
+    make_file(lib_path, 10)
+    db = sqlite3.connect(lib_path)
+    db.execute("DROP TABLE staged")
+    db.commit()
+    db.close()
+    Path(str(lib_path) + ".seal").unlink(missing_ok=True)
+    refused(lib_path, "staging table")
+
+
+@pytest.mark.parametrize(
+    ("damage", "needle"),
+    [
+        ("UPDATE staged SET fps = substr(fps, 1, 20)", "damaged staged row"),
+        ("UPDATE meta SET value = '7' WHERE name = 'records'", "its count says 7"),
+    ],
+)
+def test_verify_reads_the_stage_and_counts_the_records(lib_path, damage, needle):
+    """Damage SQLite cannot see (well-formed pages, wrong contents), in a file its writer did
+    not seal: verify() finds it."""
+    make_file(lib_path, 10)
+    db = sqlite3.connect(lib_path)
+    db.execute(damage)
+    db.commit()
+    db.close()
+    Path(str(lib_path) + ".seal").unlink()
+    lib = SQLiteLibrary(lib_path, readonly=True)
+    with pytest.raises(FormatError, match=needle):
+        lib.verify()
+    lib.close()
+
+
+def test_a_reader_sees_what_a_writer_stages_and_merges_after_it_opened(lib_path):
+    writer = SQLiteLibrary(lib_path, create=True, stage_limit=100)
+    writer.apply(Changes(1.0, inserts=[fp(i) for i in range(10)]))
+    reader = SQLiteLibrary(lib_path, readonly=True, check_seal=False)
+    assert len(reader.present([fp(i) for i in range(300)])) == 10
+    writer.apply(Changes(2.0, inserts=[fp(i) for i in range(10, 50)]))  # staged
+    assert len(reader.present([fp(i) for i in range(300)])) == 50
+    writer.apply(Changes(3.0, inserts=[fp(i) for i in range(50, 150)]))  # merged
+    assert len(reader.present([fp(i) for i in range(300)])) == 150
+    assert reader.records([fp(3)]) == {fp(3): Record(1, 1.0, 1.0)}
+    assert sum(len(c) for c in reader.fingerprints()) == 150
+    reader.close()
+    writer.close()
+
+
+def test_a_wrong_known_absent_costs_no_record_and_no_stuck_merge(lib_path):
+    """known_absent skips the look-up of inserts in the B-tree; an insert the B-tree holds
+    after all keeps the B-tree's record at the merge, and the count stays the rows'."""
+    lib = SQLiteLibrary(lib_path, create=True, stage_limit=3)
+    lib.apply(Changes(1.0, inserts=[fp(1), fp(2), fp(3)]))  # merged
+    with pytest.raises(ValueError, match="inconsistent"):
+        lib.apply(Changes(2.0, inserts=[fp(1)]))  # looked up: refused
+    lib.apply(Changes(2.0, inserts=[fp(1), fp(4), fp(5)], known_absent=True))  # merged
+    assert lib.count() == 5 and lib.records([fp(1)]) == {fp(1): Record(1, 1.0, 1.0)}
+    lib.close()
+    db = sqlite3.connect(lib_path)
+    assert db.execute(STORED_RECORDS).fetchone() == (5,)
+    db.close()
+
+
+def test_an_exact_filter_made_before_the_stage_opens_and_answers_the_same(tmp_path):
+    """A folder whose library is version 1 (as an older urlseen left it): the exact filter
+    opens it, migrates it, and every URL it held is still seen."""
+    from urlseen import ExactFilter
+
+    urls = [f"https://old.example/{i}" for i in range(300)]
+    with ExactFilter.create(tmp_path / "state", capacity=10_000) as seen:
+        assert all(seen.add_many(urls))
+    _version_1_file(tmp_path / "state" / "library.sqlite", fill=False)
+    with ExactFilter.open(tmp_path / "state") as seen:
+        assert seen.add_many([*urls, "https://new.example/"]) == [False] * 300 + [True]
+    db = sqlite3.connect(tmp_path / "state" / "library.sqlite")
+    assert db.execute("PRAGMA user_version").fetchone() == (2,)
+    db.close()

@@ -29,6 +29,7 @@ from scrapy.utils.test import get_crawler
 
 from urlseen.integrations.scrapy import UrlseenDupeFilter
 from urlseen.stores.redis_library import RedisLibrary
+from urlseen.stores.sqlite_library import STORED_RECORDS
 
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
 SCHEDULERS = {
@@ -152,7 +153,7 @@ def test_local_state_is_durable_without_close(
 
     def records() -> int:
         with sqlite3.connect(f"file:{library}?mode=ro", uri=True) as db:
-            return int(db.execute("SELECT count(*) FROM fingerprints").fetchone()[0])
+            return int(db.execute(STORED_RECORDS).fetchone()[0])  # B-tree and stage
 
     assert records() == 0  # grouped: waiting for the next commit
     crawler.signals.send_catch_log(signals.spider_idle, spider=crawler.spider)

@@ -438,6 +438,28 @@ def test_str_matches_xxhash_package_on_utf8(key, seed):
     assert _core.xxh3_128(key, seed) == as_core_bytes(expected)
 
 
+# ---- XXH3-64 (the Bloom filters' default hash) == the xxhash package ----------------------------
+
+
+@settings(max_examples=500, deadline=None)
+@given(key=data, seed=seeds)
+def test_xxh3_64_matches_xxhash_package(key, seed):
+    assert _core.xxh3_64(key, seed) == xxhash.xxh3_64_intdigest(key, seed)
+
+
+@pytest.mark.parametrize(
+    "lo, hi", [(0, 0), (1, 3), (4, 8), (9, 16), (17, 128), (129, 240), (241, 1024), (1025, 3000)]
+)
+def test_xxh3_64_matches_xxhash_package_per_length_class(lo, hi):
+    rng = random.Random(lo * 31 + hi)
+    for i in range(30):
+        key = rng.randbytes(rng.randint(lo, hi))
+        seed = [0, 1, M64][i] if i < 3 else rng.getrandbits(64)
+        assert _core.xxh3_64(key, seed) == xxhash.xxh3_64_intdigest(key, seed)
+    text = "https://例え.jp/" + "ü" * hi
+    assert _core.xxh3_64(text, 7) == xxhash.xxh3_64_intdigest(text.encode(), 7)
+
+
 # ---- C == the Python oracle on random inputs ----------------------------------------------------
 
 CLASSES = [(0, 0), (1, 3), (4, 8), (9, 16), (17, 128), (129, 240), (241, 1024), (1025, 3000)]

@@ -110,7 +110,9 @@ PyDoc_STRVAR(add_doc,
              "Check-and-add in one step: set key's bits and return True if key was new (at least\n"
              "one bit was 0), False if it was (probably) seen before.");
 
-static PyObject *BitFilter_add(BitFilter *self, PyObject *key)
+/* Any key, any hash, a batch running or not. Out of line, so that the common case below keeps
+ * a small frame: no Py_buffer on its stack, no registers saved for paths it never takes. */
+US_NOINLINE static PyObject *add_any(BitFilter *self, PyObject *key)
 {
     us_hash128 h;
     if (key_hash(key, self->hash_id, self->seed, &h, -1) < 0) return NULL;
@@ -130,6 +132,28 @@ static PyObject *BitFilter_add(BitFilter *self, PyObject *key)
         us_bound_add_count(&self->base, (unsigned)fresh);
     }
     return PyBool_FromLong(fresh);
+}
+
+/* The per-call hot path, in one straight line for the common case: an exact str in compact
+ * ASCII form (its characters are its UTF-8 bytes), an XXH3 hash, no batch running, a writable
+ * filter. Everything else takes add_any. */
+static PyObject *BitFilter_add(BitFilter *self, PyObject *key)
+{
+    if (!(PyUnicode_CheckExact(key) && PyUnicode_IS_COMPACT_ASCII(key)) || self->busy ||
+        !self->base.bound || self->base.readonly)
+        return add_any(self, key);
+    const void *data = (const PyASCIIObject *)key + 1;
+    size_t len = (size_t)((PyASCIIObject *)key)->length;
+    us_hash128 h;
+    if (self->hash_id == US_HASH_XXH3_64)
+        h = us_digest_of_64(us_xxh3_64(data, len, self->seed));
+    else if (self->hash_id == US_HASH_XXH3_128)
+        h = us_xxh3_128(data, len, self->seed);
+    else
+        return add_any(self, key);
+    int fresh = us_bloom_test_and_set(&self->bloom, h);
+    us_bound_add_count(&self->base, (unsigned)fresh);
+    return Py_NewRef(fresh ? Py_True : Py_False);
 }
 
 static int BitFilter_contains(BitFilter *self, PyObject *key)

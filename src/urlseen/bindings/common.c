@@ -68,10 +68,12 @@ void raise_bad_key_type(PyObject *key, Py_ssize_t index)
 int parse_hash_id(int hash_id)
 {
     if (hash_id != US_HASH_XXH3_128 && hash_id != US_HASH_MURMUR3_X64_128 &&
-        hash_id != US_HASH_MD5) {
+        hash_id != US_HASH_MD5 && hash_id != US_HASH_XXH3_64) {
         PyErr_Format(PyExc_ValueError,
-                     "hash must be %d (xxh3_128), %d (murmur3_x64_128) or %d (md5), not %d",
-                     US_HASH_XXH3_128, US_HASH_MURMUR3_X64_128, US_HASH_MD5, hash_id);
+                     "hash must be %d (xxh3_128), %d (murmur3_x64_128), %d (md5) or %d (xxh3_64), "
+                     "not %d",
+                     US_HASH_XXH3_128, US_HASH_MURMUR3_X64_128, US_HASH_MD5, US_HASH_XXH3_64,
+                     hash_id);
         return -1;
     }
     return 0;

@@ -16,6 +16,13 @@
 #include "csrc/bloom.h"
 #include "csrc/digest.h"
 
+/* Keeps a cold path out of a hot function's frame. */
+#if defined(__GNUC__) || defined(__clang__)
+#define US_NOINLINE __attribute__((noinline))
+#else
+#define US_NOINLINE
+#endif
+
 extern PyObject *us_InvalidKeyError; /* urlseen.errors.InvalidKeyError */
 extern PyObject *us_ClosedError;     /* urlseen.errors.ClosedError */
 extern PyObject *us_ReadOnlyError;   /* urlseen.errors.ReadOnlyError */
@@ -266,6 +273,8 @@ Py_ssize_t us_bit_filter_probe(PyObject *obj, const us_hash128 *digests, size_t 
 int us_line_engine_add(PyObject *module);
 /* counting_filter.c: CountingFilter, FingerprintCache and digests(). */
 int us_counting_filter_add(PyObject *module);
+/* fingerprint_map.c: FingerprintMap (the library's staged fingerprints). */
+int us_fingerprint_map_add(PyObject *module);
 /* mdbf_filter.c: MDBFilter (the multi-dimensional Bloom filter) and its constants. */
 int us_mdbf_filter_add(PyObject *module);
 /* redis_masks.c: byte_masks() (the bytes a Bloom filter kept in Redis must find set). */

@@ -1,5 +1,5 @@
 /* bindings/core_module.c: the extension module urlseen._core: its init, its constants, and the
- * module-level functions (the three digests, a key's bit positions without a filter, the
+ * module-level functions (the digests, a key's bit positions without a filter, the
  * prefetch distance). Each of the other binding files adds its own types and functions to the
  * module (common.h lists them).
  *
@@ -46,6 +46,27 @@ PyDoc_STRVAR(xxh3_doc,
 static PyObject *mod_xxh3(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
     return digest_function(args, kwargs, "O|O:xxh3_128", US_HASH_XXH3_128, 64);
+}
+
+PyDoc_STRVAR(xxh3_64_doc,
+             "xxh3_64(key, seed=0) -> int\n\n"
+             "The XXH3-64 hash of key (str as UTF-8, or bytes) with a 64-bit seed, as\n"
+             "xxhash.xxh3_64_intdigest(key, seed) gives it. A filter with hash 'xxh3_64' probes\n"
+             "with h1 = this value and h2 = MurmurHash3's fmix64 of it.");
+
+static PyObject *mod_xxh3_64(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "seed", NULL};
+    PyObject *key, *seed_obj = NULL;
+    uint64_t seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:xxh3_64", kwlist, &key, &seed_obj))
+        return NULL;
+    if (seed_obj && parse_seed_bits(seed_obj, 64, &seed) < 0) return NULL;
+    key_bytes kb;
+    if (key_get(key, &kb, -1) < 0) return NULL;
+    uint64_t h = us_xxh3_64(kb.data, (size_t)kb.len, seed);
+    key_release(&kb);
+    return PyLong_FromUnsignedLongLong(h);
 }
 
 PyDoc_STRVAR(md5_doc,
@@ -104,6 +125,8 @@ static PyMethodDef module_methods[] = {
     {"murmur3_x64_128", (PyCFunction)(void (*)(void))mod_murmur3, METH_VARARGS | METH_KEYWORDS,
      murmur3_doc},
     {"xxh3_128", (PyCFunction)(void (*)(void))mod_xxh3, METH_VARARGS | METH_KEYWORDS, xxh3_doc},
+    {"xxh3_64", (PyCFunction)(void (*)(void))mod_xxh3_64, METH_VARARGS | METH_KEYWORDS,
+     xxh3_64_doc},
     {"md5", (PyCFunction)(void (*)(void))mod_md5, METH_VARARGS | METH_KEYWORDS, md5_doc},
     {"positions", (PyCFunction)(void (*)(void))mod_positions, METH_VARARGS | METH_KEYWORDS,
      positions_fn_doc},
@@ -128,9 +151,10 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddIntConstant(m, "MAX_K", US_MAX_K) < 0 ||
         PyModule_AddIntConstant(m, "HASH_XXH3_128", US_HASH_XXH3_128) < 0 ||
         PyModule_AddIntConstant(m, "HASH_MURMUR3_X64_128", US_HASH_MURMUR3_X64_128) < 0 ||
-        PyModule_AddIntConstant(m, "HASH_MD5", US_HASH_MD5) < 0 || us_bit_filter_add(m) < 0 ||
+        PyModule_AddIntConstant(m, "HASH_MD5", US_HASH_MD5) < 0 ||
+        PyModule_AddIntConstant(m, "HASH_XXH3_64", US_HASH_XXH3_64) < 0 || us_bit_filter_add(m) < 0 ||
         us_counting_filter_add(m) < 0 || us_mdbf_filter_add(m) < 0 || us_redis_masks_add(m) < 0 ||
-        us_line_engine_add(m) < 0) {
+        us_line_engine_add(m) < 0 || us_fingerprint_map_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

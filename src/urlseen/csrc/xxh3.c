@@ -1,4 +1,4 @@
-/* xxh3.c: XXH3-128 with a 64-bit seed, from the xxHash specification (doc/xxhash_spec.md in
+/* xxh3.c: XXH3-128 and XXH3-64 with a 64-bit seed, from the xxHash specification (doc/xxhash_spec.md in
  * Cyan4973/xxHash, not in this repository; "the spec" below).
  *
  * One function per length class of the spec: 0, 1-3, 4-8, 9-16, 17-128, 129-240 and > 240
@@ -13,15 +13,13 @@
 #define P32_1 0x9E3779B1U
 #define P32_2 0x85EBCA77U
 #define P32_3 0xC2B2AE3DU
-#define P64_1 0x9E3779B185EBCA87ULL
 #define P64_2 0xC2B2AE3D27D4EB4FULL
 #define P64_3 0x165667B19E3779F9ULL
 #define P64_4 0x85EBCA77C2B2AE63ULL
 #define P64_5 0x27D4EB2F165667C5ULL
-#define PRIME_MX1 0x165667919E3779F9ULL
 #define PRIME_MX2 0x9FB21C651E98DF25ULL
 
-#define SECRET_LEN 192
+#define SECRET_LEN US_XXH3_SECRET_LEN
 #define STRIPE_LEN 64
 /* (SECRET_LEN - STRIPE_LEN) / 8 stripes per block: each stripe reads the secret 8 bytes further
  * on, and the last 64 bytes of the secret are kept for the scramble. */
@@ -29,7 +27,7 @@
 #define BLOCK_LEN (STRIPE_LEN * STRIPES_PER_BLOCK)
 
 /* The spec's default secret, read as little-endian words at arbitrary byte offsets. */
-static const uint8_t default_secret[SECRET_LEN] = {
+const uint8_t us_xxh3_secret[US_XXH3_SECRET_LEN] = {
     0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
     0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
     0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
@@ -64,38 +62,6 @@ static inline uint64_t bswap64(uint64_t x)
 
 static inline uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
 
-/* The full 64x64 -> 128-bit product, the spec's (u128)x * (u128)y. The portable branch splits
- * into 32-bit halves for compilers without a 128-bit integer type. */
-static inline uint64_t mul128(uint64_t a, uint64_t b, uint64_t *hi)
-{
-#if defined(__SIZEOF_INT128__)
-    __extension__ unsigned __int128 r = (unsigned __int128)a * b;
-    *hi = (uint64_t)(r >> 64);
-    return (uint64_t)r;
-#else
-    uint64_t a_lo = a & 0xFFFFFFFFU, a_hi = a >> 32, b_lo = b & 0xFFFFFFFFU, b_hi = b >> 32;
-    uint64_t lo_lo = a_lo * b_lo, hi_lo = a_hi * b_lo, lo_hi = a_lo * b_hi, hi_hi = a_hi * b_hi;
-    uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xFFFFFFFFU) + lo_hi;
-    *hi = (hi_lo >> 32) + (cross >> 32) + hi_hi;
-    return (cross << 32) | (lo_lo & 0xFFFFFFFFU);
-#endif
-}
-
-/* lowerHalf(p) xor higherHalf(p) of the 128-bit product: keeps all of it in 64 bits. */
-static inline uint64_t mul_fold64(uint64_t a, uint64_t b)
-{
-    uint64_t hi, lo = mul128(a, b, &hi);
-    return lo ^ hi;
-}
-
-static inline uint64_t avalanche(uint64_t x)
-{
-    x ^= x >> 37;
-    x *= PRIME_MX1;
-    x ^= x >> 32;
-    return x;
-}
-
 static inline uint64_t avalanche_xxh64(uint64_t x)
 {
     x ^= x >> 33;
@@ -116,14 +82,14 @@ static inline us_hash128 make(uint64_t low, uint64_t high)
 
 static us_hash128 len_0(uint64_t seed)
 {
-    const uint8_t *s = default_secret;
+    const uint8_t *s = us_xxh3_secret;
     return make(avalanche_xxh64(seed ^ us_load64_le(s + 64) ^ us_load64_le(s + 72)),
                 avalanche_xxh64(seed ^ us_load64_le(s + 80) ^ us_load64_le(s + 88)));
 }
 
 static us_hash128 len_1to3(const uint8_t *p, size_t len, uint64_t seed)
 {
-    const uint8_t *s = default_secret;
+    const uint8_t *s = us_xxh3_secret;
     /* The last, first and middle byte plus the length: for len 1 or 2 some bytes are read
      * twice, which is why the length must be folded in too. */
     uint32_t combined = (uint32_t)p[len - 1] | (uint32_t)len << 8 | (uint32_t)p[0] << 16 |
@@ -136,55 +102,47 @@ static us_hash128 len_1to3(const uint8_t *p, size_t len, uint64_t seed)
 
 static us_hash128 len_4to8(const uint8_t *p, size_t len, uint64_t seed)
 {
-    const uint8_t *s = default_secret;
+    const uint8_t *s = us_xxh3_secret;
     uint32_t first = us_load32_le(p), last = us_load32_le(p + len - 4);
     /* The seed's low half, byte-swapped, also lands in the high half. */
     uint64_t modified_seed = seed ^ ((uint64_t)bswap32((uint32_t)seed) << 32);
     uint64_t combined = (uint64_t)first | (uint64_t)last << 32;
     uint64_t value = ((us_load64_le(s + 16) ^ us_load64_le(s + 24)) + modified_seed) ^ combined;
-    uint64_t high, low = mul128(value, P64_1 + ((uint64_t)len << 2), &high);
+    uint64_t high, low = us_xxh3_mul128_(value, US_XXH3_P64_1 + ((uint64_t)len << 2), &high);
     high += low << 1;
     low ^= high >> 3;
     low ^= low >> 35;
     low *= PRIME_MX2;
     low ^= low >> 28;
-    return make(low, avalanche(high));
+    return make(low, us_xxh3_avalanche_(high));
 }
 
 static us_hash128 len_9to16(const uint8_t *p, size_t len, uint64_t seed)
 {
-    const uint8_t *s = default_secret;
+    const uint8_t *s = us_xxh3_secret;
     uint64_t first = us_load64_le(p), last = us_load64_le(p + len - 8);
     uint64_t val1 = ((us_load64_le(s + 32) ^ us_load64_le(s + 40)) - seed) ^ first ^ last;
     uint64_t val2 = ((us_load64_le(s + 48) ^ us_load64_le(s + 56)) + seed) ^ last;
-    uint64_t mhi, mlo = mul128(val1, P64_1, &mhi);
+    uint64_t mhi, mlo = us_xxh3_mul128_(val1, US_XXH3_P64_1, &mhi);
     uint64_t low = mlo + ((uint64_t)(len - 1) << 54);
     /* The spec's simplified form of hi32(val2) << 32 + lo32(val2) * PRIME32_2. */
     uint64_t high = mhi + val2 + (uint64_t)(uint32_t)val2 * (P32_2 - 1);
     low ^= bswap64(high);
     /* {low, high} * PRIME64_2 as a 128x64 -> 128-bit multiply. */
-    uint64_t m2hi, m2lo = mul128(low, P64_2, &m2hi);
+    uint64_t m2hi, m2lo = us_xxh3_mul128_(low, P64_2, &m2hi);
     high = m2hi + high * P64_2;
-    return make(avalanche(m2lo), avalanche(high));
+    return make(us_xxh3_avalanche_(m2lo), us_xxh3_avalanche_(high));
 }
 
 /* ---- 17-240 bytes: pairs of 16-byte chunks into two accumulators ---------------------------- */
-
-/* mixStep: one 16-byte chunk against 16 bytes of secret, the seed added to one word and
- * subtracted from the other. */
-static inline uint64_t mix_step(const uint8_t *data, const uint8_t *secret, uint64_t seed)
-{
-    return mul_fold64(us_load64_le(data) ^ (us_load64_le(secret) + seed),
-                      us_load64_le(data + 8) ^ (us_load64_le(secret + 8) - seed));
-}
 
 /* mixTwoChunks: each accumulator also takes the raw sum of the *other* chunk's words, so a
  * chunk whose mix step happens to multiply by zero still reaches the result. */
 static inline void mix_two_chunks(uint64_t acc[2], const uint8_t *d1, const uint8_t *d2,
                                   const uint8_t *secret, uint64_t seed)
 {
-    acc[0] += mix_step(d1, secret, seed);
-    acc[1] += mix_step(d2, secret + 16, seed);
+    acc[0] += us_xxh3_mix16_(d1, secret, seed);
+    acc[1] += us_xxh3_mix16_(d2, secret + 16, seed);
     acc[0] ^= us_load64_le(d2) + us_load64_le(d2 + 8);
     acc[1] ^= us_load64_le(d1) + us_load64_le(d1 + 8);
 }
@@ -192,18 +150,18 @@ static inline void mix_two_chunks(uint64_t acc[2], const uint8_t *d1, const uint
 static inline us_hash128 finish_17to240(const uint64_t acc[2], size_t len, uint64_t seed)
 {
     uint64_t low = acc[0] + acc[1];
-    uint64_t high = acc[0] * P64_1 + acc[1] * P64_4 + ((uint64_t)len - seed) * P64_2;
-    return make(avalanche(low), (uint64_t)0 - avalanche(high));
+    uint64_t high = acc[0] * US_XXH3_P64_1 + acc[1] * P64_4 + ((uint64_t)len - seed) * P64_2;
+    return make(us_xxh3_avalanche_(low), (uint64_t)0 - us_xxh3_avalanche_(high));
 }
 
 static us_hash128 len_17to128(const uint8_t *p, size_t len, uint64_t seed)
 {
-    uint64_t acc[2] = {(uint64_t)len * P64_1, 0};
+    uint64_t acc[2] = {(uint64_t)len * US_XXH3_P64_1, 0};
     /* N = ceil(len / 32) chunks from the front paired with N from the back, innermost pair
      * first (the order matters: each step xors into what the previous one added). Nested ifs
      * rather than the spec's loop: the same order, with straight-line code and constant secret
      * offsets for each count of pairs. */
-    const uint8_t *s = default_secret;
+    const uint8_t *s = us_xxh3_secret;
     if (len > 32) {
         if (len > 64) {
             if (len > 96) mix_two_chunks(acc, p + 48, p + len - 64, s + 96, seed);
@@ -217,13 +175,13 @@ static us_hash128 len_17to128(const uint8_t *p, size_t len, uint64_t seed)
 
 static us_hash128 len_129to240(const uint8_t *p, size_t len, uint64_t seed)
 {
-    const uint8_t *s = default_secret;
-    uint64_t acc[2] = {(uint64_t)len * P64_1, 0};
+    const uint8_t *s = us_xxh3_secret;
+    uint64_t acc[2] = {(uint64_t)len * US_XXH3_P64_1, 0};
     size_t chunks = len >> 5;
     for (size_t i = 0; i < 4; i++)
         mix_two_chunks(acc, p + 32 * i, p + 32 * i + 16, s + 32 * i, seed);
-    acc[0] = avalanche(acc[0]);
-    acc[1] = avalanche(acc[1]);
+    acc[0] = us_xxh3_avalanche_(acc[0]);
+    acc[1] = us_xxh3_avalanche_(acc[1]);
     /* Past 128 bytes the secret is reused from offset 3, so its words are read misaligned with
      * respect to the first pass. */
     for (size_t i = 4; i < chunks; i++)
@@ -261,28 +219,29 @@ static uint64_t final_merge(const uint64_t acc[8], uint64_t init, const uint8_t 
 {
     uint64_t result = init;
     for (int i = 0; i < 4; i++)
-        result += mul_fold64(acc[2 * i] ^ us_load64_le(secret + 16 * i),
+        result += us_xxh3_fold64_(acc[2 * i] ^ us_load64_le(secret + 16 * i),
                              acc[2 * i + 1] ^ us_load64_le(secret + 16 * i + 8));
-    return avalanche(result);
+    return us_xxh3_avalanche_(result);
 }
 
-/* Out of line: inlined into us_xxh3_128, its 192-byte secret and eight accumulators would make
- * every call, even a 60-byte URL's, save six registers and reserve the stack frame. */
-US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t seed)
+/* The eight accumulators of an input over 240 bytes and the secret they were made with (the
+ * default one, or `derived` filled from the seed): both widths merge them at the end. */
+static const uint8_t *accumulate_long(uint64_t acc[8], const uint8_t *p, size_t len, uint64_t seed,
+                                      uint8_t derived[SECRET_LEN])
 {
     /* A seed reaches long inputs only through the secret: 24 words, the seed added to the even
      * ones and subtracted from the odd. Seed 0 derives the default secret, so skip the copy. */
-    uint8_t derived[SECRET_LEN];
-    const uint8_t *s = default_secret;
+    const uint8_t *s = us_xxh3_secret;
     if (seed) {
         for (int i = 0; i < SECRET_LEN; i += 16) {
-            us_store64_le(derived + i, us_load64_le(default_secret + i) + seed);
-            us_store64_le(derived + i + 8, us_load64_le(default_secret + i + 8) - seed);
+            us_store64_le(derived + i, us_load64_le(us_xxh3_secret + i) + seed);
+            us_store64_le(derived + i + 8, us_load64_le(us_xxh3_secret + i + 8) - seed);
         }
         s = derived;
     }
 
-    uint64_t acc[8] = {P32_3, P64_1, P64_2, P64_3, P64_4, P32_2, P64_5, P32_1};
+    static const uint64_t init[8] = {P32_3, US_XXH3_P64_1, P64_2, P64_3, P64_4, P32_2, P64_5, P32_1};
+    memcpy(acc, init, sizeof init);
     /* Full blocks, each followed by a scramble, while more than one block remains: the last
      * block (even a full one) is left for the tail below and never scrambled. */
     size_t blocks = (len - 1) / BLOCK_LEN;
@@ -298,8 +257,17 @@ US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t se
     /* The last 64 bytes of the input, overlapping what came before unless len is a multiple of
      * 64, with a secret offset no full stripe uses. */
     accumulate(acc, p + len - STRIPE_LEN, s + SECRET_LEN - STRIPE_LEN - 7);
+    return s;
+}
 
-    return make(final_merge(acc, (uint64_t)len * P64_1, s + 11),
+/* Out of line: inlined into us_xxh3_128, its 192-byte secret and eight accumulators would make
+ * every call, even a 60-byte URL's, save six registers and reserve the stack frame. */
+US_NOINLINE static us_hash128 len_long(const uint8_t *p, size_t len, uint64_t seed)
+{
+    uint64_t acc[8];
+    uint8_t derived[SECRET_LEN];
+    const uint8_t *s = accumulate_long(acc, p, len, seed, derived);
+    return make(final_merge(acc, (uint64_t)len * US_XXH3_P64_1, s + 11),
                 final_merge(acc, ~((uint64_t)len * P64_2), s + SECRET_LEN - STRIPE_LEN - 11));
 }
 
@@ -315,4 +283,69 @@ us_hash128 us_xxh3_128(const void *key, size_t len, uint64_t seed)
     if (len <= 128) return len_17to128(p, len, seed);
     if (len <= 240) return len_129to240(p, len, seed);
     return len_long(p, len, seed);
+}
+
+/* ---- XXH3-64: the same secret and steps, one accumulator, its own constants per length ------ */
+
+/* The spec's rrmxmx: the 4-8-byte finalizer, which folds the length in again. */
+static inline uint64_t rrmxmx(uint64_t h, uint64_t len)
+{
+    h ^= us_rotl64(h, 49) ^ us_rotl64(h, 24);
+    h *= PRIME_MX2;
+    h ^= (h >> 35) + len;
+    h *= PRIME_MX2;
+    return h ^ (h >> 28);
+}
+
+static uint64_t len_0to16_64(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = us_xxh3_secret;
+    if (len > 8) {
+        uint64_t lo = us_load64_le(p) ^ ((us_load64_le(s + 24) ^ us_load64_le(s + 32)) + seed);
+        uint64_t hi =
+            us_load64_le(p + len - 8) ^ ((us_load64_le(s + 40) ^ us_load64_le(s + 48)) - seed);
+        return us_xxh3_avalanche_((uint64_t)len + bswap64(lo) + hi + us_xxh3_fold64_(lo, hi));
+    }
+    if (len >= 4) {
+        seed ^= (uint64_t)bswap32((uint32_t)seed) << 32;
+        uint64_t both = (uint64_t)us_load32_le(p + len - 4) + ((uint64_t)us_load32_le(p) << 32);
+        return rrmxmx(both ^ ((us_load64_le(s + 8) ^ us_load64_le(s + 16)) - seed), len);
+    }
+    if (len) {
+        uint32_t combined = (uint32_t)p[len - 1] | (uint32_t)len << 8 | (uint32_t)p[0] << 16 |
+                            (uint32_t)p[len >> 1] << 24;
+        return avalanche_xxh64((uint64_t)combined ^
+                               ((uint64_t)(us_load32_le(s) ^ us_load32_le(s + 4)) + seed));
+    }
+    return avalanche_xxh64(seed ^ us_load64_le(s + 56) ^ us_load64_le(s + 64));
+}
+
+static uint64_t len_129to240_64(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = us_xxh3_secret;
+    uint64_t acc = (uint64_t)len * US_XXH3_P64_1;
+    size_t rounds = len / 16;
+    for (size_t i = 0; i < 8; i++) acc += us_xxh3_mix16_(p + 16 * i, s + 16 * i, seed);
+    acc = us_xxh3_avalanche_(acc);
+    /* As in the 128-bit form: past 128 bytes the secret is reused from offset 3. */
+    for (size_t i = 8; i < rounds; i++) acc += us_xxh3_mix16_(p + 16 * i, s + 16 * (i - 8) + 3, seed);
+    acc += us_xxh3_mix16_(p + len - 16, s + 119, seed);
+    return us_xxh3_avalanche_(acc);
+}
+
+US_NOINLINE static uint64_t len_long_64(const uint8_t *p, size_t len, uint64_t seed)
+{
+    uint64_t acc[8];
+    uint8_t derived[SECRET_LEN];
+    const uint8_t *s = accumulate_long(acc, p, len, seed, derived);
+    return final_merge(acc, (uint64_t)len * US_XXH3_P64_1, s + 11);
+}
+
+uint64_t us_xxh3_64_other_(const void *key, size_t len, uint64_t seed)
+{
+    const uint8_t *p = (const uint8_t *)key;
+    if (len <= 16) return len_0to16_64(p, len, seed);
+    if (len <= 128) return us_xxh3_64(p, len, seed);
+    if (len <= 240) return len_129to240_64(p, len, seed);
+    return len_long_64(p, len, seed);
 }

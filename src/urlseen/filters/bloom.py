@@ -9,13 +9,15 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.filters import _sizing
-from urlseen.filters._hashes import DEFAULT_HASH, HASHES, check_hash, check_seed
+from urlseen.filters._hashes import BLOOM_HASH, HASHES, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters.base import FilterStats, creator
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
 
 __all__ = ["DEFAULT_HASH", "HASHES", "BloomFilter"]
+
+DEFAULT_HASH = BLOOM_HASH
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 
@@ -35,8 +37,9 @@ class BloomFilter(StoreBacked, _core.BitFilter):
             filter outgrows the CPU cache, at some extra memory (8.6% at 0.001, see
             benchmarks/RESULTS.md); "standard": the textbook filter, minimal memory.
         seed: hash seed, in [0, 2**32); filters combine only with the same seed and hash.
-        hash: "xxh3_128" (default, ~9 ns per URL) or "murmur3_x64_128" (~22 ns), both 128-bit
-            and fixed forever (state files record which).
+        hash: "xxh3_64" (default: the probes need no more than 64 bits, ~6 ns per URL),
+            "xxh3_128" (~9 ns; the default before xxh3_64 existed), "murmur3_x64_128" (~22 ns)
+            or "md5"; each fixed forever, and state files record which.
         path: keep the filter in a new state file there (memory-mapped), as create() does;
             None (default): in memory.
         overwrite: with path, replace an existing file (else FileExistsError).

@@ -319,15 +319,14 @@ class ExactFilter(Closeable):
             increments = self._carry.copy()
             try:
                 with self._library.transaction():
-                    for fp, pending, batch, seen in spills:
-                        increments.add(fp, pending + batch, seen)
+                    increments.add_entries(spills)
                     if ask:
                         self._resolve(ask, flags, fresh, increments, events, stamp)
                     overflow = self._overflow_after_adds(events)
                     answers = cast("list[bool]", flags)  # every None was resolved above
                     if before_commit is not None:
                         before_commit(answers)
-                    changes = Changes(now, inserts=fresh, overflow=overflow)
+                    changes = Changes(now, inserts=fresh, overflow=overflow, known_absent=True)
                     increments.fill(changes)
                     self._library.apply(changes)
             except BaseException:
@@ -335,8 +334,7 @@ class ExactFilter(Closeable):
                 raise
             self._carry = _Increments()
             if cache is not None:
-                for fp, pending, batch, seen in cache.commit():  # overflowing pending counts
-                    self._carry.add(fp, pending + batch, seen)
+                self._carry.add_entries(cache.commit())  # overflowing pending counts
                 if not self._write_back:
                     self._checkpoint()
             self._records += len(fresh)
@@ -662,6 +660,16 @@ class _Increments:
             if seen > self._seen.get(fp, 0):
                 self._seen[fp] = seen
 
+    def add_entries(self, entries: Iterable[tuple[bytes, int, int, int]]) -> None:
+        """add() for each cache entry (fingerprint, pending, batch, seen): one loop, no call per
+        entry (a batch evicts up to one entry per new URL)."""
+        counts, last = self._counts, self._seen
+        for fp, pending, batch, seen in entries:
+            if pending + batch:
+                counts[fp] += pending + batch
+                if seen > last.get(fp, 0):
+                    last[fp] = seen
+
     def count(self, fp: bytes) -> int:
         return self._counts.get(fp, 0)
 
@@ -677,7 +685,7 @@ class _Increments:
 
     def fill(self, changes: Changes) -> None:
         changes.refs = dict(self._counts)
-        changes.seen = {fp: float(t) for fp, t in self._seen.items() if t}
+        changes.seen = dict(self._seen)  # whole seconds, never 0 (add keeps later times only)
 
     def __bool__(self) -> bool:
         return bool(self._counts)

@@ -203,7 +203,9 @@ class FingerprintLibraryFilter(Closeable):
                     flags.append(fresh)
                 if before_commit is not None:
                     before_commit(flags)
-                self._library.apply(Changes(now, inserts=list(inserts), refs=dict(refs)))
+                self._library.apply(
+                    Changes(now, inserts=list(inserts), refs=dict(refs), known_absent=True)
+                )
             self._records += len(inserts)
             return flags
 

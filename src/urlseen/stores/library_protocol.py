@@ -43,6 +43,9 @@ class Changes:
         deletes: fingerprints to remove.
         overflow: counter index -> its new true count, or None to drop the row.
         meta: name -> value to set in the library's metadata.
+        known_absent: the caller found every insert absent in this transaction (looked up, or
+            proved new by counters that match the library): the library need not look them
+            up again (SQLiteLibrary would, in its B-tree, per batch).
     """
 
     now: float
@@ -52,6 +55,7 @@ class Changes:
     deletes: list[bytes] = field(default_factory=list)
     overflow: dict[int, int | None] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
+    known_absent: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.inserts or self.refs or self.deletes or self.overflow or self.meta)
