@@ -11,6 +11,7 @@ import math
 import multiprocessing
 import random
 import time
+import tracemalloc
 
 import pytest
 import redis
@@ -113,6 +114,10 @@ def test_a_tree_of_another_format_or_with_a_missing_parameter_is_refused(redis_u
     client.hset(tree_key, "params", json.dumps(old))
     with pytest.raises(FormatError, match="urlseen-dsbf/1"):
         SplittableBloomFilter(redis=redis_url, name=redis_name)
+    # format 3 made every leaf full-grown at creation, its nodes "leaf" without a size
+    client.hset(tree_key, "params", json.dumps({**params, "format": "urlseen-dsbf/3"}))
+    with pytest.raises(FormatError, match="urlseen-dsbf/3"):
+        SplittableBloomFilter(redis=redis_url, name=redis_name)
 
 
 # ---- the algorithm ----------------------------------------------------------------------------
@@ -184,8 +189,9 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
     Insert 10 n distinct URLs, measuring the FP rate on never-inserted URLs at every
     checkpoint n, 2n, ... 10n. Data: the distinct dev URLs, made unique beyond their count by
     a query parameter `urlseen-copy=<r>`; the probes carry `urlseen-probe=<r>` instead, so no
-    probe was ever inserted. Contrast: one fixed Bloom filter with the DSBF's initial memory
-    (first_leaves leaves of leaf_bits bits) and the same k, fed and probed the same way."""
+    probe was ever inserted. Contrast: one fixed Bloom filter with the memory of the DSBF's
+    planned first layer (first_leaves full-grown leaves of leaf_bits bits) and the same k, fed
+    and probed the same way."""
     n, f = 20_000, 0.01
     seen = make(capacity=n, error_rate=f, leaf_bits=1 << 15)
     initial_bits = seen.tree.params["first_leaves"] * seen.leaf_bits
@@ -197,6 +203,7 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
         url = dev_urls[i % len(dev_urls)]
         return f"{url}{'&' if '?' in url else '?'}urlseen-{tag}={i // len(dev_urls)}"
 
+    assert seen.first_leaf_bits < seen.leaf_bits, "its leaves should start small and grow"
     probes = [variant(i, "probe") for i in range(0, 40 * n, 7)][:5000]
     margin = 4 * math.sqrt(f * (1 - f) / len(probes))  # 4 sigma above f
     dsbf_rates, fixed_rates = [], []
@@ -210,6 +217,64 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
     print(f"DSBF FP by checkpoint: {dsbf_rates}; fixed filter: {fixed_rates}")
     assert fixed_rates[-1] > 10 * f, "the contrast filter should have failed its bound by 10 n"
     assert seen.stats().details["leaves"] >= 8 * seen.tree.params["first_leaves"]
+    assert {leaf["bits"] for leaf in seen.leaves()} == {seen.leaf_bits}, "all grown by 10 n"
+
+
+# ---- memory follows what was inserted ----------------------------------------------------------
+
+
+def test_a_filter_planned_for_10_to_the_8_holding_1000_urls_takes_under_2_mb(make):
+    """The first layer starts at its smallest leaves (1 KiB each with the defaults), so a filter
+    planned for 10^8 URLs holding 1,000 takes kilobytes per leaf, not 1 MiB (in Redis: MEMORY
+    USAGE of every key; in memory: its buffers)."""
+    seen = make(capacity=10**8, error_rate=1e-3)
+    assert seen.leaf_bits == 1 << 23 and seen.first_leaf_bits == 1 << 13
+    assert seen.tree.params["first_leaves"] == 185
+    keys = urls(1000, seed=20)
+    assert sum(add_in_batches(seen, keys)) >= 998
+    used = seen.memory_usage()
+    assert used < 2_000_000, used
+    assert seen.stats().details["leaves"] == 185, "nothing grew or split"
+    if isinstance(seen._store, RedisLeafStore):
+        seen.destroy()
+
+
+def test_an_empty_filter_planned_for_10_to_the_9_allocates_megabytes_not_gigabytes():
+    """In this process: every allocation creating the filter counted (tracemalloc sees the
+    leaves' buffers), against 1.8 GB when the first layer was made full-grown."""
+    tracemalloc.start()
+    try:
+        seen = SplittableBloomFilter(capacity=10**9, error_rate=1e-3)
+        allocated, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert seen.tree.params["first_leaves"] == 1847
+    assert allocated < 8_000_000, allocated
+    assert seen.memory_usage() == 1847 * 1024
+
+
+def test_leaves_grow_by_steps_then_split_and_lose_nothing(make):
+    """A leaf below leaf_bits that fills grows GROW times larger (one child) until full-grown,
+    then splits; every URL reported new is still there, and each leaf stays within its own
+    size's capacity."""
+    seen = make(capacity=500, error_rate=1e-3, leaf_bits=1 << 17)
+    sizes = [row[0] for row in seen.tree.params["leaf_sizes"]]
+    assert sizes == [1 << 13, 1 << 15, 1 << 17]
+    keys = urls(20_000, seed=21)
+    reported = [k for k, new in zip(keys, add_in_batches(seen, keys), strict=True) if new]
+    assert len(reported) >= 0.995 * len(keys)
+    assert seen.grows_done >= 2 and seen.splits_done >= 1
+    assert all(seen.contains_many(reported))
+    capacity = {bits: cap for bits, cap, _ in seen.tree.params["leaf_sizes"]}
+    leaves = seen.leaves()
+    assert len(leaves) > 2
+    assert {leaf["bits"] for leaf in leaves} <= set(sizes)
+    assert all(leaf["count"] <= capacity[leaf["bits"]] * 9 // 8 for leaf in leaves)
+    assert seen.stats().count == len(reported)
+    # memory in step with what was inserted: leaves hold at least a quarter of their capacity
+    assert sum(leaf["bits"] for leaf in leaves) < 4 * sum(
+        leaf["count"] * leaf["bits"] / capacity[leaf["bits"]] for leaf in leaves
+    )
 
 
 # ---- splits that go wrong ---------------------------------------------------------------------
@@ -219,10 +284,13 @@ def _store_of(seen):
     return seen._store
 
 
-def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
+@pytest.mark.parametrize("leaf_bits", [1 << 13, 1 << 15], ids=["split", "grow"])
+def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make, leaf_bits):
     """A splitter that sealed its leaf and died: writers to that leaf wait, take the expired
-    lock, drop the dead splitter's children and finish the split; nothing is lost."""
-    seen = make(capacity=1000, error_rate=0.01, leaf_bits=1 << 13)
+    lock, drop the dead splitter's children and finish the split; nothing is lost. With
+    leaf_bits 2^15 the leaves start at 2^13 bits, so what is taken over is a growth."""
+    seen = make(capacity=1000, error_rate=0.01, leaf_bits=leaf_bits)
+    assert seen.first_leaf_bits == 1 << 13
     store = _store_of(seen)
     before = urls(300, seed=7)
     before = [k for k, new in zip(before, add_in_batches(seen, before), strict=True) if new]
@@ -232,7 +300,7 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     assert status == "ok"
     orphans = store.new_leaf_ids(2)
     assert store.refresh(leaf, "dead-splitter", 300, orphans)
-    store.make_leaves(orphans, seen.tree.params)
+    store.make_leaves(orphans, seen.leaf_bits, seen.tree.params)
     assert store.seal(leaf) >= 0  # ... and then it died
     t0 = time.monotonic()
     later = urls(300, seed=8)
@@ -243,6 +311,9 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     assert all(seen.contains_many(before + later))
     assert leaf in seen.tree.splits
     assert store.leaf_info(orphans) == [None, None], "the dead splitter's children were kept"
+    children = seen.tree.splits[leaf].children
+    assert len(children) == (1 if leaf_bits > seen.first_leaf_bits else 2)
+    assert {seen.tree.sizes[child] for child in children} == {min(leaf_bits, 4 << 13)}
 
 
 def test_a_splitter_whose_lock_expired_cannot_install_its_children(make):
@@ -253,9 +324,9 @@ def test_a_splitter_whose_lock_expired_cannot_install_its_children(make):
     assert store.lock(leaf, "other", 50_000)[0] == "busy"
     time.sleep(0.15)
     assert store.lock(leaf, "fast", 50_000)[0] == "ok"
-    assert store.swap(leaf, "slow", Split(1, ("x", "y"))) == 0
+    assert store.swap(leaf, "slow", Split(1, ("x", "y")), 4096) == 0
     assert not store.refresh(leaf, "slow", 1000, ["x", "y"])
-    assert store.swap(leaf, "fast", Split(1, ("x", "y"))) > 0
+    assert store.swap(leaf, "fast", Split(1, ("x", "y")), 4096) > 0
     assert store.lock(leaf, "late", 1000)[0] == "done"
 
 

@@ -1,12 +1,19 @@
 """SplittableBloomFilter: the dynamic splittable Bloom filter (patent CN104809182).
 
-A tree of leaf Bloom filters of `leaf_bits` bits each. A URL's 64-bit fingerprint is routed
-from the root by per-node LocHash functions to exactly one leaf, where its k bits are tested
-and set. A leaf that reaches `leaf_capacity` URLs (the most it holds at false-positive rate
+A tree of leaf Bloom filters of up to `leaf_bits` bits each. A URL's 64-bit fingerprint is
+routed from the root by per-node LocHash functions to exactly one leaf, where its k bits are
+tested and set. A leaf that reaches its capacity (the most URLs it holds at false-positive rate
 <= error_rate) splits: its fingerprints, kept packed beside its bits, are re-inserted into
 `fanout` fresh children and the leaf becomes an internal node. A query touches one leaf, and
-no leaf holds much more than leaf_capacity URLs, so the false-positive rate stays <= error_rate
+no leaf holds much more than its capacity, so the false-positive rate stays <= error_rate
 however many URLs come, unlike one fixed filter.
+
+Memory follows what was inserted, not the capacity planned: the first layer's leaves start at
+`leaf_bits / GROW**j` bits (the smallest such size of at least MIN_LEAF_BITS bits that holds
+MIN_LEAF_URLS URLs), and a leaf that fills below `leaf_bits` grows instead of splitting: the
+same steps with one child GROW times larger. So an empty filter planned for 10^8 URLs takes
+its first layer at the smallest size (185 leaves of 1 KiB with the defaults), not 185 MiB,
+and each URL is copied about 1 / (GROW - 1) times while its leaf grows.
 
 Shared by many processes through Redis (stores/redis_leaves.py) or kept in this process
 (stores/splittable.py). A split takes a lock with a deadline in the tree hash; writers keep
@@ -50,13 +57,18 @@ from urlseen.stores.splittable import (
     Tree,
 )
 
-FORMAT = "urlseen-dsbf/3"  # /2: no instance id, no claims; /1 named its params n, f, m, b, u, c
+FORMAT = "urlseen-dsbf/4"  # /3: full-size leaves from the start; /2: no instance id, no
+# claims; /1 named its params n, f, m, b, u, c
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_LEASES = 3  # a split lock lasts 3 leases (30 s by default), renewed after each chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
 MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
+GROW = 4  # a small leaf that fills is rebuilt this many times larger
+MIN_LEAF_BITS = 4096  # the first layer's leaves: at least this many bits ...
+MIN_LEAF_URLS = 64  # ... holding at least this many URLs at the error rate
+LEAF_OVERHEAD_BYTES = 512  # a leaf's keys and objects besides its bits (memory check)
 
 
 def _new_seed() -> int:
@@ -67,12 +79,13 @@ class SplittableBloomFilter(Claimant):
     """A Bloom filter that grows by splitting full leaves: FP rate <= error_rate at any size.
 
     Args:
-        capacity: the URLs expected; sizes the first layer (first_leaves = ceil(capacity /
-            leaf_capacity) leaves). Growth beyond it is absorbed by splits.
+        capacity: the URLs expected; sets the first layer's width (first_leaves = ceil(capacity
+            / leaf_capacity) leaves, each starting small and growing to leaf_bits as URLs come).
+            Growth beyond it is absorbed by splits.
         error_rate: the false-positive bound every leaf keeps.
         redis: a Redis URL or client to share the filter (None: this process only).
         name: the shared filter's name (its keys are urlseen:{name}:* and urlseen:{name:leaf:*}:*).
-        leaf_bits: bits per leaf (a multiple of 512, at most 2**32).
+        leaf_bits: bits of a full-grown leaf (a multiple of 512, at most 2**32).
         fanout: children per split.
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
             "standard" (k bits anywhere in the leaf; leaf_capacity by the exact Bloom formula).
@@ -83,8 +96,8 @@ class SplittableBloomFilter(Claimant):
         allow_eviction: (Redis) use a server whose maxmemory-policy may evict keys.
 
     Attributes (from the stored parameters): capacity, error_rate, leaf_bits, fanout, seed, k
-    (bits per URL in its leaf) and leaf_capacity (the URLs a leaf holds at error_rate: a leaf
-    that reaches it splits).
+    (bits per URL in its leaf), leaf_capacity (the URLs a full-grown leaf holds at error_rate:
+    a leaf that reaches it splits) and first_leaf_bits (the size leaves start at).
 
     An existing shared filter keeps its own parameters; passing different ones is an error.
     Answers are acknowledged just before add_many returns them; with auto_acknowledge = False
@@ -136,16 +149,19 @@ class SplittableBloomFilter(Claimant):
                 "blocked" if layout is None else layout,
                 0 if seed is None else seed,
             )
-            if isinstance(store, MemoryLeafStore):  # the whole first layer, allocated now
-                first_layer = params["first_leaves"] * params["leaf_bits"] // 8
+            if isinstance(store, MemoryLeafStore):  # the first layer, at its first size, now
+                first_layer = params["first_leaves"] * (
+                    params["first_leaf_bits"] // 8 + LEAF_OVERHEAD_BYTES
+                )
                 _space.check_memory(first_layer, _space.describe({"kind": "dsbf", **params}))
             root = Split(_new_seed(), tuple(str(i) for i in range(params["first_leaves"])))
-            store.create(params, root)  # of two creators at once, one wins
+            store.create(params, root, params["first_leaf_bits"])  # of two at once, one wins
             tree = store.load()
             assert tree is not None
         _check_params(tree.params, name)
         if not tree.ready:  # its creator may have died before making the first leaves
-            store.make_leaves(tree.splits["root"].children, tree.params)
+            first = tree.params["first_leaf_bits"]
+            store.make_leaves(tree.splits["root"].children, first, tree.params)
             store.mark_ready()
         for field, value in given.items():
             if value is not None and value != tree.params[field]:
@@ -158,8 +174,11 @@ class SplittableBloomFilter(Claimant):
         self.capacity, self.error_rate = p["capacity"], p["error_rate"]
         self.leaf_bits, self.fanout, self.seed = p["leaf_bits"], p["fanout"], p["seed"]
         self.k, self.leaf_capacity = p["k"], p["leaf_capacity"]
+        self.first_leaf_bits = p["first_leaf_bits"]
+        self._capacities = {bits: capacity for bits, capacity, _ in p["leaf_sizes"]}
         self._instance = p["instance"]
         self.splits_done = 0
+        self.grows_done = 0
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -192,6 +211,10 @@ class SplittableBloomFilter(Claimant):
             raise FilterLostError(f"splittable filter {self.name!r}: its tree {what}; {LOST_HELP}")
         self._tree = tree
 
+    def _capacity(self, leaf: str) -> int:
+        """The URLs this leaf holds at error_rate (it grows or splits on reaching them)."""
+        return int(self._capacities[self._tree.sizes.get(leaf, self.leaf_bits)])
+
     def _lost_leaf(self, leaf: str) -> FilterLostError:
         return FilterLostError(f"splittable filter {self.name!r}: leaf {leaf} is gone; {LOST_HELP}")
 
@@ -223,13 +246,16 @@ class SplittableBloomFilter(Claimant):
         deadline = time.monotonic() + REROUTE_SECONDS
         stuck_wait = 0.005
         patience: Patience | None = None
-        room = max(1, self.leaf_capacity // 16)  # keys per leaf per round (see leaf_write_limit)
         while pending:
             groups: dict[str, list[int]] = defaultdict(list)
             later: list[int] = []
+            room: dict[str, int] = {}  # keys per leaf per round (see leaf_write_limit)
             for i in pending:
-                group = groups[self._route(values[i])]
-                (group if op != LeafOp.ADD or len(group) < room else later).append(i)
+                leaf = self._route(values[i])
+                group = groups[leaf]
+                if op == LeafOp.ADD and leaf not in room:
+                    room[leaf] = max(1, self._capacity(leaf) // 16)
+                (group if op != LeafOp.ADD or len(group) < room[leaf] else later).append(i)
             replies = self._store.check_and_add(
                 {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()},
                 op,
@@ -252,7 +278,7 @@ class SplittableBloomFilter(Claimant):
                 if op == LeafOp.ADD:
                     if self._store.claims:
                         self._claims.hold([fps[i] for i in idx if answers[i]], priority)
-                    if reply.count >= self.leaf_capacity:
+                    if reply.count >= self._capacity(leaf):
                         full.append(leaf)
             for leaf in full:
                 self._split(leaf)
@@ -306,8 +332,13 @@ class SplittableBloomFilter(Claimant):
     # -- splitting --------------------------------------------------------------------------
 
     def _split(self, leaf: str) -> bool:
-        """Split a full leaf, unless another client holds its lock; True if this one did."""
+        """Split a full leaf, unless another client holds its lock; True if this one did. A
+        leaf below leaf_bits grows instead: the same steps, into one child GROW times larger
+        (its capacity in the tree's leaf_sizes)."""
         store, token = self._store, uuid.uuid4().hex
+        bits = self._tree.sizes.get(leaf, self.leaf_bits)
+        grows = bits < self.leaf_bits
+        child_bits = min(self.leaf_bits, bits * GROW) if grows else self.leaf_bits
         lock_ms = LOCK_LEASES * self._claims.lease_ms
         status, stale = store.lock(leaf, token, lock_ms)
         if status != "ok":
@@ -317,10 +348,10 @@ class SplittableBloomFilter(Claimant):
         store.drop(stale)  # children of an attempt whose lock expired: never installed
         # An error below leaves the lock held: it lists the children, and whoever takes it
         # over once it expires drops them before splitting again.
-        children = store.new_leaf_ids(self.fanout)
+        children = store.new_leaf_ids(1 if grows else self.fanout)
         if not store.refresh(leaf, token, lock_ms, children):
             return False
-        store.make_leaves(children, self._tree.params)
+        store.make_leaves(children, child_bits, self._tree.params)
         split = Split(_new_seed(), tuple(children))
         copied = self._copy(leaf, split, 0, None, token)
         end = store.seal(leaf)  # no more writes to the leaf: the rest is final
@@ -328,11 +359,14 @@ class SplittableBloomFilter(Claimant):
             store.drop(children)
             return False
         store.copy_claims(leaf, split)  # sealed: no new claims; acknowledgements come again
-        if not store.swap(leaf, token, split):
+        if not store.swap(leaf, token, split, child_bits):
             store.drop(children)
             return False
         store.retire(leaf, GRACE_SECONDS)
-        self.splits_done += 1
+        if grows:
+            self.grows_done += 1
+        else:
+            self.splits_done += 1
         self._reload()
         return True
 
@@ -361,8 +395,8 @@ class SplittableBloomFilter(Claimant):
     # -- what it holds ---------------------------------------------------------------------
 
     def leaves(self) -> list[dict[str, Any]]:
-        """Every live leaf: id, depth, count, fill (count / leaf_capacity), state, fingerprint
-        bytes."""
+        """Every live leaf: id, depth, bits, count, fill (count / its capacity), state,
+        fingerprint bytes, claims."""
         self._usable()
         self._reload()
         order = self._tree.leaves()
@@ -371,8 +405,8 @@ class SplittableBloomFilter(Claimant):
             if info is None:  # a leaf of the tree is never deleted (a split retires it later)
                 raise self._lost_leaf(leaf)
         return [
-            {"leaf": leaf, "depth": depth, "count": info.count,
-             "fill": info.count / self.leaf_capacity, "state": info.state,
+            {"leaf": leaf, "depth": depth, "bits": self._tree.sizes.get(leaf, self.leaf_bits),
+             "count": info.count, "fill": info.count / self._capacity(leaf), "state": info.state,
              "fingerprint_bytes": info.fingerprint_bytes, "claims": info.claims}
             for (leaf, depth), info in zip(order, infos, strict=True)
             if info is not None
@@ -387,20 +421,25 @@ class SplittableBloomFilter(Claimant):
     def stats(self) -> FilterStats:
         leaves = self.leaves()
         count = sum(leaf["count"] for leaf in leaves)
-        worst = max((leaf["count"] for leaf in leaves), default=0)
         p = self._tree.params
+        worst = max(
+            (_sizing.error_rate_at(p["layout"], leaf["bits"], self.k, leaf["count"])
+             for leaf in leaves),
+            default=0.0,
+        )  # fmt: skip
         return FilterStats(
             kind="dsbf",
             capacity=self.capacity,
             count=count,
-            bits=len(leaves) * self.leaf_bits + 8 * sum(f["fingerprint_bytes"] for f in leaves),
+            bits=sum(leaf["bits"] + 8 * leaf["fingerprint_bytes"] for leaf in leaves),
             error_rate=self.error_rate,
-            estimated_error_rate=_sizing.error_rate_at(p["layout"], self.leaf_bits, self.k, worst),
+            estimated_error_rate=worst,
             details={
                 "name": self.name, "k": self.k, "leaf_capacity": self.leaf_capacity,
                 "leaf_bits": self.leaf_bits, "fanout": self.fanout, "layout": p["layout"],
                 "leaves": len(leaves), "depth": max((leaf["depth"] for leaf in leaves), default=0),
-                "first_leaves": p["first_leaves"], "tree_version": self._tree.version,
+                "first_leaves": p["first_leaves"], "first_leaf_bits": p["first_leaf_bits"],
+                "tree_version": self._tree.version,
             },
         )  # fmt: skip
 
@@ -459,25 +498,68 @@ def _params(
     # (the copy takes their fingerprints too, so no URL added during a split is lost) up to
     # this limit, then wait for the split. With at most leaf_capacity / 16 keys per leaf per
     # round, a leaf never holds more than leaf_capacity * (1 + 1/8) URLs.
-    write_limit = size.leaf_capacity + max(1, size.leaf_capacity // 16)
+    write_limit = _write_limit(size.leaf_capacity)
     if (write_limit + write_limit // 16) * FP_BYTES > MAX_FINGERPRINT_BYTES:
         raise ConfigError(
             f"a leaf of {leaf_bits} bits holds {size.leaf_capacity:,} URLs at error_rate "
             f"{error_rate}: their fingerprints would not fit one Redis string (512 MiB); use "
             "smaller leaves"
         )
+    sizes = _leaf_sizes(leaf_bits, size.k, float(error_rate), layout)  # type: ignore[arg-type]
+    sizes[-1] = (leaf_bits, size.leaf_capacity, write_limit)
     return {
         "format": FORMAT, "instance": new_instance(),
         "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
         "leaf_bits": leaf_bits, "fanout": fanout, "layout": layout, "seed": seed,
         "k": size.k, "leaf_capacity": size.leaf_capacity, "first_leaves": size.first_leaves,
         "leaf_write_limit": write_limit,
+        "first_leaf_bits": sizes[0][0], "leaf_sizes": [list(shape) for shape in sizes],
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
     }  # fmt: skip
 
 
+def _leaf_capacity(bits: int, k: int, error_rate: float, layout: str) -> int:
+    """The most URLs a leaf of `bits` bits holds with k probes at error_rate (0 if none)."""
+    top = _sizing.standard_capacity(bits, k, error_rate)
+    if layout == "standard":
+        return top
+    blocks, lo, hi = bits // _sizing.BLOCK_BITS, 0, max(0, top)
+    while lo < hi:  # the largest n <= top within the rate (the blocked rate rises with n)
+        mid = (lo + hi + 1) // 2
+        if _sizing.blocked_error_rate(mid, blocks, k) <= error_rate:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _write_limit(capacity: int) -> int:
+    return capacity + max(1, capacity // 16)
+
+
+def _leaf_sizes(
+    leaf_bits: int, k: int, error_rate: float, layout: str
+) -> list[tuple[int, int, int]]:
+    """(bits, capacity, write limit) of each size a leaf passes through, smallest first: leaf_bits
+    divided by GROW while the result is a multiple of 512 bits, at least MIN_LEAF_BITS, and
+    holds MIN_LEAF_URLS URLs."""
+    sizes = [leaf_bits]
+    while True:
+        smaller = sizes[0] // GROW
+        if sizes[0] % (GROW * 512) or smaller < MIN_LEAF_BITS:
+            break
+        if _leaf_capacity(smaller, k, error_rate, layout) < MIN_LEAF_URLS:
+            break
+        sizes.insert(0, smaller)
+    out = []
+    for bits in sizes:
+        capacity = _leaf_capacity(bits, k, error_rate, layout)
+        out.append((bits, capacity, _write_limit(capacity)))
+    return out
+
+
 _INT_PARAMS = ("capacity", "leaf_bits", "fanout", "seed", "k", "leaf_capacity", "first_leaves",
-               "leaf_write_limit", "hash_id")  # fmt: skip
+               "leaf_write_limit", "hash_id", "first_leaf_bits")  # fmt: skip
 
 
 def _check_params(p: dict[str, Any], name: str) -> None:
@@ -492,5 +574,21 @@ def _check_params(p: dict[str, Any], name: str) -> None:
         or p.get("hash_id") != _core.HASH_XXH3_128
         or not isinstance(p.get("instance"), str)
         or not isinstance(p.get("error_rate"), float)
+        or not _sizes_ok(p.get("leaf_sizes"), p)
     ):
         raise FormatError(f"{name!r}: not a urlseen splittable filter this version can read")
+
+
+def _sizes_ok(sizes: object, p: dict[str, Any]) -> bool:
+    """leaf_sizes: [bits, capacity, write limit] rows of ints, from first_leaf_bits up to
+    leaf_bits."""
+    return (
+        isinstance(sizes, list)
+        and bool(sizes)
+        and all(
+            isinstance(row, list) and len(row) == 3 and all(type(v) is int and v > 0 for v in row)
+            for row in sizes
+        )
+        and sizes[0][0] == p.get("first_leaf_bits")
+        and sizes[-1][0] == p.get("leaf_bits")
+    )

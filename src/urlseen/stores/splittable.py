@@ -66,6 +66,15 @@ def loc_hash(fingerprint: int, seed: int) -> int:
     return x ^ (x >> 33)
 
 
+def write_limit(params: Mapping[str, Any], bits: int) -> int:
+    """The count at which a leaf of `bits` bits takes no more writes until it splits or grows
+    (the tree's leaf_sizes: filters/dsbf.py)."""
+    for size, _, limit in params["leaf_sizes"]:
+        if size == bits:
+            return int(limit)
+    raise ValueError(f"no leaf of {bits} bits in this tree")
+
+
 @dataclass(frozen=True)
 class Split:
     """An internal node: its LocHash seed and its children, in order."""
@@ -74,7 +83,10 @@ class Split:
     children: tuple[str, ...]
 
     def child(self, fingerprint: int) -> str:
-        """The child this node routes a fingerprint to (by its LocHash)."""
+        """The child this node routes a fingerprint to (by its LocHash; a leaf that grew has
+        one child)."""
+        if len(self.children) == 1:
+            return self.children[0]
         return self.children[loc_hash(fingerprint, self.seed) % len(self.children)]
 
     def describe(self) -> str:
@@ -88,13 +100,15 @@ class Split:
 
 @dataclass(frozen=True)
 class Tree:
-    """A snapshot of the tree: version, parameters, and every internal node by id (any id
-    that is a child and not in `splits` is a leaf)."""
+    """A snapshot of the tree: version, parameters, every internal node by id (any id that is
+    a child and not in `splits` is a leaf), and every leaf's size in bits (leaves start small
+    and grow: filters/dsbf.py)."""
 
     version: int
     params: dict[str, Any]
     splits: dict[str, Split]
     ready: bool = True  # False until the first leaves exist (a creator may have died first)
+    sizes: dict[str, int] = field(default_factory=dict)
 
     def leaves(self) -> list[tuple[str, int]]:
         """Every leaf and its depth, in tree order (children of the root have depth 1)."""
@@ -141,11 +155,11 @@ class LeafStore(Protocol):
 
     def load(self) -> Tree | None: ...
 
-    def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]: ...
+    def create(self, params: Mapping[str, Any], root: Split, bits: int) -> dict[str, Any]: ...
 
     def mark_ready(self) -> None: ...
 
-    def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None: ...
+    def make_leaves(self, leaves: Sequence[str], bits: int, params: Mapping[str, Any]) -> None: ...
 
     def new_leaf_ids(self, count: int) -> list[str]: ...
 
@@ -163,7 +177,7 @@ class LeafStore(Protocol):
 
     def refresh(self, leaf: str, token: str, ms: int, children: Sequence[str]) -> bool: ...
 
-    def swap(self, leaf: str, token: str, split: Split) -> int: ...
+    def swap(self, leaf: str, token: str, split: Split, bits: int) -> int: ...
 
     def unlock(self, leaf: str, token: str) -> None: ...
 
@@ -199,12 +213,10 @@ class MemoryLeafStore:
         self._locks: dict[str, tuple[str, float, list[str]]] = {}
 
     @staticmethod
-    def _bits(p: Mapping[str, Any]) -> tuple[_core.BitFilter, bytearray]:
-        buffer = bytearray(p["leaf_bits"] // 8)
+    def _bits(nbits: int, p: Mapping[str, Any]) -> tuple[_core.BitFilter, bytearray]:
+        buffer = bytearray(nbits // 8)
         layout = _core.LAYOUT_BLOCKED if p["layout"] == "blocked" else _core.LAYOUT_STANDARD
-        bits = _core.BitFilter(
-            buffer, 0, p["leaf_bits"], p["k"], layout, p["seed"], 0, -1, p["hash_id"]
-        )
+        bits = _core.BitFilter(buffer, 0, nbits, p["k"], layout, p["seed"], 0, -1, p["hash_id"])
         return bits, buffer
 
     def _live(self, leaf: str) -> _Leaf | None:
@@ -223,14 +235,16 @@ class MemoryLeafStore:
                 dict(self._tree["params"]),
                 dict(self._tree["splits"]),
                 ready=self._tree["ready"],
+                sizes=dict(self._tree["sizes"]),
             )
 
-    def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]:
+    def create(self, params: Mapping[str, Any], root: Split, bits: int) -> dict[str, Any]:
         with self._guard:
             if "params" not in self._tree:
                 self._tree.update(
                     params=dict(params), version=1, next=len(root.children) - 1,
                     splits={"root": root}, ready=False,
+                    sizes=dict.fromkeys(root.children, bits),
                 )  # fmt: skip
             return dict(self._tree["params"])
 
@@ -238,12 +252,12 @@ class MemoryLeafStore:
         with self._guard:
             self._tree["ready"] = True
 
-    def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
+    def make_leaves(self, leaves: Sequence[str], bits: int, params: Mapping[str, Any]) -> None:
         with self._guard:
             for leaf in leaves:
                 if leaf not in self._leaves:
-                    bits, buffer = self._bits(params)
-                    self._leaves[leaf] = _Leaf(bits, buffer)
+                    bits_filter, buffer = self._bits(bits, params)
+                    self._leaves[leaf] = _Leaf(bits_filter, buffer)
 
     def new_leaf_ids(self, count: int) -> list[str]:
         with self._guard:
@@ -269,7 +283,7 @@ class MemoryLeafStore:
                 if op != LeafOp.CONTAINS and entry.state != "active":
                     out[leaf] = MOVED
                     continue
-                limit = self._tree["params"]["leaf_write_limit"]
+                limit = write_limit(self._tree["params"], 8 * len(entry.buffer))
                 if op == LeafOp.ADD and len(entry.fps) // FP_BYTES >= limit:
                     out[leaf] = MOVED  # at its write limit: a split is due
                     continue
@@ -318,12 +332,13 @@ class MemoryLeafStore:
             self._locks[leaf] = (token, time.monotonic() + ms / 1000, list(children))
             return True
 
-    def swap(self, leaf: str, token: str, split: Split) -> int:
+    def swap(self, leaf: str, token: str, split: Split, bits: int) -> int:
         with self._guard:
             held = self._locks.get(leaf)
             if held is None or held[0] != token or leaf in self._tree["splits"]:
                 return 0
             self._tree["splits"][leaf] = split
+            self._tree["sizes"].update(dict.fromkeys(split.children, bits))
             del self._locks[leaf]
             self._tree["version"] += 1
             return int(self._tree["version"])
