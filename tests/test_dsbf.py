@@ -277,6 +277,56 @@ def test_leaves_grow_by_steps_then_split_and_lose_nothing(make):
     )
 
 
+# ---- fingerprints: as short as collisions allow --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "leaf_bits, error_rate, width",
+    [(1 << 17, 1e-3, 5), (1 << 23, 1e-3, 6), (1 << 14, 1e-9, 7), (1 << 13, 1e-2, 4)],
+)
+def test_fingerprint_width_keeps_collisions_a_tenth_of_the_rate_at_1024_times_capacity(
+    leaf_bits, error_rate, width
+):
+    """w bytes: the fewest with 1024 full leaves' URLs / 2^(8 w) <= error_rate / 10 (a query
+    equal to a kept fingerprint under its root child is a false positive whatever the bits)."""
+    seen = SplittableBloomFilter(10_000, error_rate, leaf_bits=leaf_bits)
+    assert seen.fingerprint_bytes == width
+    crowd = 1024 * seen.leaf_capacity
+    assert crowd / 2 ** (8 * width) <= error_rate / 10
+    assert width == 4 or crowd / 2 ** (8 * (width - 1)) > error_rate / 10, "one byte fewer"
+
+
+def test_fingerprint_bytes_is_validated_and_kept(redis_url, redis_name):
+    for bad in (3, 9, True, 4.0):
+        with pytest.raises(ConfigError, match="fingerprint_bytes"):
+            SplittableBloomFilter(1000, fingerprint_bytes=bad)
+    SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, fingerprint_bytes=7)
+    assert SplittableBloomFilter(redis=redis_url, name=redis_name).fingerprint_bytes == 7
+    with pytest.raises(ConfigError, match="fp_bytes=7"):
+        SplittableBloomFilter(redis=redis_url, name=redis_name, fingerprint_bytes=8)
+
+
+def test_stats_count_equal_fingerprints_in_the_error_rate(make):
+    """With 4-byte fingerprints the rate from equal fingerprints is that of the fullest child
+    of the root, its URLs / 2^32, and stats() adds it to the leaves' own."""
+    seen = make(capacity=2000, error_rate=0.01, leaf_bits=1 << 14, fingerprint_bytes=4)
+    keys = urls(12_000, seed=22)
+    reported = [k for k, new in zip(keys, add_in_batches(seen, keys), strict=True) if new]
+    assert all(seen.contains_many(reported))
+    tree, counts = seen.tree, {leaf["leaf"]: leaf["count"] for leaf in seen.leaves()}
+
+    def under(node):
+        split = tree.splits.get(node)
+        return counts[node] if split is None else sum(under(c) for c in split.children)
+
+    fullest = max(under(child) for child in tree.splits["root"].children)
+    stats = seen.stats()
+    assert fullest > 12_000 / len(tree.splits["root"].children) * 0.8
+    assert stats.details["collision_rate"] == fullest / 2**32
+    assert stats.details["fingerprint_bytes"] == 4
+    assert stats.estimated_error_rate > stats.details["collision_rate"] > 0
+
+
 # ---- splits that go wrong ---------------------------------------------------------------------
 
 
@@ -424,9 +474,14 @@ def test_redis_store_reads_leaf_info(redis_url, redis_name):
     store.load()
     info = store.leaf_info([leaf for leaf, _ in seen.tree.leaves()])
     assert sum(i.count for i in info if i) == 50
-    assert 50 * 8 <= sum(i.fingerprint_bytes for i in info if i) <= len(info) * 5120  # room
-    assert store.fingerprints(seen.tree.leaves()[0][0], 0, 10**6) == b"".join(
-        fp
-        for fp in [d[:8] for d in _core.digests(urls(50, seed=12), _core.HASH_XXH3_128, 0)]
-        if seen.tree.leaves()[0][0] == seen._route(int.from_bytes(fp, "little"))
+    width = seen.fingerprint_bytes
+    assert width == 4  # 1024 full leaves of ~800 URLs: 2^32 > 8.2e8 / (0.1 * 0.01)
+    assert 50 * width <= sum(i.fingerprint_bytes for i in info if i) <= len(info) * 5120  # room
+    first = seen.tree.leaves()[0][0]
+    digests = _core.digests(urls(50, seed=12), _core.HASH_XXH3_128, 0)
+    root_values = [int.from_bytes(d[8:16], "little") for d in digests]
+    assert store.fingerprints(first, 0, 10**6) == b"".join(
+        d[:width]
+        for d, root in zip(digests, root_values, strict=True)
+        if seen.tree.splits["root"].child(root) == first  # no split yet: the root's child
     )

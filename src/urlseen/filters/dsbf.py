@@ -15,6 +15,15 @@ same steps with one child GROW times larger. So an empty filter planned for 10^8
 its first layer at the smallest size (185 leaves of 1 KiB with the defaults), not 185 MiB,
 and each URL is copied about 1 / (GROW - 1) times while its leaf grows.
 
+Bits per URL = Bloom bits / the leaves' mean fill + 8 * fingerprint_bytes + the fingerprint
+strings' room to grow (and, in Redis, keys). At error rate 1e-3 a full blocked leaf takes 15.5
+bits per URL, so ~17 at the ~0.9 mean fill of a tree grown 10x by splits. A leaf keeps each
+URL's first fingerprint_bytes digest bytes (not 8): the root routes by other digest bytes, so
+two URLs' fingerprints need only differ under the same child of the root, and
+_fingerprint_bytes picks the fewest bytes for that (5 for 16 KiB leaves at 1e-3: 40 bits).
+Measured by benchmarks/dsbf_memory.py: ~69 bits per URL in Redis, ~57 in memory, after
+growing 10x (99 and 82 with the 8 bytes of format 3).
+
 Shared by many processes through Redis (stores/redis_leaves.py) or kept in this process
 (stores/splittable.py). A split takes a lock with a deadline in the tree hash; writers keep
 writing to the splitting leaf (its fingerprints are copied as they come, so no URL added during
@@ -31,6 +40,7 @@ leaf whose keys vanished stops the client with FilterLostError instead of a wait
 
 from __future__ import annotations
 
+import math
 import secrets
 import struct
 import time
@@ -47,7 +57,6 @@ from urlseen.stores import _space
 from urlseen.stores.redis_claims import Claimant, Claims, Patience
 from urlseen.stores.redis_store import LOST_HELP, FilterLostError, RemoteError, new_instance
 from urlseen.stores.splittable import (
-    FP_BYTES,
     MISSING,
     LeafAnswer,
     LeafOp,
@@ -62,13 +71,15 @@ FORMAT = "urlseen-dsbf/4"  # /3: full-size leaves from the start; /2: no instanc
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_LEASES = 3  # a split lock lasts 3 leases (30 s by default), renewed after each chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
-COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
+COPY_CHUNK = 8192  # fingerprints copied per step of a split
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
 MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
 GROW = 4  # a small leaf that fills is rebuilt this many times larger
 MIN_LEAF_BITS = 4096  # the first layer's leaves: at least this many bits ...
 MIN_LEAF_URLS = 64  # ... holding at least this many URLs at the error rate
 LEAF_OVERHEAD_BYTES = 512  # a leaf's keys and objects besides its bits (memory check)
+GROWTH_ALLOWANCE = 1024  # fingerprints stay exact enough until a first-layer subtree holds ...
+COLLISION_SHARE = 0.1  # ... this many full leaves' URLs at this share of the error rate
 
 
 def _new_seed() -> int:
@@ -90,6 +101,9 @@ class SplittableBloomFilter(Claimant):
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
             "standard" (k bits anywhere in the leaf; leaf_capacity by the exact Bloom formula).
         seed: the MapHash / fingerprint seed.
+        fingerprint_bytes: bytes kept per URL for splits, 4 to 8 (default: the fewest that
+            keep fingerprint collisions below error_rate / 10 until the filter has grown
+            1024 times past its capacity; see _fingerprint_bytes).
         lease: (Redis) seconds an answer "new" stays claimed until acknowledged (default 10);
             a split's lock lasts three leases (renewed as the split goes on), so the leaf of a
             splitter that died waits that long before another client finishes its split.
@@ -120,6 +134,7 @@ class SplittableBloomFilter(Claimant):
         fanout: int | None = None,
         layout: str | None = None,
         seed: int | None = None,
+        fingerprint_bytes: int | None = None,
         store: LeafStore | None = None,
         lease: float | None = None,
         allow_eviction: bool = False,
@@ -137,7 +152,8 @@ class SplittableBloomFilter(Claimant):
         self.name = name
         tree = store.load()
         given = {"capacity": capacity, "error_rate": error_rate, "leaf_bits": leaf_bits,
-                 "fanout": fanout, "layout": layout, "seed": seed}  # fmt: skip
+                 "fanout": fanout, "layout": layout, "seed": seed,
+                 "fp_bytes": fingerprint_bytes}  # fmt: skip
         if tree is None:
             if capacity is None:
                 raise ConfigError(f"no splittable filter {name!r}: give a capacity to create it")
@@ -148,6 +164,7 @@ class SplittableBloomFilter(Claimant):
                 2 if fanout is None else fanout,
                 "blocked" if layout is None else layout,
                 0 if seed is None else seed,
+                fingerprint_bytes,
             )
             if isinstance(store, MemoryLeafStore):  # the first layer, at its first size, now
                 first_layer = params["first_leaves"] * (
@@ -174,7 +191,7 @@ class SplittableBloomFilter(Claimant):
         self.capacity, self.error_rate = p["capacity"], p["error_rate"]
         self.leaf_bits, self.fanout, self.seed = p["leaf_bits"], p["fanout"], p["seed"]
         self.k, self.leaf_capacity = p["k"], p["leaf_capacity"]
-        self.first_leaf_bits = p["first_leaf_bits"]
+        self.first_leaf_bits, self.fingerprint_bytes = p["first_leaf_bits"], p["fp_bytes"]
         self._capacities = {bits: capacity for bits, capacity, _ in p["leaf_sizes"]}
         self._instance = p["instance"]
         self.splits_done = 0
@@ -189,14 +206,22 @@ class SplittableBloomFilter(Claimant):
 
     # -- routing ---------------------------------------------------------------------------
 
-    def _fingerprints(self, keys: list[Key]) -> tuple[list[bytes], list[int]]:
-        digests = _core.digests(keys, _core.HASH_XXH3_128, self.seed)
-        fps = [d[:FP_BYTES] for d in digests]
-        return fps, list(struct.unpack(f"<{len(fps)}Q", b"".join(fps)))
+    def _keys(self, digests: list[bytes]) -> tuple[list[bytes], list[int], list[int]]:
+        """A batch's 16-byte digests as (fingerprints, root values, fingerprint values): the
+        root routes by bytes 8-15, every split below by the fingerprint (the first
+        fingerprint_bytes bytes, what a leaf keeps), so fingerprints need only be told apart
+        among the URLs of one child of the root."""
+        width = self.fingerprint_bytes
+        fps = [d[:width] for d in digests]
+        roots = list(struct.unpack(f"<{len(digests)}Q", b"".join(d[8:16] for d in digests)))
+        return fps, roots, [int.from_bytes(fp, "little") for fp in fps]
 
-    def _route(self, value: int) -> str:
+    def _route(self, root_value: int, value: int) -> str:
         splits = self._tree.splits
-        split = splits["root"]
+        child = splits["root"].child(root_value)
+        split = splits.get(child)
+        if split is None:
+            return child
         while True:
             child = split.child(value)
             nxt = splits.get(child)
@@ -225,22 +250,21 @@ class SplittableBloomFilter(Claimant):
         keys = key_batch(keys)
         if not keys:
             return []
-        fps, values = self._fingerprints(keys)
+        digests = _core.digests(keys, _core.HASH_XXH3_128, self.seed)
         if op != LeafOp.ADD:
-            return self._each_leaf(fps, values, op, 0)
+            return self._each_leaf(digests, op, 0)
         claims = self._claims
         with claims.batch(self._abandon) as priority:
-            answers = self._each_leaf(fps, values, op, priority)
+            answers = self._each_leaf(digests, op, priority)
         if claims.auto:
             self.acknowledge()
         return answers
 
-    def _each_leaf(
-        self, fps: list[bytes], values: list[int], op: LeafOp, priority: int
-    ) -> list[bool]:
+    def _each_leaf(self, digests: list[bytes], op: LeafOp, priority: int) -> list[bool]:
         """One LeafOp on each fingerprint in the leaf the tree routes it to, until every leaf
         has answered: through splits (rerouted), and for ADD through other clients' claims
-        (asked again, about one lease at most)."""
+        (asked again, about one lease at most). Claims are held as digests (for routing)."""
+        fps, roots, values = self._keys(digests)
         answers = [False] * len(fps)
         pending = list(range(len(fps)))
         deadline = time.monotonic() + REROUTE_SECONDS
@@ -251,7 +275,7 @@ class SplittableBloomFilter(Claimant):
             later: list[int] = []
             room: dict[str, int] = {}  # keys per leaf per round (see leaf_write_limit)
             for i in pending:
-                leaf = self._route(values[i])
+                leaf = self._route(roots[i], values[i])
                 group = groups[leaf]
                 if op == LeafOp.ADD and leaf not in room:
                     room[leaf] = max(1, self._capacity(leaf) // 16)
@@ -277,7 +301,7 @@ class SplittableBloomFilter(Claimant):
                 waiting.extend(idx[j] for j in reply.pending)
                 if op == LeafOp.ADD:
                     if self._store.claims:
-                        self._claims.hold([fps[i] for i in idx if answers[i]], priority)
+                        self._claims.hold([digests[i] for i in idx if answers[i]], priority)
                     if reply.count >= self._capacity(leaf):
                         full.append(leaf)
             for leaf in full:
@@ -295,8 +319,8 @@ class SplittableBloomFilter(Claimant):
                     if leaf in live:  # not split and expired: lost
                         raise self._lost_leaf(leaf)
                 if self._tree.version == version and not missing:  # a sealed leaf still in
-                    for leaf in {self._route(values[i]) for i in moved}:  # the tree: a split
-                        self._split(leaf)  # is on, or died
+                    for leaf in {self._route(roots[i], values[i]) for i in moved}:  # the tree:
+                        self._split(leaf)  # a split is on, or died
                     if time.monotonic() > deadline:
                         raise RemoteError(
                             f"splittable filter {self.name!r}: a split did not finish within "
@@ -323,11 +347,10 @@ class SplittableBloomFilter(Claimant):
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         return [not absent for absent in self._run(keys, LeafOp.CONTAINS)]
 
-    def _release(self, fps: list[bytes], how: str) -> int:
-        if not fps:
+    def _release(self, digests: list[bytes], how: str) -> int:
+        if not digests:
             return 0
-        values = list(struct.unpack(f"<{len(fps)}Q", b"".join(fps)))
-        return self._each_leaf(fps, values, LeafOp[how.upper()], 0).count(False)
+        return self._each_leaf(digests, LeafOp[how.upper()], 0).count(False)
 
     # -- splitting --------------------------------------------------------------------------
 
@@ -374,16 +397,17 @@ class SplittableBloomFilter(Claimant):
         """Re-insert the leaf's fingerprints [start, end) into the split's children (all of
         them while end is None: the leaf may still grow). The new offset, or None if the lock
         was lost."""
-        store = self._store
+        store, width = self._store, self.fingerprint_bytes
         while end is None or start < end:
-            stop = start + COPY_CHUNK if end is None else min(end, start + COPY_CHUNK)
+            step = COPY_CHUNK * width
+            stop = start + step if end is None else min(end, start + step)
             data = store.fingerprints(leaf, start, stop)
             if not data:
                 break
             groups: dict[str, list[bytes]] = defaultdict(list)
-            values = struct.unpack(f"<{len(data) // FP_BYTES}Q", data)
-            for j, value in enumerate(values):
-                groups[split.child(value)].append(data[j * FP_BYTES : (j + 1) * FP_BYTES])
+            for j in range(0, len(data), width):
+                fp = data[j : j + width]
+                groups[split.child(int.from_bytes(fp, "little"))].append(fp)
             for child, reply in store.check_and_add(groups, LeafOp.COPY).items():
                 if not isinstance(reply, LeafAnswer):  # fresh children take every copy
                     raise self._lost_leaf(child)
@@ -427,21 +451,39 @@ class SplittableBloomFilter(Claimant):
              for leaf in leaves),
             default=0.0,
         )  # fmt: skip
+        collisions = self._collision_rate({leaf["leaf"]: leaf["count"] for leaf in leaves})
         return FilterStats(
             kind="dsbf",
             capacity=self.capacity,
             count=count,
             bits=sum(leaf["bits"] + 8 * leaf["fingerprint_bytes"] for leaf in leaves),
             error_rate=self.error_rate,
-            estimated_error_rate=worst,
+            estimated_error_rate=worst + collisions,
             details={
                 "name": self.name, "k": self.k, "leaf_capacity": self.leaf_capacity,
                 "leaf_bits": self.leaf_bits, "fanout": self.fanout, "layout": p["layout"],
                 "leaves": len(leaves), "depth": max((leaf["depth"] for leaf in leaves), default=0),
                 "first_leaves": p["first_leaves"], "first_leaf_bits": p["first_leaf_bits"],
+                "fingerprint_bytes": self.fingerprint_bytes, "collision_rate": collisions,
                 "tree_version": self._tree.version,
             },
         )  # fmt: skip
+
+    def _collision_rate(self, counts: dict[str, int]) -> float:
+        """The false-positive rate from equal fingerprints, in the fullest child of the root:
+        its URLs / 2^(8 fingerprint_bytes) (see _fingerprint_bytes)."""
+        splits, fullest = self._tree.splits, 0
+        for child in splits["root"].children:
+            total, stack = 0, [child]
+            while stack:
+                node = stack.pop()
+                split = splits.get(node)
+                if split is None:
+                    total += counts.get(node, 0)
+                else:
+                    stack.extend(split.children)
+            fullest = max(fullest, total)
+        return float(fullest / 2.0 ** (8 * int(self.fingerprint_bytes)))
 
     def memory_usage(self) -> int:
         """Bytes of the live leaves and the tree, as the store counts them."""
@@ -473,6 +515,7 @@ def _params(
     fanout: object,
     layout: object,
     seed: object,
+    fingerprint_bytes: object = None,
 ) -> dict[str, Any]:
     if layout not in _sizing.LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(_sizing.LAYOUTS)}, not {layout!r}")
@@ -499,7 +542,15 @@ def _params(
     # this limit, then wait for the split. With at most leaf_capacity / 16 keys per leaf per
     # round, a leaf never holds more than leaf_capacity * (1 + 1/8) URLs.
     write_limit = _write_limit(size.leaf_capacity)
-    if (write_limit + write_limit // 16) * FP_BYTES > MAX_FINGERPRINT_BYTES:
+    if fingerprint_bytes is None:
+        fingerprint_bytes = _fingerprint_bytes(size.leaf_capacity, float(error_rate))  # type: ignore[arg-type]
+    if (
+        isinstance(fingerprint_bytes, bool)
+        or not isinstance(fingerprint_bytes, int)
+        or not 4 <= fingerprint_bytes <= 8
+    ):
+        raise ConfigError(f"fingerprint_bytes must be an int in [4, 8], not {fingerprint_bytes!r}")
+    if (write_limit + write_limit // 16) * fingerprint_bytes > MAX_FINGERPRINT_BYTES:
         raise ConfigError(
             f"a leaf of {leaf_bits} bits holds {size.leaf_capacity:,} URLs at error_rate "
             f"{error_rate}: their fingerprints would not fit one Redis string (512 MiB); use "
@@ -514,8 +565,22 @@ def _params(
         "k": size.k, "leaf_capacity": size.leaf_capacity, "first_leaves": size.first_leaves,
         "leaf_write_limit": write_limit,
         "first_leaf_bits": sizes[0][0], "leaf_sizes": [list(shape) for shape in sizes],
+        "fp_bytes": fingerprint_bytes,
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
     }  # fmt: skip
+
+
+def _fingerprint_bytes(leaf_capacity: int, error_rate: float) -> int:
+    """Bytes of fingerprint per URL: the fewest (4 to 8) that keep collisions rare.
+
+    A query whose fingerprint equals that of a URL under the same child of the root (which
+    routes by other bits of the digest) is a false positive whatever the leaf's bits say: its
+    rate is (URLs under that child) / 2^(8 w). The children of the root hold leaf_capacity
+    URLs each at the planned capacity; w keeps the rate <= COLLISION_SHARE * error_rate until
+    they hold GROWTH_ALLOWANCE times that. Beyond, stats() reports the rate it has reached.
+    """
+    need = GROWTH_ALLOWANCE * leaf_capacity / (COLLISION_SHARE * error_rate)
+    return min(8, max(4, math.ceil(math.log2(need) / 8)))
 
 
 def _leaf_capacity(bits: int, k: int, error_rate: float, layout: str) -> int:
@@ -559,7 +624,7 @@ def _leaf_sizes(
 
 
 _INT_PARAMS = ("capacity", "leaf_bits", "fanout", "seed", "k", "leaf_capacity", "first_leaves",
-               "leaf_write_limit", "hash_id", "first_leaf_bits")  # fmt: skip
+               "leaf_write_limit", "hash_id", "first_leaf_bits", "fp_bytes")  # fmt: skip
 
 
 def _check_params(p: dict[str, Any], name: str) -> None:
@@ -575,6 +640,7 @@ def _check_params(p: dict[str, Any], name: str) -> None:
         or not isinstance(p.get("instance"), str)
         or not isinstance(p.get("error_rate"), float)
         or not _sizes_ok(p.get("leaf_sizes"), p)
+        or not 4 <= p["fp_bytes"] <= 8
     ):
         raise FormatError(f"{name!r}: not a urlseen splittable filter this version can read")
 

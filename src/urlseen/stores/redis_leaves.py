@@ -6,8 +6,9 @@ Keys of filter `name` (E: the name escaped, redis_store.escape):
 - per leaf, under its own hash tag `{E:leaf:ID}` so that leaves spread over a Cluster's
   slots while each leaf's script touches one slot: `:meta` (state, count, instance), `:bits`
   (the leaf's Bloom filter, a bitmap string of the size the tree records for the leaf),
-  `:fps` (its fingerprints, packed: 8 bytes per URL in one string grown in allocator-sized
-  steps, against ~70 bytes per member of a SET) and `:claims` (stores/redis_claims.py).
+  `:fps` (its fingerprints, packed: fp_bytes (4 to 8) per URL in one string grown in
+  allocator-sized steps, against ~70 bytes per member of a SET) and `:claims`
+  (stores/redis_claims.py).
 Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode; its
 claims answer a call sent again after a lost reply as the first time, and a split's copies
 leave receipts. Every call checks the filter's instance id: a leaf or tree that vanished is
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import json
-import struct
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +29,6 @@ from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
 from urlseen.stores.redis_store import RECEIPT_SECONDS, retrying
 from urlseen.stores.splittable import (
-    FP_BYTES,
     MISSING,
     MOVED,
     PENDING,
@@ -175,7 +174,7 @@ class RedisLeafStore:
         # A receipt only for COPY: claims answer a resent ADD; the others write nothing to keep
         receipt = redis_store.tagged(f"{self._escaped}:leaf:{leaf}", f"receipt:{uuid.uuid4().hex}")
         ttl = self.receipt_seconds if op == LeafOp.COPY else 0
-        args = [masks, int(op), ttl, p["layout"], b"".join(fps), FP_BYTES,
+        args = [masks, int(op), ttl, p["layout"], b"".join(fps), p["fp_bytes"],
                 write_limit(p, nbits), self._instance, nbits // 8, *claim]  # fmt: skip
         return [bits, meta, receipt, claims, fps_key], args
 
@@ -226,7 +225,8 @@ class RedisLeafStore:
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
         meta, _, fps, _ = self._keys(leaf)
         count = retrying(lambda: self.client.hget(meta, "count"), f"{self._what}: read leaf")
-        end = min(end, 8 * int(count or 0))  # the string's tail is room to grow, not data
+        width = self._fp_bytes()
+        end = min(end, width * int(count or 0))  # the string's tail is room to grow, not data
         if end <= start:
             return b""
         data: bytes = retrying(
@@ -241,8 +241,7 @@ class RedisLeafStore:
         held = retrying(lambda: self.client.hgetall(claims), f"{self._what}: copy claims")
         parts: dict[str, dict[bytes, bytes]] = {}
         for fp, value in held.items():
-            (fingerprint,) = struct.unpack("<Q", fp)
-            parts.setdefault(split.child(fingerprint), {})[fp] = value
+            parts.setdefault(split.child(int.from_bytes(fp, "little")), {})[fp] = value
         self._each_leaf(
             list(parts), lambda pipe, child: pipe.hset(self._keys(child)[3], mapping=parts[child])
         )
@@ -251,10 +250,16 @@ class RedisLeafStore:
         meta, bits, fps, _ = self._keys(leaf)
         return int(
             retrying(
-                lambda: self._leaf_script(keys=[meta, bits, fps], args=["seal", self._instance]),
+                lambda: self._leaf_script(
+                    keys=[meta, bits, fps], args=["seal", self._instance, self._fp_bytes()]
+                ),
                 f"{self._what}: seal",
             )
         )
+
+    def _fp_bytes(self) -> int:
+        assert self._params is not None, "load or create the tree first"
+        return int(self._params["fp_bytes"])
 
     def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]:
         reply = self._tree("lock", leaf, token, ms)

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from urlseen import _core
 
-FP_BYTES = 8  # a leaf keeps a 64-bit fingerprint per URL, enough to re-insert it on a split
 MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
 MISSING = "missing"  # ... for a leaf that does not exist (expired after a split, or lost)
 PENDING = 0x50  # a Redis leaf's answer byte (b"P") for a URL another client's claim holds
@@ -272,19 +271,20 @@ class MemoryLeafStore:
         there are none (ACK, ABANDON and RENEW answer True)."""
         out: dict[str, LeafReply] = {}
         with self._guard:
+            width = self._tree["params"]["fp_bytes"]  # a leaf keeps a URL's first bytes
             for leaf, fps in groups.items():
                 entry = self._live(leaf)
                 if entry is None:
                     out[leaf] = MISSING
                     continue
                 if op in (LeafOp.ACK, LeafOp.ABANDON, LeafOp.RENEW):
-                    out[leaf] = LeafAnswer([True] * len(fps), len(entry.fps) // FP_BYTES)
+                    out[leaf] = LeafAnswer([True] * len(fps), len(entry.fps) // width)
                     continue
                 if op != LeafOp.CONTAINS and entry.state != "active":
                     out[leaf] = MOVED
                     continue
                 limit = write_limit(self._tree["params"], 8 * len(entry.buffer))
-                if op == LeafOp.ADD and len(entry.fps) // FP_BYTES >= limit:
+                if op == LeafOp.ADD and len(entry.fps) // width >= limit:
                     out[leaf] = MOVED  # at its write limit: a split is due
                     continue
                 if op == LeafOp.CONTAINS:
@@ -294,7 +294,7 @@ class MemoryLeafStore:
                     if op == LeafOp.COPY:
                         new = [True] * len(fps)
                     entry.fps += b"".join(fp for fp, fresh in zip(fps, new, strict=True) if fresh)
-                out[leaf] = LeafAnswer(new, len(entry.fps) // FP_BYTES)
+                out[leaf] = LeafAnswer(new, len(entry.fps) // width)
         return out
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
@@ -363,9 +363,12 @@ class MemoryLeafStore:
     def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]:
         with self._guard:
             out: list[LeafInfo | None] = []
+            width = self._tree["params"]["fp_bytes"]
             for leaf in leaves:
                 e = self._live(leaf)
-                out.append(None if e is None else LeafInfo(e.state, len(e.fps) // 8, len(e.fps)))
+                out.append(
+                    None if e is None else LeafInfo(e.state, len(e.fps) // width, len(e.fps))
+                )
             return out
 
     def memory_usage(self, leaves: Sequence[str]) -> int:
