@@ -13,7 +13,9 @@ Memory follows what was inserted, not the capacity planned: the first layer's le
 MIN_LEAF_URLS URLs), and a leaf that fills below `leaf_bits` grows instead of splitting: the
 same steps with one child GROW times larger. So an empty filter planned for 10^8 URLs takes
 its first layer at the smallest size (185 leaves of 1 KiB with the defaults), not 185 MiB,
-and each URL is copied about 1 / (GROW - 1) times while its leaf grows.
+and each URL is copied about 1 / (GROW - 1) times while its leaf grows. A leaf size that is a
+power of two is kept one 64-byte block smaller (_stored_bits): Redis puts a 16-byte header
+before a string's bytes, so 2^k bytes of bits took jemalloc's next size class, 25% more.
 
 Bits per URL = Bloom bits / the leaves' mean fill + 8 * fingerprint_bytes + the fingerprint
 strings' room to grow (and, in Redis, keys). At error rate 1e-3 a full blocked leaf takes 15.5
@@ -40,6 +42,7 @@ leaf whose keys vanished stops the client with FilterLostError instead of a wait
 
 from __future__ import annotations
 
+import itertools
 import math
 import secrets
 import struct
@@ -193,6 +196,9 @@ class SplittableBloomFilter(Claimant):
         self.k, self.leaf_capacity = p["k"], p["leaf_capacity"]
         self.first_leaf_bits, self.fingerprint_bytes = p["first_leaf_bits"], p["fp_bytes"]
         self._capacities = {bits: capacity for bits, capacity, _ in p["leaf_sizes"]}
+        chain = [bits for bits, _, _ in p["leaf_sizes"]]
+        self._full_bits = chain[-1]  # leaf_bits as stored (see _stored_bits)
+        self._grown = dict(itertools.pairwise(chain))  # a size -> the next one
         self._instance = p["instance"]
         self.splits_done = 0
         self.grows_done = 0
@@ -238,7 +244,7 @@ class SplittableBloomFilter(Claimant):
 
     def _capacity(self, leaf: str) -> int:
         """The URLs this leaf holds at error_rate (it grows or splits on reaching them)."""
-        return int(self._capacities[self._tree.sizes.get(leaf, self.leaf_bits)])
+        return int(self._capacities[self._tree.sizes.get(leaf, self._full_bits)])
 
     def _lost_leaf(self, leaf: str) -> FilterLostError:
         return FilterLostError(f"splittable filter {self.name!r}: leaf {leaf} is gone; {LOST_HELP}")
@@ -356,12 +362,12 @@ class SplittableBloomFilter(Claimant):
 
     def _split(self, leaf: str) -> bool:
         """Split a full leaf, unless another client holds its lock; True if this one did. A
-        leaf below leaf_bits grows instead: the same steps, into one child GROW times larger
-        (its capacity in the tree's leaf_sizes)."""
+        leaf below full size grows instead: the same steps, into one child of the next size
+        (the tree's leaf_sizes, each GROW times the one before)."""
         store, token = self._store, uuid.uuid4().hex
-        bits = self._tree.sizes.get(leaf, self.leaf_bits)
-        grows = bits < self.leaf_bits
-        child_bits = min(self.leaf_bits, bits * GROW) if grows else self.leaf_bits
+        bits = self._tree.sizes.get(leaf, self._full_bits)
+        grows = bits < self._full_bits
+        child_bits = self._grown[bits] if grows else self._full_bits
         lock_ms = LOCK_LEASES * self._claims.lease_ms
         status, stale = store.lock(leaf, token, lock_ms)
         if status != "ok":
@@ -429,7 +435,7 @@ class SplittableBloomFilter(Claimant):
             if info is None:  # a leaf of the tree is never deleted (a split retires it later)
                 raise self._lost_leaf(leaf)
         return [
-            {"leaf": leaf, "depth": depth, "bits": self._tree.sizes.get(leaf, self.leaf_bits),
+            {"leaf": leaf, "depth": depth, "bits": self._tree.sizes.get(leaf, self._full_bits),
              "count": info.count, "fill": info.count / self._capacity(leaf), "state": info.state,
              "fingerprint_bytes": info.fingerprint_bytes, "claims": info.claims}
             for (leaf, depth), info in zip(order, infos, strict=True)
@@ -530,7 +536,8 @@ def _params(
         raise ConfigError(f"fanout must be an int in [2, 64], not {fanout!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
-    size = _sizing.size_splittable(capacity, leaf_bits, error_rate, layout)  # type: ignore[arg-type]
+    full = _stored_bits(leaf_bits)
+    size = _sizing.size_splittable(capacity, full, error_rate, layout)  # type: ignore[arg-type]
     if size.first_leaves * leaf_bits > _sizing.MAX_BITS:
         raise ConfigError(
             f"capacity {capacity} needs a first layer of {size.first_leaves:,} leaves of "
@@ -557,7 +564,7 @@ def _params(
             "smaller leaves"
         )
     sizes = _leaf_sizes(leaf_bits, size.k, float(error_rate), layout)  # type: ignore[arg-type]
-    sizes[-1] = (leaf_bits, size.leaf_capacity, write_limit)
+    sizes[-1] = (full, size.leaf_capacity, write_limit)
     return {
         "format": FORMAT, "instance": new_instance(),
         "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
@@ -602,22 +609,29 @@ def _write_limit(capacity: int) -> int:
     return capacity + max(1, capacity // 16)
 
 
+def _stored_bits(bits: int) -> int:
+    """A leaf size as kept: a power of two one 64-byte block smaller, so that its Redis string
+    (bits + a 16-byte header) fits jemalloc's size class of 2^k bytes (MEMORY USAGE of a
+    16,384-byte string: 20,536 B; of 16,320 bytes: 16,440 B, Redis 7.0.15)."""
+    return bits - 512 if bits >= 1024 and bits & (bits - 1) == 0 else bits
+
+
 def _leaf_sizes(
     leaf_bits: int, k: int, error_rate: float, layout: str
 ) -> list[tuple[int, int, int]]:
     """(bits, capacity, write limit) of each size a leaf passes through, smallest first: leaf_bits
     divided by GROW while the result is a multiple of 512 bits, at least MIN_LEAF_BITS, and
-    holds MIN_LEAF_URLS URLs."""
+    holds MIN_LEAF_URLS URLs; each as _stored_bits keeps it."""
     sizes = [leaf_bits]
     while True:
         smaller = sizes[0] // GROW
         if sizes[0] % (GROW * 512) or smaller < MIN_LEAF_BITS:
             break
-        if _leaf_capacity(smaller, k, error_rate, layout) < MIN_LEAF_URLS:
+        if _leaf_capacity(_stored_bits(smaller), k, error_rate, layout) < MIN_LEAF_URLS:
             break
         sizes.insert(0, smaller)
     out = []
-    for bits in sizes:
+    for bits in map(_stored_bits, sizes):
         capacity = _leaf_capacity(bits, k, error_rate, layout)
         out.append((bits, capacity, _write_limit(capacity)))
     return out
@@ -646,8 +660,8 @@ def _check_params(p: dict[str, Any], name: str) -> None:
 
 
 def _sizes_ok(sizes: object, p: dict[str, Any]) -> bool:
-    """leaf_sizes: [bits, capacity, write limit] rows of ints, from first_leaf_bits up to
-    leaf_bits."""
+    """leaf_sizes: [bits, capacity, write limit] rows of ints, growing from first_leaf_bits up
+    to leaf_bits as stored."""
     return (
         isinstance(sizes, list)
         and bool(sizes)
@@ -656,5 +670,6 @@ def _sizes_ok(sizes: object, p: dict[str, Any]) -> bool:
             for row in sizes
         )
         and sizes[0][0] == p.get("first_leaf_bits")
-        and sizes[-1][0] == p.get("leaf_bits")
+        and sizes[-1][0] == _stored_bits(p["leaf_bits"])
+        and all(a[0] < b[0] for a, b in itertools.pairwise(sizes))
     )
