@@ -3,16 +3,17 @@
 A tree of leaf Bloom filters of up to `leaf_bits` bits each. A URL's 64-bit fingerprint is
 routed from the root by per-node LocHash functions to exactly one leaf, where its k bits are
 tested and set. A leaf that reaches its capacity (the most URLs it holds at false-positive rate
-<= error_rate) splits: its fingerprints, kept packed beside its bits, are re-inserted into
+<= 0.9 error_rate) splits: its fingerprints, kept packed beside its bits, are re-inserted into
 `fanout` fresh children and the leaf becomes an internal node. A query touches one leaf, and
 no leaf holds much more than its capacity, so the false-positive rate stays <= error_rate
-however many URLs come, unlike one fixed filter.
+however many URLs come, unlike one fixed filter (the last tenth is for URLs with equal
+fingerprints: see _fingerprint_bytes).
 
 Memory follows what was inserted, not the capacity planned: the first layer's leaves start at
 `leaf_bits / GROW**j` bits (the smallest such size of at least MIN_LEAF_BITS bits that holds
 MIN_LEAF_URLS URLs), and a leaf that fills below `leaf_bits` grows instead of splitting: the
 same steps with one child GROW times larger. So an empty filter planned for 10^8 URLs takes
-its first layer at the smallest size (185 leaves of 1 KiB with the defaults), not 185 MiB,
+its first layer at the smallest size (188 leaves of 960 B with the defaults), not 188 MiB,
 and each URL is copied about 1 / (GROW - 1) times while its leaf grows. A leaf size that is a
 power of two is kept one 64-byte block smaller (_stored_bits): Redis puts a 16-byte header
 before a string's bytes, so 2^k bytes of bits took jemalloc's next size class, 25% more.
@@ -96,7 +97,8 @@ class SplittableBloomFilter(Claimant):
         capacity: the URLs expected; sets the first layer's width (first_leaves = ceil(capacity
             / leaf_capacity) leaves, each starting small and growing to leaf_bits as URLs come).
             Growth beyond it is absorbed by splits.
-        error_rate: the false-positive bound every leaf keeps.
+        error_rate: the false-positive bound: every leaf keeps 9/10 of it, and equal
+            fingerprints stay below the other tenth (see fingerprint_bytes).
         redis: a Redis URL or client to share the filter (None: this process only).
         name: the shared filter's name (its keys are urlseen:{name}:* and urlseen:{name:leaf:*}:*).
         leaf_bits: bits of a full-grown leaf (a multiple of 512, at most 2**32).
@@ -113,7 +115,7 @@ class SplittableBloomFilter(Claimant):
         allow_eviction: (Redis) use a server whose maxmemory-policy may evict keys.
 
     Attributes (from the stored parameters): capacity, error_rate, leaf_bits, fanout, seed, k
-    (bits per URL in its leaf), leaf_capacity (the URLs a full-grown leaf holds at error_rate:
+    (bits per URL in its leaf), leaf_capacity (the URLs a full-grown leaf holds at 0.9 error_rate:
     a leaf that reaches it splits) and first_leaf_bits (the size leaves start at).
 
     An existing shared filter keeps its own parameters; passing different ones is an error.
@@ -537,7 +539,9 @@ def _params(
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
     full = _stored_bits(leaf_bits)
-    size = _sizing.size_splittable(capacity, full, error_rate, layout)  # type: ignore[arg-type]
+    _, rate = _sizing.check_target(capacity, error_rate)
+    leaf_rate = rate * (1 - COLLISION_SHARE)  # the rest is for equal fingerprints
+    size = _sizing.size_splittable(capacity, full, leaf_rate, layout)  # type: ignore[arg-type]
     if size.first_leaves * leaf_bits > _sizing.MAX_BITS:
         raise ConfigError(
             f"capacity {capacity} needs a first layer of {size.first_leaves:,} leaves of "
@@ -550,7 +554,7 @@ def _params(
     # round, a leaf never holds more than leaf_capacity * (1 + 1/8) URLs.
     write_limit = _write_limit(size.leaf_capacity)
     if fingerprint_bytes is None:
-        fingerprint_bytes = _fingerprint_bytes(size.leaf_capacity, float(error_rate))  # type: ignore[arg-type]
+        fingerprint_bytes = _fingerprint_bytes(size.leaf_capacity, rate)
     if (
         isinstance(fingerprint_bytes, bool)
         or not isinstance(fingerprint_bytes, int)
@@ -563,11 +567,11 @@ def _params(
             f"{error_rate}: their fingerprints would not fit one Redis string (512 MiB); use "
             "smaller leaves"
         )
-    sizes = _leaf_sizes(leaf_bits, size.k, float(error_rate), layout)  # type: ignore[arg-type]
+    sizes = _leaf_sizes(leaf_bits, size.k, leaf_rate, layout)
     sizes[-1] = (full, size.leaf_capacity, write_limit)
     return {
         "format": FORMAT, "instance": new_instance(),
-        "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "capacity": capacity, "error_rate": rate,
         "leaf_bits": leaf_bits, "fanout": fanout, "layout": layout, "seed": seed,
         "k": size.k, "leaf_capacity": size.leaf_capacity, "first_leaves": size.first_leaves,
         "leaf_write_limit": write_limit,
@@ -583,8 +587,9 @@ def _fingerprint_bytes(leaf_capacity: int, error_rate: float) -> int:
     A query whose fingerprint equals that of a URL under the same child of the root (which
     routes by other bits of the digest) is a false positive whatever the leaf's bits say: its
     rate is (URLs under that child) / 2^(8 w). The children of the root hold leaf_capacity
-    URLs each at the planned capacity; w keeps the rate <= COLLISION_SHARE * error_rate until
-    they hold GROWTH_ALLOWANCE times that. Beyond, stats() reports the rate it has reached.
+    URLs each at the planned capacity; w keeps the rate <= COLLISION_SHARE * error_rate (the
+    share the leaves leave for it) until they hold GROWTH_ALLOWANCE times that. Beyond,
+    stats() adds the rate reached to its estimate.
     """
     need = GROWTH_ALLOWANCE * leaf_capacity / (COLLISION_SHARE * error_rate)
     return min(8, max(4, math.ceil(math.log2(need) / 8)))
