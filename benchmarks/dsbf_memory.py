@@ -26,6 +26,7 @@ import argparse
 import gzip
 import hashlib
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -136,6 +137,7 @@ def sadd_row(server: Server, urls: list[str]) -> dict[str, Any]:
 def small_filters(server: Server, urls: list[str]) -> dict[str, Any]:
     """Planned for 10^8 URLs, holding 1,000 (Redis); planned for 10^9, empty (this process)."""
     seen = SplittableBloomFilter(10**8, 1e-3, redis=server.url, name="bench-small")
+    first_leaves = seen.tree.params["first_leaves"]
     empty = seen.memory_usage()
     seen.add_many(urls[:1000])
     holding = seen.memory_usage()
@@ -149,7 +151,8 @@ def small_filters(server: Server, urls: list[str]) -> dict[str, Any]:
         "redis_capacity_1e8_holding_1000_bytes": holding,
         "memory_capacity_1e9_empty_allocated_bytes": allocated,
         "memory_capacity_1e9_leaves_bytes": big.memory_usage(),
-        "first_leaves_1e8": 185,
+        "redis_capacity_1e8_first_leaves": first_leaves,
+        "memory_capacity_1e9_first_leaves": big.tree.params["first_leaves"],
     }
 
 
@@ -194,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"{args.data} has {len(lines)} distinct lines, fewer than {grown + args.probes}")
     urls, probes = lines[:grown], lines[grown:]
     dsbf.GRACE_SECONDS = 1.0  # split leaves go at once, so that used_memory sees the filter
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server on a kill too
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         server = Server(folder)

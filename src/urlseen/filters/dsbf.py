@@ -19,13 +19,14 @@ power of two is kept one 64-byte block smaller (_stored_bits): Redis puts a 16-b
 before a string's bytes, so 2^k bytes of bits took jemalloc's next size class, 25% more.
 
 Bits per URL = Bloom bits / the leaves' mean fill + 8 * fingerprint_bytes + the fingerprint
-strings' room to grow (and, in Redis, keys). At error rate 1e-3 a full blocked leaf takes 15.5
-bits per URL, so ~17 at the ~0.9 mean fill of a tree grown 10x by splits. A leaf keeps each
+strings' room to grow (and, in Redis, keys). At 0.9 * 1e-3 a full blocked leaf takes ~15.8
+bits per URL; a tree grown 10x by splits has leaves at 0.62-0.85 mean fill (splits come in
+waves: all children of one generation fill together), so 18.6-25.5 bits. A leaf keeps each
 URL's first fingerprint_bytes digest bytes (not 8): the root routes by other digest bytes, so
 two URLs' fingerprints need only differ under the same child of the root, and
-_fingerprint_bytes picks the fewest bytes for that (5 for 16 KiB leaves at 1e-3: 40 bits).
-Measured by benchmarks/dsbf_memory.py: ~69 bits per URL in Redis, ~57 in memory, after
-growing 10x (99 and 82 with the 8 bytes of format 3).
+_fingerprint_bytes picks the fewest bytes for that (5 for leaves of 2^17-2^20 bits at 1e-3).
+Measured by benchmarks/dsbf_memory.py (900,000 distinct dev URLs, 10x capacity): 65-72 bits
+per URL in Redis, 59-66 in memory; 84-96 and 83-90 with the 8 bytes of format 3.
 
 Shared by many processes through Redis (stores/redis_leaves.py) or kept in this process
 (stores/splittable.py). A split takes a lock with a deadline in the tree hash; writers keep
