@@ -8,7 +8,8 @@
 -- KEYS[3]: this batch's receipt (COPY only): the answer is kept there for ARGV[3] seconds, so
 --          a split that lost a reply sends the same batch again and does not copy it twice
 -- KEYS[4]: the claims hash (claims.lua)
--- KEYS[5]: (a DSBF leaf only) the leaf's fingerprints, 8 bytes per key reported new, in order
+-- KEYS[5]: (a DSBF leaf only) the leaf's fingerprints, ARGV[6] bytes per key reported new, in
+--          order
 -- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
 -- ARGV[2]: the operation (urlseen.stores.splittable.LeafOp): "0" CONTAINS, test only; "1" ADD,
 --          test and set, and claim; "2" COPY, set and count every key as new (a split copying
@@ -59,7 +60,7 @@ if leaf then
   if op == ADD and leaf_count >= tonumber(ARGV[7]) then
     return 'M' -- at its write limit: a split is due; the client waits for it (or does it)
   end
-  if 8 * leaf_count > redis.call('STRLEN', KEYS[5]) then
+  if fp_size * leaf_count > redis.call('STRLEN', KEYS[5]) then
     return redis.error_reply('URLSEEN-LOST ' .. KEYS[5] .. ' is gone or damaged')
   end
 end
@@ -92,7 +93,8 @@ end
 local band, bor, byte = bit.band, bit.bor, string.byte
 local CHUNK = 1000 -- BITFIELD operations per call (unpack is limited to ~8000 values)
 
--- A leaf's fingerprints fill the first 8 * count bytes of KEYS[5]; the rest is room to grow.
+-- A leaf's fingerprints fill the first fp_size * count bytes of KEYS[5]; the rest is room to
+-- grow.
 -- Below 1 MiB, APPEND and SETRANGE grow a string greedily to twice its size (~6 bytes wasted
 -- per 8 kept), so there the string is rebuilt with SET, which allocates exactly, to a size of
 -- its own allocator class (jemalloc: 4 classes per power of two), at least 1/8 larger each
@@ -134,9 +136,9 @@ local function finish(out, grew, fresh, cur, changed)
     if fresh > 0 then
       local kept = {}
       for i = 1, #out do
-        if grew[i] then kept[#kept + 1] = sub(fps, 8 * i - 7, 8 * i) end
+        if grew[i] then kept[#kept + 1] = sub(fps, fp_size * (i - 1) + 1, fp_size * i) end
       end
-      append_fingerprints(table.concat(kept), leaf_count * 8)
+      append_fingerprints(table.concat(kept), leaf_count * fp_size)
     end
     suffix = leaf_count + fresh
   end
