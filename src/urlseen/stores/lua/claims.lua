@@ -18,6 +18,13 @@
 --       delivers it, or its claim outlives it; never waiting on a younger claim means that
 --       clients never wait on each other in a circle)
 
+-- The functions below cost O(1) redis.calls per call of a script whatever its batch: a batch
+-- looks up the claims it needs at once (claims_lookup), queues the claims it makes and writes
+-- them together (claims_write, before the data they cover), and releases with one read and
+-- one write (claims_release).
+
+local UNPACK_MAX = 4000 -- values per unpack() (Lua's C stack holds ~8000)
+
 local function claims_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -28,18 +35,46 @@ local function claims_context(owner, prio, call, lease_ms)
   local now = claims_now()
   return {owner = owner, prio = tonumber(prio), call = call, now = now, tag = owner .. ' ',
           mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. (now + tonumber(lease_ms)),
-          fresh = {}, empty = {}}
+          fresh = {}, known = {}, queued = {}}
 end
 
--- Whether the claims hash `key` held no claim when this call first touched it: then every
--- claim in it is this call's own (c.fresh), and no URL needs its claim read.
-local function claims_empty(c, key)
-  local empty = c.empty[key]
-  if empty == nil then
-    empty = redis.call('EXISTS', key) == 0
-    c.empty[key] = empty
+-- redis.call(cmd, key, values...) in slices that unpack() can hold.
+local function claims_each(cmd, key, values)
+  for s = 1, #values, UNPACK_MAX do
+    redis.call(cmd, key, unpack(values, s, math.min(s + UNPACK_MAX - 1, #values)))
   end
-  return empty
+end
+
+-- Read, in one step and before this call writes any, the claims of the URLs a batch found
+-- present in its data: `wanted` of them, whose fingerprints (repeats allowed) list_of()
+-- returns when they are needed. HGETALL when the hash holds no more claims than that, else
+-- HMGET; nothing when it is empty (then claims_none: every present URL is seen).
+local function claims_lookup(c, key, wanted, list_of)
+  local known = {}
+  c.known[key] = known
+  local held = wanted > 0 and redis.call('HLEN', key) or 0
+  if held == 0 then return end
+  c.some = c.some or {}
+  c.some[key] = true
+  if held <= wanted then
+    local all = redis.call('HGETALL', key)
+    for i = 1, #all, 2 do known[all[i]] = all[i + 1] end
+    return
+  end
+  local fps = list_of()
+  for s = 1, #fps, UNPACK_MAX do
+    local last = math.min(s + UNPACK_MAX - 1, #fps)
+    local values = redis.call('HMGET', key, unpack(fps, s, last))
+    for i = s, last do
+      if values[i - s + 1] then known[fps[i]] = values[i - s + 1] end
+    end
+  end
+end
+
+-- Whether claims_lookup found no claim in `key`: then every URL present there is seen (a
+-- repeat of one answered new in this call is seen too), without its fingerprint.
+local function claims_none(c, key)
+  return not (c.some and c.some[key])
 end
 
 local function claims_parse(value)
@@ -47,18 +82,27 @@ local function claims_parse(value)
   return owner, tonumber(prio), call, tonumber(deadline)
 end
 
--- A URL absent from the data: this call answers it new and claims it.
-local function claim_new(c, key, fp)
-  claims_empty(c, key)
-  redis.call('HSET', key, fp, c.mine)
+local function claims_queue(c, key, fp)
+  local q = c.queued[key]
+  if not q then
+    q = {}
+    c.queued[key] = q
+  end
+  q[#q + 1] = fp
+  q[#q + 1] = c.mine
   c.fresh[fp] = true
 end
 
--- A URL present in the data: '0', '1' or 'P' (above).
+-- A URL absent from the data: this call answers it new and claims it (written by
+-- claims_write).
+local function claim_new(c, key, fp)
+  claims_queue(c, key, fp)
+end
+
+-- A URL present in the data: '0', '1' or 'P' (above), from claims_lookup's reading of `key`.
 local function claim_present(c, key, fp)
   if c.fresh[fp] then return '0' end -- answered new earlier in this call: a repeat
-  if claims_empty(c, key) then return '0' end
-  local value = redis.call('HGET', key, fp)
+  local value = c.known[key][fp]
   if not value then return '0' end
   local owner, prio, call, deadline = claims_parse(value)
   if owner == c.owner then
@@ -69,26 +113,45 @@ local function claim_present(c, key, fp)
     return '0'
   end
   if deadline <= c.now then
-    redis.call('HSET', key, fp, c.mine)
-    c.fresh[fp] = true
+    claims_queue(c, key, fp)
     return '1'
   end
   if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P' end
   return '0'
 end
 
--- Release the asker's own claim of fp, how: "ack" deletes it, "abandon" ends its lease now,
--- "renew" starts a new lease (a client still waiting inside its batch). '1' if it was still
--- the asker's, '0' if it was gone or taken over by another client.
-local function claim_release(c, key, fp, how)
-  local value = redis.call('HGET', key, fp)
-  if not value or string.sub(value, 1, #c.tag) ~= c.tag then return '0' end
-  if how == 'ack' then
-    redis.call('HDEL', key, fp)
-  else
-    local owner, prio, call = claims_parse(value)
-    local deadline = how == 'renew' and string.match(c.mine, '(%d+)$') or '0'
-    redis.call('HSET', key, fp, owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline)
+-- Write the claims this call made (one HSET per claims hash): before the data they cover.
+local function claims_write(c)
+  for key, q in pairs(c.queued) do claims_each('HSET', key, q) end
+  c.queued = {}
+end
+
+-- Release the asker's own claims of the fingerprints in `fps` (a list), how: "ack" deletes
+-- them, "abandon" ends their lease now, "renew" starts a new lease (a client still waiting
+-- inside its batch). Returns a list: '1' where the claim was still the asker's, '0' where it
+-- was gone or taken over by another client.
+local function claims_release(c, key, fps, how)
+  local out, hit = {}, {}
+  for s = 1, #fps, UNPACK_MAX do
+    local last = math.min(s + UNPACK_MAX - 1, #fps)
+    local values = redis.call('HMGET', key, unpack(fps, s, last))
+    for i = s, last do
+      local value = values[i - s + 1]
+      if value and string.sub(value, 1, #c.tag) == c.tag then
+        out[i] = '1'
+        if how == 'ack' then
+          hit[#hit + 1] = fps[i]
+        else
+          local owner, prio, call = claims_parse(value)
+          local deadline = how == 'renew' and string.match(c.mine, '(%d+)$') or '0'
+          hit[#hit + 1] = fps[i]
+          hit[#hit + 1] = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline
+        end
+      else
+        out[i] = '0'
+      end
+    end
   end
-  return '1'
+  if #hit > 0 then claims_each(how == 'ack' and 'HDEL' or 'HSET', key, hit) end
+  return out
 end

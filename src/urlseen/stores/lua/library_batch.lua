@@ -69,39 +69,93 @@ local releasing = mode == 'ack' or mode == 'abandon' or mode == 'renew'
 if mode == 'claim' or releasing then
   claims = claims_context(ARGV[9], ARGV[10], ARGV[11], ARGV[12])
 end
+local function claims_key(g) return prefix .. g .. '}:c' end
 
-local out, counts, claim_keys = {}, {}, {}
-for pos = 1, #data, 16 do
-  local g, bucket = group_of(pos)
-  local fp = sub(data, pos, pos + 15)
-  local claim_key = claim_keys[g]
-  if not claim_key then
-    claim_key = prefix .. g .. '}:c'
-    claim_keys[g] = claim_key
+local out, counts = {}, {}
+
+if releasing then
+  -- One read and one write per group's claims hash.
+  local lists, where = {}, {}
+  for pos = 1, #data, 16 do
+    local g = group_of(pos)
+    local list = lists[g]
+    if not list then
+      list = {}
+      lists[g] = list
+    end
+    list[#list + 1] = sub(data, pos, pos + 15)
+    where[#where + 1] = {g, #list}
   end
-  local answer = '0'
-  if releasing then
-    answer = claim_release(claims, claim_key, fp, mode)
-  else
+  local answers = {}
+  for g, list in pairs(lists) do answers[g] = claims_release(claims, claims_key(g), list, mode) end
+  for i, w in ipairs(where) do out[i] = answers[w[1]][w[2]] end
+  return table.concat(out)
+end
+
+if mode == 'claim' then
+  -- Read every record first (one HGET per fingerprint not met before in this call), then the
+  -- claims of those present (one look-up per group), answer in order, and write the claims
+  -- (one HSET per group) before the records they cover.
+  local recs, order, present = {}, {}, {}
+  for pos = 1, #data, 16 do
+    local fp = sub(data, pos, pos + 15)
+    local rec = recs[fp]
+    if not rec then
+      local g, bucket = group_of(pos)
+      local key, field = prefix .. g .. '}:f:' .. bucket, sub(data, pos + drop, pos + 15)
+      local value = redis.call('HGET', key, field)
+      rec = {g = g, key = key, field = field}
+      if value then
+        rec.refs, rec.first, rec.last = unpack('<I4I4I4', value)
+        local list = present[g]
+        if not list then
+          list = {}
+          present[g] = list
+        end
+        list[#list + 1] = fp
+      end
+      recs[fp] = rec
+    end
+    order[#order + 1] = fp
+  end
+  for g, list in pairs(present) do
+    claims_lookup(claims, claims_key(g), #list, function() return list end)
+  end
+  local dirty = {}
+  for i, fp in ipairs(order) do
+    local rec = recs[fp]
+    local answer
+    if not rec.refs then
+      claim_new(claims, claims_key(rec.g), fp)
+      rec.refs, rec.first, rec.last = 1, now, now
+      counts[rec.g] = (counts[rec.g] or 0) + 1
+      answer = '1'
+    else
+      answer = claim_present(claims, claims_key(rec.g), fp)
+      if answer ~= 'P' then
+        if rec.refs < MAXREFS then rec.refs = rec.refs + 1 end
+        if now > rec.last then rec.last = now end
+      end
+    end
+    if answer ~= 'P' and not dirty[fp] then
+      dirty[fp] = true
+      dirty[#dirty + 1] = fp
+    end
+    out[i] = answer
+  end
+  claims_write(claims)
+  for _, fp in ipairs(dirty) do
+    local rec = recs[fp]
+    redis.call('HSET', rec.key, rec.field, pack('<I4I4I4', rec.refs, rec.first, rec.last))
+  end
+else
+  for pos = 1, #data, 16 do
+    local g, bucket = group_of(pos)
     local key = prefix .. g .. '}:f:' .. bucket
     local field = sub(data, pos + drop, pos + 15)
     local value = redis.call('HGET', key, field)
-    if mode == 'claim' then
-      if value then
-        answer = claim_present(claims, claim_key, fp)
-        if answer ~= 'P' then
-          local refs, first, last = unpack('<I4I4I4', value)
-          if refs < MAXREFS then refs = refs + 1 end
-          if now > last then last = now end
-          redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last))
-        end
-      else
-        claim_new(claims, claim_key, fp)
-        redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now))
-        counts[g] = (counts[g] or 0) + 1
-        answer = '1'
-      end
-    elseif value then
+    local answer = '0'
+    if value then
       answer = '1'
       local refs = 0
       if mode == 'release' then
@@ -115,8 +169,8 @@ for pos = 1, #data, 16 do
         counts[g] = (counts[g] or 0) - 1
       end
     end
+    out[#out + 1] = answer
   end
-  out[#out + 1] = answer
 end
 
 for g, delta in pairs(counts) do
