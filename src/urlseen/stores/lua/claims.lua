@@ -99,25 +99,51 @@ local function claim_new(c, key, fp)
   claims_queue(c, key, fp)
 end
 
--- A URL present in the data: '0', '1' or 'P' (above), from claims_lookup's reading of `key`.
+-- The answer for a URL present in the data whose claim reads `value` (nil: none): '0', '1'
+-- or 'P' (above), and whether it is a takeover (the caller then claims it).
+local function claim_answer(c, value)
+  if not value then return '0', false end
+  local owner, prio, call, deadline = claims_parse(value)
+  if owner == c.owner then return call == c.call and '1' or '0', false end
+  if deadline <= c.now then return '1', true end
+  if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P', false end
+  return '0', false
+end
+
+-- A URL present in the data: '0', '1' or 'P', from claims_lookup's reading of `key`.
 local function claim_present(c, key, fp)
   if c.fresh[fp] then return '0' end -- answered new earlier in this call: a repeat
-  local value = c.known[key][fp]
-  if not value then return '0' end
-  local owner, prio, call, deadline = claims_parse(value)
-  if owner == c.owner then
-    if call == c.call then
-      c.fresh[fp] = true
-      return '1'
-    end
-    return '0'
-  end
-  if deadline <= c.now then
+  local answer, takeover = claim_answer(c, c.known[key][fp])
+  if takeover then
     claims_queue(c, key, fp)
-    return '1'
+  elseif answer == '1' then
+    c.fresh[fp] = true
   end
-  if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P' end
-  return '0'
+  return answer
+end
+
+-- The same, one URL at a time, its claim read (and a takeover written) at once: for a script
+-- that reads its data one URL at a time anyway (library_batch.lua). Whether the hash held no
+-- claim when this call first touched it is read once (then every claim in it is this call's).
+local function claim_present_now(c, key, fp)
+  if c.fresh[fp] then return '0' end
+  local empty = c.known[key]
+  if empty == nil then
+    empty = redis.call('EXISTS', key) == 0
+    c.known[key] = empty
+  end
+  if empty then return '0' end
+  local answer, takeover = claim_answer(c, redis.call('HGET', key, fp))
+  if takeover then redis.call('HSET', key, fp, c.mine) end
+  if answer == '1' then c.fresh[fp] = true end
+  return answer
+end
+
+-- A URL absent from the data, claimed at once (library_batch.lua).
+local function claim_new_now(c, key, fp)
+  if c.known[key] == nil then c.known[key] = redis.call('EXISTS', key) == 0 end
+  redis.call('HSET', key, fp, c.mine)
+  c.fresh[fp] = true
 end
 
 -- Write the claims this call made (one HSET per claims hash): before the data they cover.
@@ -137,7 +163,7 @@ local function claims_release(c, key, fps, how)
     local values = redis.call('HMGET', key, unpack(fps, s, last))
     for i = s, last do
       local value = values[i - s + 1]
-      if value and string.sub(value, 1, #c.tag) == c.tag then
+      if value and string.find(value, c.tag, 1, true) == 1 then -- no substring made
         out[i] = '1'
         if how == 'ack' then
           hit[#hit + 1] = fps[i]

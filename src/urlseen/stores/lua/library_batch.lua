@@ -93,60 +93,28 @@ if releasing then
 end
 
 if mode == 'claim' then
-  -- Read every record first (one HGET per fingerprint not met before in this call), then the
-  -- claims of those present (one look-up per group), answer in order, and write the claims
-  -- (one HSET per group) before the records they cover.
-  local recs, order, present = {}, {}, {}
+  -- One URL at a time (each record is its own HGET anyway): a claim is read only when the
+  -- record is present and its group's claims hash held claims when this call began.
   for pos = 1, #data, 16 do
-    local fp = sub(data, pos, pos + 15)
-    local rec = recs[fp]
-    if not rec then
-      local g, bucket = group_of(pos)
-      local key, field = prefix .. g .. '}:f:' .. bucket, sub(data, pos + drop, pos + 15)
-      local value = redis.call('HGET', key, field)
-      rec = {g = g, key = key, field = field}
-      if value then
-        rec.refs, rec.first, rec.last = unpack('<I4I4I4', value)
-        local list = present[g]
-        if not list then
-          list = {}
-          present[g] = list
-        end
-        list[#list + 1] = fp
-      end
-      recs[fp] = rec
-    end
-    order[#order + 1] = fp
-  end
-  for g, list in pairs(present) do
-    claims_lookup(claims, claims_key(g), #list, function() return list end)
-  end
-  local dirty = {}
-  for i, fp in ipairs(order) do
-    local rec = recs[fp]
-    local answer
-    if not rec.refs then
-      claim_new(claims, claims_key(rec.g), fp)
-      rec.refs, rec.first, rec.last = 1, now, now
-      counts[rec.g] = (counts[rec.g] or 0) + 1
-      answer = '1'
-    else
-      answer = claim_present(claims, claims_key(rec.g), fp)
+    local g, bucket = group_of(pos)
+    local fp, ckey = sub(data, pos, pos + 15), claims_key(g)
+    local key, field = prefix .. g .. '}:f:' .. bucket, sub(data, pos + drop, pos + 15)
+    local value = redis.call('HGET', key, field)
+    local answer = '1'
+    if value then
+      answer = claim_present_now(claims, ckey, fp)
       if answer ~= 'P' then
-        if rec.refs < MAXREFS then rec.refs = rec.refs + 1 end
-        if now > rec.last then rec.last = now end
+        local refs, first, last = unpack('<I4I4I4', value)
+        if refs < MAXREFS then refs = refs + 1 end
+        if now > last then last = now end
+        redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last))
       end
+    else
+      claim_new_now(claims, ckey, fp)
+      redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now))
+      counts[g] = (counts[g] or 0) + 1
     end
-    if answer ~= 'P' and not dirty[fp] then
-      dirty[fp] = true
-      dirty[#dirty + 1] = fp
-    end
-    out[i] = answer
-  end
-  claims_write(claims)
-  for _, fp in ipairs(dirty) do
-    local rec = recs[fp]
-    redis.call('HSET', rec.key, rec.field, pack('<I4I4I4', rec.refs, rec.first, rec.last))
+    out[#out + 1] = answer
   end
 else
   for pos = 1, #data, 16 do
