@@ -2,7 +2,8 @@
 -- front of each batch script that uses them (bloom_batch.lua, library_batch.lua).
 --
 -- A claim says "this URL was answered new to client OWNER, which has not acknowledged it yet".
--- It is a field of a hash in the slot of the URL's data: field = the URL's fingerprint, value
+-- It is a field of a hash in the slot of the URL's data (the Bloom filter's; the library keeps
+-- it in the URL's record instead): field = the URL's fingerprint, value
 -- = "OWNER PRIO CALL DEADLINE": the client's id, the priority of its batch (Unix ms by the
 -- client's clock: the older the higher), the id of the script call that made the claim, and
 -- the lease's end (Unix ms by this server's clock). Claims are written before the data they
@@ -122,34 +123,18 @@ local function claim_present(c, key, fp)
   return answer
 end
 
--- The same, one URL at a time, its claim read (and a takeover written) at once: for a script
--- that reads its data one URL at a time anyway (library_batch.lua). Whether the hash held no
--- claim when this call first touched it is read once (then every claim in it is this call's).
-local function claim_present_now(c, key, fp)
-  if c.fresh[fp] then return '0' end
-  local empty = c.known[key]
-  if empty == nil then
-    empty = redis.call('EXISTS', key) == 0
-    c.known[key] = empty
-  end
-  if empty then return '0' end
-  local answer, takeover = claim_answer(c, redis.call('HGET', key, fp))
-  if takeover then redis.call('HSET', key, fp, c.mine) end
-  if answer == '1' then c.fresh[fp] = true end
-  return answer
-end
-
--- A URL absent from the data, claimed at once (library_batch.lua).
-local function claim_new_now(c, key, fp)
-  if c.known[key] == nil then c.known[key] = redis.call('EXISTS', key) == 0 end
-  redis.call('HSET', key, fp, c.mine)
-  c.fresh[fp] = true
-end
-
 -- Write the claims this call made (one HSET per claims hash): before the data they cover.
 local function claims_write(c)
   for key, q in pairs(c.queued) do claims_each('HSET', key, q) end
   c.queued = {}
+end
+
+-- The asker's own claim `value`, its lease ended now (how: "abandon") or started anew
+-- ("renew").
+local function claim_released(c, value, how)
+  local owner, prio, call = claims_parse(value)
+  local deadline = how == 'renew' and string.match(c.mine, '(%d+)$') or '0'
+  return owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline
 end
 
 -- Release the asker's own claims of the fingerprints in `fps` (a list), how: "ack" deletes
@@ -168,10 +153,8 @@ local function claims_release(c, key, fps, how)
         if how == 'ack' then
           hit[#hit + 1] = fps[i]
         else
-          local owner, prio, call = claims_parse(value)
-          local deadline = how == 'renew' and string.match(c.mine, '(%d+)$') or '0'
           hit[#hit + 1] = fps[i]
-          hit[#hit + 1] = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline
+          hit[#hit + 1] = claim_released(c, value, how)
         end
       else
         out[i] = '0'

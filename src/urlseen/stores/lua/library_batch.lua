@@ -6,10 +6,13 @@
 -- g = b % ARGV[4]; key ARGV[3] .. g .. "}:f:" .. b (the group is the hash tag, so a Redis
 -- Cluster spreads groups over its slots and one call touches one group's slot). The hash field
 -- is the fingerprint minus the whole bytes the bucket number already holds; the value is 12
--- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds).
--- Each group has a hash ARGV[3] .. g .. "}:n" (fields "count": its records, "instance": the
--- library's random id, written when the library was made) and a claims hash ARGV[3] .. g ..
--- "}:c" (claims.lua; field: the whole fingerprint).
+-- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds), followed, while
+-- the record is claimed, by its claim (claims.lua's "OWNER PRIO CALL DEADLINE"): a claim is
+-- written with the record it covers, in the same HSET, so it can never be missing from data
+-- it covers, and a URL found present has its claim in the value already read.
+-- Each group has a hash ARGV[3] .. g .. "}:n" (fields "count": its records, "claims": its
+-- records holding a claim, "instance": the library's random id, written when the library
+-- was made).
 --
 -- KEYS[1]: this batch's receipt (same slot as the groups touched): the answer of a claim,
 --          release or forget is kept there ARGV[7] seconds, so a batch resent after a lost
@@ -69,80 +72,79 @@ local releasing = mode == 'ack' or mode == 'abandon' or mode == 'renew'
 if mode == 'claim' or releasing then
   claims = claims_context(ARGV[9], ARGV[10], ARGV[11], ARGV[12])
 end
-local function claims_key(g) return prefix .. g .. '}:c' end
 
-local out, counts = {}, {}
+local out, counts, held = {}, {}, {} -- held[g]: change of the group's claimed records
+local function add(t, g, d) t[g] = (t[g] or 0) + d end
 
-if releasing then
-  -- One read and one write per group's claims hash.
-  local lists, where = {}, {}
-  for pos = 1, #data, 16 do
-    local g = group_of(pos)
-    local list = lists[g]
-    if not list then
-      list = {}
-      lists[g] = list
+for pos = 1, #data, 16 do
+  local g, bucket = group_of(pos)
+  local key = prefix .. g .. '}:f:' .. bucket
+  local field = sub(data, pos + drop, pos + 15)
+  local value = redis.call('HGET', key, field)
+  local record, claim = value, nil
+  if value and #value > 12 then record, claim = sub(value, 1, 12), sub(value, 13) end
+  local answer = '0'
+  if releasing then
+    if claim and string.find(claim, claims.tag, 1, true) == 1 then
+      answer = '1'
+      if mode == 'ack' then
+        redis.call('HSET', key, field, record)
+        add(held, g, -1)
+      else
+        redis.call('HSET', key, field, record .. claim_released(claims, claim, mode))
+      end
     end
-    list[#list + 1] = sub(data, pos, pos + 15)
-    where[#where + 1] = {g, #list}
-  end
-  local answers = {}
-  for g, list in pairs(lists) do answers[g] = claims_release(claims, claims_key(g), list, mode) end
-  for i, w in ipairs(where) do out[i] = answers[w[1]][w[2]] end
-  return table.concat(out)
-end
-
-if mode == 'claim' then
-  -- One URL at a time (each record is its own HGET anyway): a claim is read only when the
-  -- record is present and its group's claims hash held claims when this call began.
-  for pos = 1, #data, 16 do
-    local g, bucket = group_of(pos)
-    local fp, ckey = sub(data, pos, pos + 15), claims_key(g)
-    local key, field = prefix .. g .. '}:f:' .. bucket, sub(data, pos + drop, pos + 15)
-    local value = redis.call('HGET', key, field)
-    local answer = '1'
+  elseif mode == 'claim' then
+    local fp = sub(data, pos, pos + 15)
     if value then
-      answer = claim_present_now(claims, ckey, fp)
+      if claims.fresh[fp] then
+        answer = '0' -- answered new earlier in this call: a repeat
+      else
+        local takeover
+        answer, takeover = claim_answer(claims, claim)
+        if takeover then
+          claim = claims.mine
+        end
+        if answer == '1' then claims.fresh[fp] = true end
+      end
       if answer ~= 'P' then
-        local refs, first, last = unpack('<I4I4I4', value)
+        local refs, first, last = unpack('<I4I4I4', record)
         if refs < MAXREFS then refs = refs + 1 end
         if now > last then last = now end
-        redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last))
+        redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last) .. (claim or ''))
       end
     else
-      claim_new_now(claims, ckey, fp)
-      redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now))
-      counts[g] = (counts[g] or 0) + 1
-    end
-    out[#out + 1] = answer
-  end
-else
-  for pos = 1, #data, 16 do
-    local g, bucket = group_of(pos)
-    local key = prefix .. g .. '}:f:' .. bucket
-    local field = sub(data, pos + drop, pos + 15)
-    local value = redis.call('HGET', key, field)
-    local answer = '0'
-    if value then
+      redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now) .. claims.mine)
+      claims.fresh[fp] = true
+      add(counts, g, 1)
+      add(held, g, 1)
       answer = '1'
-      local refs = 0
-      if mode == 'release' then
-        local first, last
-        refs, first, last = unpack('<I4I4I4', value)
-        refs = refs - 1
-        if refs > 0 then redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last)) end
-      end
-      if refs <= 0 and mode ~= 'contains' then
-        redis.call('HDEL', key, field)
-        counts[g] = (counts[g] or 0) - 1
+    end
+  elseif value then
+    answer = '1'
+    local refs = 0
+    if mode == 'release' then
+      local first, last
+      refs, first, last = unpack('<I4I4I4', record)
+      refs = refs - 1
+      if refs > 0 then
+        redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last) .. (claim or ''))
       end
     end
-    out[#out + 1] = answer
+    if refs <= 0 and mode ~= 'contains' then
+      redis.call('HDEL', key, field)
+      add(counts, g, -1)
+      if claim then add(held, g, -1) end
+    end
   end
+  out[#out + 1] = answer
 end
 
 for g, delta in pairs(counts) do
   if delta ~= 0 then redis.call('HINCRBY', prefix .. g .. '}:n', 'count', delta) end
+end
+for g, delta in pairs(held) do
+  if delta ~= 0 then redis.call('HINCRBY', prefix .. g .. '}:n', 'claims', delta) end
 end
 local answer = table.concat(out)
 if receipts and ttl > 0 then redis.call('SET', KEYS[1], answer, 'EX', ttl) end
