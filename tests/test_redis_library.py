@@ -7,6 +7,7 @@ killed Redis keeps; a 3-master Redis Cluster sharing the load.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -110,6 +111,27 @@ def test_a_claim_rides_in_its_record_until_acknowledged(make):
     client = lib._client
     values = [client.hget(*lib._where(fp)) for fp in fps[:35] + fps[40:]]
     assert {len(v) for v in values} == {12}
+
+
+def test_claimed_records_stay_compact_however_long_the_client_runs(make):
+    """A claim adds a fixed 40 bytes to its record, whatever its call id and times, so a
+    bucket holding claimed records stays listpack-encoded (values up to 64 bytes): a text
+    claim of a long-running client would convert the bucket for good."""
+    lib = make(1000)
+    lib.auto_acknowledge = False
+    lib._claims._calls = itertools.count(10**15)  # a client that has made 10^15 calls
+    fps = fingerprints(20, seed=4)
+    assert lib.claim(fps) == [True] * 20
+    client = lib._client
+    for fp in fps:
+        key, field = lib._where(fp)
+        assert len(client.hget(key, field)) == 52
+        assert client.object("encoding", key) == b"listpack"
+    assert lib._release(fps[:5], "renew") == 0 and lib._release(fps[5:10], "abandon") == 0
+    assert lib.claims_held() == 20
+    other = make(name=lib.name)  # another client: the abandoned five are taken over at once
+    assert other.claim(fps[5:10]) == [True] * 5
+    assert lib.acknowledge() == 5 and lib.claims_held() == 0
 
 
 def test_the_layout_stays_compact_at_capacity(make, redis_url, redis_name):

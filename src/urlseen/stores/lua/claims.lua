@@ -34,8 +34,9 @@ end
 -- owner, prio, call, lease_ms: this call's side (ARGV of the script)
 local function claims_context(owner, prio, call, lease_ms)
   local now = claims_now()
+  local deadline = now + tonumber(lease_ms)
   return {owner = owner, prio = tonumber(prio), call = call, now = now, tag = owner .. ' ',
-          mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. (now + tonumber(lease_ms)),
+          deadline = deadline, mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline,
           fresh = {}, known = {}, queued = {}}
 end
 
@@ -79,6 +80,7 @@ local function claims_none(c, key)
 end
 
 local function claims_parse(value)
+  if not value then return nil end
   local owner, prio, call, deadline = string.match(value, '^(%S+) (%d+) (%S+) (%d+)$')
   return owner, tonumber(prio), call, tonumber(deadline)
 end
@@ -100,12 +102,12 @@ local function claim_new(c, key, fp)
   claims_queue(c, key, fp)
 end
 
--- The answer for a URL present in the data whose claim reads `value` (nil: none): '0', '1'
--- or 'P' (above), and whether it is a takeover (the caller then claims it).
-local function claim_answer(c, value)
-  if not value then return '0', false end
-  local owner, prio, call, deadline = claims_parse(value)
-  if owner == c.owner then return call == c.call and '1' or '0', false end
+-- The answer for a URL present in the data whose claim is (owner, prio, call, deadline)
+-- (owner nil: none): '0', '1' or 'P' (above), and whether it is a takeover (the caller then
+-- claims it).
+local function claim_answer(c, owner, prio, call, deadline)
+  if not owner then return '0', false end
+  if owner == c.owner then return tostring(call) == c.call and '1' or '0', false end
   if deadline <= c.now then return '1', true end
   if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P', false end
   return '0', false
@@ -114,7 +116,7 @@ end
 -- A URL present in the data: '0', '1' or 'P', from claims_lookup's reading of `key`.
 local function claim_present(c, key, fp)
   if c.fresh[fp] then return '0' end -- answered new earlier in this call: a repeat
-  local answer, takeover = claim_answer(c, c.known[key][fp])
+  local answer, takeover = claim_answer(c, claims_parse(c.known[key][fp]))
   if takeover then
     claims_queue(c, key, fp)
   elseif answer == '1' then
@@ -133,8 +135,7 @@ end
 -- ("renew").
 local function claim_released(c, value, how)
   local owner, prio, call = claims_parse(value)
-  local deadline = how == 'renew' and string.match(c.mine, '(%d+)$') or '0'
-  return owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline
+  return owner .. ' ' .. prio .. ' ' .. call .. ' ' .. (how == 'renew' and c.deadline or 0)
 end
 
 -- Release the asker's own claims of the fingerprints in `fps` (a list), how: "ack" deletes

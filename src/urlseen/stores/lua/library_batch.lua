@@ -7,9 +7,12 @@
 -- Cluster spreads groups over its slots and one call touches one group's slot). The hash field
 -- is the fingerprint minus the whole bytes the bucket number already holds; the value is 12
 -- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds), followed, while
--- the record is claimed, by its claim (claims.lua's "OWNER PRIO CALL DEADLINE"): a claim is
--- written with the record it covers, in the same HSET, so it can never be missing from data
--- it covers, and a URL found present has its claim in the value already read.
+-- the record is claimed, by its claim (claims.lua's owner, priority, call id and deadline:
+-- the owner's 16 characters, then the three numbers as little-endian doubles, exact below
+-- 2^53: 40 bytes whatever the numbers, so a claimed record, 52 bytes, stays within Redis's
+-- hash-max-listpack-value, 64). A claim is written with the record it covers, in the same
+-- HSET, so it is never missing from data it covers, and a URL found present has its claim in
+-- the value already read.
 -- Each group has a hash ARGV[3] .. g .. "}:n" (fields "count": its records, "claims": its
 -- records holding a claim, "instance": the library's random id, written when the library
 -- was made).
@@ -73,6 +76,17 @@ if mode == 'claim' or releasing then
   claims = claims_context(ARGV[9], ARGV[10], ARGV[11], ARGV[12])
 end
 
+local mine
+if claims then
+  if #claims.owner ~= 16 then return redis.error_reply('library_batch.lua: owner not 16 long') end
+  mine = claims.owner .. pack('<ddd', claims.prio, tonumber(claims.call), claims.deadline)
+end
+local function claim_fields(claim)
+  if not claim then return nil end
+  local prio, call, deadline = unpack('<ddd', claim, 17)
+  return sub(claim, 1, 16), prio, call, deadline
+end
+
 local out, counts, held = {}, {}, {} -- held[g]: change of the group's claimed records
 local function add(t, g, d) t[g] = (t[g] or 0) + d end
 
@@ -85,13 +99,14 @@ for pos = 1, #data, 16 do
   if value and #value > 12 then record, claim = sub(value, 1, 12), sub(value, 13) end
   local answer = '0'
   if releasing then
-    if claim and string.find(claim, claims.tag, 1, true) == 1 then
+    if claim and sub(claim, 1, 16) == claims.owner then
       answer = '1'
       if mode == 'ack' then
         redis.call('HSET', key, field, record)
         add(held, g, -1)
       else
-        redis.call('HSET', key, field, record .. claim_released(claims, claim, mode))
+        local deadline = mode == 'renew' and claims.deadline or 0
+        redis.call('HSET', key, field, record .. sub(claim, 1, 32) .. pack('<d', deadline))
       end
     end
   elseif mode == 'claim' then
@@ -101,10 +116,8 @@ for pos = 1, #data, 16 do
         answer = '0' -- answered new earlier in this call: a repeat
       else
         local takeover
-        answer, takeover = claim_answer(claims, claim)
-        if takeover then
-          claim = claims.mine
-        end
+        answer, takeover = claim_answer(claims, claim_fields(claim))
+        if takeover then claim = mine end
         if answer == '1' then claims.fresh[fp] = true end
       end
       if answer ~= 'P' then
@@ -114,7 +127,7 @@ for pos = 1, #data, 16 do
         redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last) .. (claim or ''))
       end
     else
-      redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now) .. claims.mine)
+      redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now) .. mine)
       claims.fresh[fp] = true
       add(counts, g, 1)
       add(held, g, 1)
