@@ -252,9 +252,9 @@ def test_a_filter_larger_than_the_memory_is_refused() -> None:
     ):
         with pytest.raises(ConfigError, match="of memory"):
             make()
-    splittable = urlseen.SplittableBloomFilter  # its whole first layer is allocated at once
+    splittable = urlseen.SplittableBloomFilter  # its first layer, at its first size, at once
     with pytest.raises(ConfigError, match="of memory"):
-        splittable(capacity * 8, 0.5, leaf_bits=2**20)
+        splittable(capacity * 8, 0.5, leaf_bits=4096)  # ~2,800 URLs per 1 KiB leaf
     one_line_error(invoke("dedup", "--capacity", str(capacity), "--error-rate", "0.5",
                           input=DATA), "of memory")  # fmt: skip
 

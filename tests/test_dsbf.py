@@ -11,6 +11,7 @@ import math
 import multiprocessing
 import random
 import time
+import tracemalloc
 
 import pytest
 import redis
@@ -113,6 +114,10 @@ def test_a_tree_of_another_format_or_with_a_missing_parameter_is_refused(redis_u
     client.hset(tree_key, "params", json.dumps(old))
     with pytest.raises(FormatError, match="urlseen-dsbf/1"):
         SplittableBloomFilter(redis=redis_url, name=redis_name)
+    # format 3 made every leaf full-grown at creation, its nodes "leaf" without a size
+    client.hset(tree_key, "params", json.dumps({**params, "format": "urlseen-dsbf/3"}))
+    with pytest.raises(FormatError, match="urlseen-dsbf/3"):
+        SplittableBloomFilter(redis=redis_url, name=redis_name)
 
 
 # ---- the algorithm ----------------------------------------------------------------------------
@@ -184,8 +189,9 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
     Insert 10 n distinct URLs, measuring the FP rate on never-inserted URLs at every
     checkpoint n, 2n, ... 10n. Data: the distinct dev URLs, made unique beyond their count by
     a query parameter `urlseen-copy=<r>`; the probes carry `urlseen-probe=<r>` instead, so no
-    probe was ever inserted. Contrast: one fixed Bloom filter with the DSBF's initial memory
-    (first_leaves leaves of leaf_bits bits) and the same k, fed and probed the same way."""
+    probe was ever inserted. Contrast: one fixed Bloom filter with the memory of the DSBF's
+    planned first layer (first_leaves full-grown leaves of leaf_bits bits) and the same k, fed
+    and probed the same way."""
     n, f = 20_000, 0.01
     seen = make(capacity=n, error_rate=f, leaf_bits=1 << 15)
     initial_bits = seen.tree.params["first_leaves"] * seen.leaf_bits
@@ -197,6 +203,7 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
         url = dev_urls[i % len(dev_urls)]
         return f"{url}{'&' if '?' in url else '?'}urlseen-{tag}={i // len(dev_urls)}"
 
+    assert seen.first_leaf_bits < seen.leaf_bits, "its leaves should start small and grow"
     probes = [variant(i, "probe") for i in range(0, 40 * n, 7)][:5000]
     margin = 4 * math.sqrt(f * (1 - f) / len(probes))  # 4 sigma above f
     dsbf_rates, fixed_rates = [], []
@@ -210,6 +217,118 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
     print(f"DSBF FP by checkpoint: {dsbf_rates}; fixed filter: {fixed_rates}")
     assert fixed_rates[-1] > 10 * f, "the contrast filter should have failed its bound by 10 n"
     assert seen.stats().details["leaves"] >= 8 * seen.tree.params["first_leaves"]
+    assert {leaf["bits"] for leaf in seen.leaves()} == {seen.leaf_bits - 512}, "all grown by 10 n"
+
+
+# ---- memory follows what was inserted ----------------------------------------------------------
+
+
+def test_a_filter_planned_for_10_to_the_8_holding_1000_urls_takes_under_2_mb(make):
+    """The first layer starts at its smallest leaves (1 KiB each with the defaults), so a filter
+    planned for 10^8 URLs holding 1,000 takes kilobytes per leaf, not 1 MiB (in Redis: MEMORY
+    USAGE of every key; in memory: its buffers)."""
+    seen = make(capacity=10**8, error_rate=1e-3)
+    assert seen.leaf_bits == 1 << 23 and seen.first_leaf_bits == (1 << 13) - 512
+    first_leaves = seen.tree.params["first_leaves"]
+    assert first_leaves == -(-(10**8) // seen.leaf_capacity) == 188  # 531,966 URLs per leaf
+    keys = urls(1000, seed=20)
+    assert sum(add_in_batches(seen, keys)) >= 998
+    used = seen.memory_usage()
+    assert used < 2_000_000, used
+    assert seen.stats().details["leaves"] == first_leaves, "nothing grew or split"
+    store = seen._store
+    if isinstance(store, RedisLeafStore):  # 960 bytes of bits fit the 1 KiB allocator class
+        bits_key = store._keys(seen.tree.leaves()[0][0])[1]
+        # (1,024 bytes of bits would take the 1,280-byte class: the 16-byte header)
+        assert store.client.memory_usage(bits_key) - len(bits_key) < 1024 + 100
+
+
+def test_an_empty_filter_planned_for_10_to_the_9_allocates_megabytes_not_gigabytes():
+    """In this process: every allocation creating the filter counted (tracemalloc sees the
+    leaves' buffers), against 1.8 GB when the first layer was made full-grown."""
+    tracemalloc.start()
+    try:
+        seen = SplittableBloomFilter(capacity=10**9, error_rate=1e-3)
+        allocated, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert seen.tree.params["first_leaves"] == 1880
+    assert allocated < 8_000_000, allocated
+    assert seen.memory_usage() == 1880 * 960
+
+
+def test_leaves_grow_by_steps_then_split_and_lose_nothing(make):
+    """A leaf below leaf_bits that fills grows GROW times larger (one child) until full-grown,
+    then splits; every URL reported new is still there, and each leaf stays within its own
+    size's capacity."""
+    seen = make(capacity=500, error_rate=1e-3, leaf_bits=1 << 17)
+    sizes = [row[0] for row in seen.tree.params["leaf_sizes"]]
+    assert sizes == [(1 << 13) - 512, (1 << 15) - 512, (1 << 17) - 512]  # allocator classes
+    keys = urls(20_000, seed=21)
+    reported = [k for k, new in zip(keys, add_in_batches(seen, keys), strict=True) if new]
+    assert len(reported) >= 0.995 * len(keys)
+    assert seen.grows_done >= 2 and seen.splits_done >= 1
+    assert all(seen.contains_many(reported))
+    capacity = {bits: cap for bits, cap, _ in seen.tree.params["leaf_sizes"]}
+    leaves = seen.leaves()
+    assert len(leaves) > 2
+    assert {leaf["bits"] for leaf in leaves} <= set(sizes)
+    assert all(leaf["count"] <= capacity[leaf["bits"]] * 9 // 8 for leaf in leaves)
+    assert seen.stats().count == len(reported)
+    # memory in step with what was inserted: leaves hold at least a quarter of their capacity
+    assert sum(leaf["bits"] for leaf in leaves) < 4 * sum(
+        leaf["count"] * leaf["bits"] / capacity[leaf["bits"]] for leaf in leaves
+    )
+
+
+# ---- fingerprints: as short as collisions allow --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "leaf_bits, error_rate, width",
+    [(1 << 17, 1e-3, 5), (1 << 23, 1e-3, 6), (1 << 14, 1e-9, 7), (1 << 13, 1e-2, 4)],
+)
+def test_fingerprint_width_keeps_collisions_a_tenth_of_the_rate_at_1024_times_capacity(
+    leaf_bits, error_rate, width
+):
+    """w bytes: the fewest with 1024 full leaves' URLs / 2^(8 w) <= error_rate / 10 (a query
+    equal to a kept fingerprint under its root child is a false positive whatever the bits)."""
+    seen = SplittableBloomFilter(10_000, error_rate, leaf_bits=leaf_bits)
+    assert seen.fingerprint_bytes == width
+    crowd = 1024 * seen.leaf_capacity
+    assert crowd / 2 ** (8 * width) <= error_rate / 10
+    assert width == 4 or crowd / 2 ** (8 * (width - 1)) > error_rate / 10, "one byte fewer"
+
+
+def test_fingerprint_bytes_is_validated_and_kept(redis_url, redis_name):
+    for bad in (3, 9, True, 4.0):
+        with pytest.raises(ConfigError, match="fingerprint_bytes"):
+            SplittableBloomFilter(1000, fingerprint_bytes=bad)
+    SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, fingerprint_bytes=7)
+    assert SplittableBloomFilter(redis=redis_url, name=redis_name).fingerprint_bytes == 7
+    with pytest.raises(ConfigError, match="fp_bytes=7"):
+        SplittableBloomFilter(redis=redis_url, name=redis_name, fingerprint_bytes=8)
+
+
+def test_stats_count_equal_fingerprints_in_the_error_rate(make):
+    """With 4-byte fingerprints the rate from equal fingerprints is that of the fullest child
+    of the root, its URLs / 2^32, and stats() adds it to the leaves' own."""
+    seen = make(capacity=2000, error_rate=0.01, leaf_bits=1 << 14, fingerprint_bytes=4)
+    keys = urls(12_000, seed=22)
+    reported = [k for k, new in zip(keys, add_in_batches(seen, keys), strict=True) if new]
+    assert all(seen.contains_many(reported))
+    tree, counts = seen.tree, {leaf["leaf"]: leaf["count"] for leaf in seen.leaves()}
+
+    def under(node):
+        split = tree.splits.get(node)
+        return counts[node] if split is None else sum(under(c) for c in split.children)
+
+    fullest = max(under(child) for child in tree.splits["root"].children)
+    stats = seen.stats()
+    assert fullest > 12_000 / len(tree.splits["root"].children) * 0.8
+    assert stats.details["collision_rate"] == fullest / 2**32
+    assert stats.details["fingerprint_bytes"] == 4
+    assert stats.estimated_error_rate > stats.details["collision_rate"] > 0
 
 
 # ---- splits that go wrong ---------------------------------------------------------------------
@@ -219,10 +338,13 @@ def _store_of(seen):
     return seen._store
 
 
-def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
+@pytest.mark.parametrize("leaf_bits", [1 << 13, 1 << 15], ids=["split", "grow"])
+def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make, leaf_bits):
     """A splitter that sealed its leaf and died: writers to that leaf wait, take the expired
-    lock, drop the dead splitter's children and finish the split; nothing is lost."""
-    seen = make(capacity=1000, error_rate=0.01, leaf_bits=1 << 13)
+    lock, drop the dead splitter's children and finish the split; nothing is lost. With
+    leaf_bits 2^15 the leaves start at 2^13 bits, so what is taken over is a growth."""
+    seen = make(capacity=1000, error_rate=0.01, leaf_bits=leaf_bits)
+    assert seen.first_leaf_bits == (1 << 13) - 512
     store = _store_of(seen)
     before = urls(300, seed=7)
     before = [k for k, new in zip(before, add_in_batches(seen, before), strict=True) if new]
@@ -232,7 +354,7 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     assert status == "ok"
     orphans = store.new_leaf_ids(2)
     assert store.refresh(leaf, "dead-splitter", 300, orphans)
-    store.make_leaves(orphans, seen.tree.params)
+    store.make_leaves(orphans, seen.leaf_bits, seen.tree.params)
     assert store.seal(leaf) >= 0  # ... and then it died
     t0 = time.monotonic()
     later = urls(300, seed=8)
@@ -243,6 +365,9 @@ def test_a_crashed_splitter_is_taken_over_when_its_lock_expires(make):
     assert all(seen.contains_many(before + later))
     assert leaf in seen.tree.splits
     assert store.leaf_info(orphans) == [None, None], "the dead splitter's children were kept"
+    children = seen.tree.splits[leaf].children
+    assert len(children) == (2 if leaf_bits == 1 << 13 else 1)  # a full leaf splits, else grows
+    assert {seen.tree.sizes[child] for child in children} == {min(leaf_bits, 4 << 13) - 512}
 
 
 def test_a_splitter_whose_lock_expired_cannot_install_its_children(make):
@@ -253,9 +378,9 @@ def test_a_splitter_whose_lock_expired_cannot_install_its_children(make):
     assert store.lock(leaf, "other", 50_000)[0] == "busy"
     time.sleep(0.15)
     assert store.lock(leaf, "fast", 50_000)[0] == "ok"
-    assert store.swap(leaf, "slow", Split(1, ("x", "y"))) == 0
+    assert store.swap(leaf, "slow", Split(1, ("x", "y")), 4096) == 0
     assert not store.refresh(leaf, "slow", 1000, ["x", "y"])
-    assert store.swap(leaf, "fast", Split(1, ("x", "y"))) > 0
+    assert store.swap(leaf, "fast", Split(1, ("x", "y")), 4096) > 0
     assert store.lock(leaf, "late", 1000)[0] == "done"
 
 
@@ -353,9 +478,14 @@ def test_redis_store_reads_leaf_info(redis_url, redis_name):
     store.load()
     info = store.leaf_info([leaf for leaf, _ in seen.tree.leaves()])
     assert sum(i.count for i in info if i) == 50
-    assert 50 * 8 <= sum(i.fingerprint_bytes for i in info if i) <= len(info) * 5120  # room
-    assert store.fingerprints(seen.tree.leaves()[0][0], 0, 10**6) == b"".join(
-        fp
-        for fp in [d[:8] for d in _core.digests(urls(50, seed=12), _core.HASH_XXH3_128, 0)]
-        if seen.tree.leaves()[0][0] == seen._route(int.from_bytes(fp, "little"))
+    width = seen.fingerprint_bytes
+    assert width == 4  # 1024 full leaves of ~800 URLs: 2^32 > 8.2e8 / (0.1 * 0.01)
+    assert 50 * width <= sum(i.fingerprint_bytes for i in info if i) <= len(info) * 5120  # room
+    first = seen.tree.leaves()[0][0]
+    digests = _core.digests(urls(50, seed=12), _core.HASH_XXH3_128, 0)
+    root_values = [int.from_bytes(d[8:16], "little") for d in digests]
+    assert store.fingerprints(first, 0, 10**6) == b"".join(
+        d[:width]
+        for d, root in zip(digests, root_values, strict=True)
+        if seen.tree.splits["root"].child(root) == first  # no split yet: the root's child
     )

@@ -38,6 +38,30 @@ def test_answers_and_bytes_equal_a_local_filter(redis_url, redis_name):
             shared.destroy()
 
 
+@pytest.mark.parametrize("layout", ["blocked", "standard"])
+@pytest.mark.parametrize(
+    "capacity, batch",
+    [(2_000_000, 50), (2_000, 4000)],  # bits read per block / per byte, and read whole
+    ids=["large-filter-small-batches", "small-filter-large-batches"],
+)
+def test_both_ways_of_reading_the_bits_equal_a_local_filter(
+    redis_url, redis_name, layout, capacity, batch
+):
+    keys = urls(6000) + urls(3000)[:2000]  # repeats across and within batches
+    shared = RedisBloomFilter(redis_url, redis_name, capacity=capacity, layout=layout)
+    local = BloomFilter(capacity, layout=layout)
+    try:
+        for start in range(0, len(keys), batch):
+            part = keys[start : start + batch]
+            assert shared.add_many(part) == local.add_many(part)
+        stored = redis.Redis.from_url(redis_url).get(redis_store.key(redis_name, "bits"))
+        assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+        probe = urls(500, seed=9) + keys[:500]
+        assert shared.contains_many(probe) == local.contains_many(probe)
+    finally:
+        shared.destroy()
+
+
 def test_reopen_keeps_parameters_and_refuses_others(redis_url, redis_name):
     first = RedisBloomFilter(redis_url, redis_name, capacity=1000, error_rate=0.01)
     assert first.add("https://a.example/")

@@ -7,6 +7,7 @@ killed Redis keeps; a 3-master Redis Cluster sharing the load.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -89,6 +90,50 @@ def test_a_repeat_within_a_batch_is_new_once_and_times_are_kept(make):
         lib.older_than(1, by="created")
 
 
+def test_a_claim_rides_in_its_record_until_acknowledged(make):
+    """Unacknowledged answers are claims inside their records (counted per group); records
+    read the same with or without one; releasing, forgetting and acknowledging keep the count
+    of claimed records exact, and an acknowledged record is its 12 bytes again."""
+    lib = make(1000)
+    lib.auto_acknowledge = False
+    fps = fingerprints(50, seed=3)
+    assert lib.claim(fps[:40], now=1_000) == [True] * 40
+    assert lib.claims_held() == 40
+    assert lib.claim(fps[30:], now=2_000) == [False] * 10 + [True] * 10  # 30..39: own, seen
+    assert lib.claims_held() == 50
+    rec = lib.records(fps[30:31])[fps[30]]
+    assert (rec.refs, rec.first_seen, rec.last_seen) == (2, 1000.0, 2000.0)
+    assert lib.release(fps[30:35]) == [True] * 5  # one reference left: still claimed
+    assert lib.forget(fps[35:40]) == [True] * 5  # gone, claims and all
+    assert lib.claims_held() == 45 and lib.count() == 45
+    assert lib.acknowledge() == 5  # the forgotten ones were no longer claimed
+    assert lib.claims_held() == 0
+    client = lib._client
+    values = [client.hget(*lib._where(fp)) for fp in fps[:35] + fps[40:]]
+    assert {len(v) for v in values} == {12}
+
+
+def test_claimed_records_stay_compact_however_long_the_client_runs(make):
+    """A claim adds a fixed 40 bytes to its record, whatever its call id and times, so a
+    bucket holding claimed records stays listpack-encoded (values up to 64 bytes): a text
+    claim of a long-running client would convert the bucket for good."""
+    lib = make(1000)
+    lib.auto_acknowledge = False
+    lib._claims._calls = itertools.count(10**15)  # a client that has made 10^15 calls
+    fps = fingerprints(20, seed=4)
+    assert lib.claim(fps) == [True] * 20
+    client = lib._client
+    for fp in fps:
+        key, field = lib._where(fp)
+        assert len(client.hget(key, field)) == 52
+        assert client.object("encoding", key) == b"listpack"
+    assert lib._release(fps[:5], "renew") == 0 and lib._release(fps[5:10], "abandon") == 0
+    assert lib.claims_held() == 20
+    other = make(name=lib.name)  # another client: the abandoned five are taken over at once
+    assert other.claim(fps[5:10]) == [True] * 5
+    assert lib.acknowledge() == 5 and lib.claims_held() == 0
+
+
 def test_the_layout_stays_compact_at_capacity(make, redis_url, redis_name):
     """At capacity every bucket is a listpack (Redis's compact encoding, default limit 128
     entries), whatever the server's own limit; the field is the fingerprint minus the bytes its
@@ -136,6 +181,7 @@ def test_foreign_or_damaged_metadata_is_refused(redis_url, redis_name):
     for text, match in (
         ("{not json", "unreadable"),
         ('{"format": "something else"}', "not a urlseen"),
+        ('{"format": "urlseen-redis-library/2"}', "another version of urlseen"),
         (json.dumps({"format": redis_library.FORMAT, "fingerprint": "md5", "groups": 0,
                      "bucket_bits": 3, "capacity": 10}), "out of range"),
     ):  # fmt: skip

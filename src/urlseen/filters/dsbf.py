@@ -1,12 +1,32 @@
 """SplittableBloomFilter: the dynamic splittable Bloom filter (patent CN104809182).
 
-A tree of leaf Bloom filters of `leaf_bits` bits each. A URL's 64-bit fingerprint is routed
-from the root by per-node LocHash functions to exactly one leaf, where its k bits are tested
-and set. A leaf that reaches `leaf_capacity` URLs (the most it holds at false-positive rate
-<= error_rate) splits: its fingerprints, kept packed beside its bits, are re-inserted into
+A tree of leaf Bloom filters of up to `leaf_bits` bits each. A URL's 64-bit fingerprint is
+routed from the root by per-node LocHash functions to exactly one leaf, where its k bits are
+tested and set. A leaf that reaches its capacity (the most URLs it holds at false-positive rate
+<= 0.9 error_rate) splits: its fingerprints, kept packed beside its bits, are re-inserted into
 `fanout` fresh children and the leaf becomes an internal node. A query touches one leaf, and
-no leaf holds much more than leaf_capacity URLs, so the false-positive rate stays <= error_rate
-however many URLs come, unlike one fixed filter.
+no leaf holds much more than its capacity, so the false-positive rate stays <= error_rate
+however many URLs come, unlike one fixed filter (the last tenth is for URLs with equal
+fingerprints: see _fingerprint_bytes).
+
+Memory follows what was inserted, not the capacity planned: the first layer's leaves start at
+`leaf_bits / GROW**j` bits (the smallest such size of at least MIN_LEAF_BITS bits that holds
+MIN_LEAF_URLS URLs), and a leaf that fills below `leaf_bits` grows instead of splitting: the
+same steps with one child GROW times larger. So an empty filter planned for 10^8 URLs takes
+its first layer at the smallest size (188 leaves of 960 B with the defaults), not 188 MiB,
+and each URL is copied about 1 / (GROW - 1) times while its leaf grows. A leaf size that is a
+power of two is kept one 64-byte block smaller (_stored_bits): Redis puts a 16-byte header
+before a string's bytes, so 2^k bytes of bits took jemalloc's next size class, 25% more.
+
+Bits per URL = Bloom bits / the leaves' mean fill + 8 * fingerprint_bytes + the fingerprint
+strings' room to grow (and, in Redis, keys). At 0.9 * 1e-3 a full blocked leaf takes ~15.8
+bits per URL; a tree grown 10x by splits has leaves at 0.62-0.85 mean fill (splits come in
+waves: all children of one generation fill together), so 18.6-25.5 bits. A leaf keeps each
+URL's first fingerprint_bytes digest bytes (not 8): the root routes by other digest bytes, so
+two URLs' fingerprints need only differ under the same child of the root, and
+_fingerprint_bytes picks the fewest bytes for that (5 for leaves of 2^17-2^20 bits at 1e-3).
+Measured by benchmarks/dsbf_memory.py (900,000 distinct dev URLs, 10x capacity): 65-72 bits
+per URL in Redis, 59-66 in memory; 84-96 and 83-90 with the 8 bytes of format 3.
 
 Shared by many processes through Redis (stores/redis_leaves.py) or kept in this process
 (stores/splittable.py). A split takes a lock with a deadline in the tree hash; writers keep
@@ -24,6 +44,8 @@ leaf whose keys vanished stops the client with FilterLostError instead of a wait
 
 from __future__ import annotations
 
+import itertools
+import math
 import secrets
 import struct
 import time
@@ -40,7 +62,6 @@ from urlseen.stores import _space
 from urlseen.stores.redis_claims import Claimant, Claims, Patience
 from urlseen.stores.redis_store import LOST_HELP, FilterLostError, RemoteError, new_instance
 from urlseen.stores.splittable import (
-    FP_BYTES,
     MISSING,
     LeafAnswer,
     LeafOp,
@@ -50,13 +71,20 @@ from urlseen.stores.splittable import (
     Tree,
 )
 
-FORMAT = "urlseen-dsbf/3"  # /2: no instance id, no claims; /1 named its params n, f, m, b, u, c
+FORMAT = "urlseen-dsbf/4"  # /3: full-size leaves from the start; /2: no instance id, no
+# claims; /1 named its params n, f, m, b, u, c
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_LEASES = 3  # a split lock lasts 3 leases (30 s by default), renewed after each chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
-COPY_CHUNK = 8 * 8192  # fingerprint bytes copied per step of a split
+COPY_CHUNK = 8192  # fingerprints copied per step of a split
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
 MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
+GROW = 4  # a small leaf that fills is rebuilt this many times larger
+MIN_LEAF_BITS = 4096  # the first layer's leaves: at least this many bits ...
+MIN_LEAF_URLS = 64  # ... holding at least this many URLs at the error rate
+LEAF_OVERHEAD_BYTES = 512  # a leaf's keys and objects besides its bits (memory check)
+GROWTH_ALLOWANCE = 1024  # fingerprints stay exact enough until a first-layer subtree holds ...
+COLLISION_SHARE = 0.1  # ... this many full leaves' URLs at this share of the error rate
 
 
 def _new_seed() -> int:
@@ -67,24 +95,29 @@ class SplittableBloomFilter(Claimant):
     """A Bloom filter that grows by splitting full leaves: FP rate <= error_rate at any size.
 
     Args:
-        capacity: the URLs expected; sizes the first layer (first_leaves = ceil(capacity /
-            leaf_capacity) leaves). Growth beyond it is absorbed by splits.
-        error_rate: the false-positive bound every leaf keeps.
+        capacity: the URLs expected; sets the first layer's width (first_leaves = ceil(capacity
+            / leaf_capacity) leaves, each starting small and growing to leaf_bits as URLs come).
+            Growth beyond it is absorbed by splits.
+        error_rate: the false-positive bound: every leaf keeps 9/10 of it, and equal
+            fingerprints stay below the other tenth (see fingerprint_bytes).
         redis: a Redis URL or client to share the filter (None: this process only).
         name: the shared filter's name (its keys are urlseen:{name}:* and urlseen:{name:leaf:*}:*).
-        leaf_bits: bits per leaf (a multiple of 512, at most 2**32).
+        leaf_bits: bits of a full-grown leaf (a multiple of 512, at most 2**32).
         fanout: children per split.
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
             "standard" (k bits anywhere in the leaf; leaf_capacity by the exact Bloom formula).
         seed: the MapHash / fingerprint seed.
+        fingerprint_bytes: bytes kept per URL for splits, 4 to 8 (default: the fewest that
+            keep fingerprint collisions below error_rate / 10 until the filter has grown
+            1024 times past its capacity; see _fingerprint_bytes).
         lease: (Redis) seconds an answer "new" stays claimed until acknowledged (default 10);
             a split's lock lasts three leases (renewed as the split goes on), so the leaf of a
             splitter that died waits that long before another client finishes its split.
         allow_eviction: (Redis) use a server whose maxmemory-policy may evict keys.
 
     Attributes (from the stored parameters): capacity, error_rate, leaf_bits, fanout, seed, k
-    (bits per URL in its leaf) and leaf_capacity (the URLs a leaf holds at error_rate: a leaf
-    that reaches it splits).
+    (bits per URL in its leaf), leaf_capacity (the URLs a full-grown leaf holds at 0.9 error_rate:
+    a leaf that reaches it splits) and first_leaf_bits (the size leaves start at).
 
     An existing shared filter keeps its own parameters; passing different ones is an error.
     Answers are acknowledged just before add_many returns them; with auto_acknowledge = False
@@ -107,6 +140,7 @@ class SplittableBloomFilter(Claimant):
         fanout: int | None = None,
         layout: str | None = None,
         seed: int | None = None,
+        fingerprint_bytes: int | None = None,
         store: LeafStore | None = None,
         lease: float | None = None,
         allow_eviction: bool = False,
@@ -124,7 +158,8 @@ class SplittableBloomFilter(Claimant):
         self.name = name
         tree = store.load()
         given = {"capacity": capacity, "error_rate": error_rate, "leaf_bits": leaf_bits,
-                 "fanout": fanout, "layout": layout, "seed": seed}  # fmt: skip
+                 "fanout": fanout, "layout": layout, "seed": seed,
+                 "fp_bytes": fingerprint_bytes}  # fmt: skip
         if tree is None:
             if capacity is None:
                 raise ConfigError(f"no splittable filter {name!r}: give a capacity to create it")
@@ -135,17 +170,21 @@ class SplittableBloomFilter(Claimant):
                 2 if fanout is None else fanout,
                 "blocked" if layout is None else layout,
                 0 if seed is None else seed,
+                fingerprint_bytes,
             )
-            if isinstance(store, MemoryLeafStore):  # the whole first layer, allocated now
-                first_layer = params["first_leaves"] * params["leaf_bits"] // 8
+            if isinstance(store, MemoryLeafStore):  # the first layer, at its first size, now
+                first_layer = params["first_leaves"] * (
+                    params["first_leaf_bits"] // 8 + LEAF_OVERHEAD_BYTES
+                )
                 _space.check_memory(first_layer, _space.describe({"kind": "dsbf", **params}))
             root = Split(_new_seed(), tuple(str(i) for i in range(params["first_leaves"])))
-            store.create(params, root)  # of two creators at once, one wins
+            store.create(params, root, params["first_leaf_bits"])  # of two at once, one wins
             tree = store.load()
             assert tree is not None
         _check_params(tree.params, name)
         if not tree.ready:  # its creator may have died before making the first leaves
-            store.make_leaves(tree.splits["root"].children, tree.params)
+            first = tree.params["first_leaf_bits"]
+            store.make_leaves(tree.splits["root"].children, first, tree.params)
             store.mark_ready()
         for field, value in given.items():
             if value is not None and value != tree.params[field]:
@@ -158,8 +197,14 @@ class SplittableBloomFilter(Claimant):
         self.capacity, self.error_rate = p["capacity"], p["error_rate"]
         self.leaf_bits, self.fanout, self.seed = p["leaf_bits"], p["fanout"], p["seed"]
         self.k, self.leaf_capacity = p["k"], p["leaf_capacity"]
+        self.first_leaf_bits, self.fingerprint_bytes = p["first_leaf_bits"], p["fp_bytes"]
+        self._capacities = {bits: capacity for bits, capacity, _ in p["leaf_sizes"]}
+        chain = [bits for bits, _, _ in p["leaf_sizes"]]
+        self._full_bits = chain[-1]  # leaf_bits as stored (see _stored_bits)
+        self._grown = dict(itertools.pairwise(chain))  # a size -> the next one
         self._instance = p["instance"]
         self.splits_done = 0
+        self.grows_done = 0
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -170,14 +215,22 @@ class SplittableBloomFilter(Claimant):
 
     # -- routing ---------------------------------------------------------------------------
 
-    def _fingerprints(self, keys: list[Key]) -> tuple[list[bytes], list[int]]:
-        digests = _core.digests(keys, _core.HASH_XXH3_128, self.seed)
-        fps = [d[:FP_BYTES] for d in digests]
-        return fps, list(struct.unpack(f"<{len(fps)}Q", b"".join(fps)))
+    def _keys(self, digests: list[bytes]) -> tuple[list[bytes], list[int], list[int]]:
+        """A batch's 16-byte digests as (fingerprints, root values, fingerprint values): the
+        root routes by bytes 8-15, every split below by the fingerprint (the first
+        fingerprint_bytes bytes, what a leaf keeps), so fingerprints need only be told apart
+        among the URLs of one child of the root."""
+        width = self.fingerprint_bytes
+        fps = [d[:width] for d in digests]
+        roots = list(struct.unpack(f"<{len(digests)}Q", b"".join(d[8:16] for d in digests)))
+        return fps, roots, [int.from_bytes(fp, "little") for fp in fps]
 
-    def _route(self, value: int) -> str:
+    def _route(self, root_value: int, value: int) -> str:
         splits = self._tree.splits
-        split = splits["root"]
+        child = splits["root"].child(root_value)
+        split = splits.get(child)
+        if split is None:
+            return child
         while True:
             child = split.child(value)
             nxt = splits.get(child)
@@ -192,6 +245,10 @@ class SplittableBloomFilter(Claimant):
             raise FilterLostError(f"splittable filter {self.name!r}: its tree {what}; {LOST_HELP}")
         self._tree = tree
 
+    def _capacity(self, leaf: str) -> int:
+        """The URLs this leaf holds at error_rate (it grows or splits on reaching them)."""
+        return int(self._capacities[self._tree.sizes.get(leaf, self._full_bits)])
+
     def _lost_leaf(self, leaf: str) -> FilterLostError:
         return FilterLostError(f"splittable filter {self.name!r}: leaf {leaf} is gone; {LOST_HELP}")
 
@@ -202,34 +259,36 @@ class SplittableBloomFilter(Claimant):
         keys = key_batch(keys)
         if not keys:
             return []
-        fps, values = self._fingerprints(keys)
+        digests = _core.digests(keys, _core.HASH_XXH3_128, self.seed)
         if op != LeafOp.ADD:
-            return self._each_leaf(fps, values, op, 0)
+            return self._each_leaf(digests, op, 0)
         claims = self._claims
         with claims.batch(self._abandon) as priority:
-            answers = self._each_leaf(fps, values, op, priority)
+            answers = self._each_leaf(digests, op, priority)
         if claims.auto:
             self.acknowledge()
         return answers
 
-    def _each_leaf(
-        self, fps: list[bytes], values: list[int], op: LeafOp, priority: int
-    ) -> list[bool]:
+    def _each_leaf(self, digests: list[bytes], op: LeafOp, priority: int) -> list[bool]:
         """One LeafOp on each fingerprint in the leaf the tree routes it to, until every leaf
         has answered: through splits (rerouted), and for ADD through other clients' claims
-        (asked again, about one lease at most)."""
+        (asked again, about one lease at most). Claims are held as digests (for routing)."""
+        fps, roots, values = self._keys(digests)
         answers = [False] * len(fps)
         pending = list(range(len(fps)))
         deadline = time.monotonic() + REROUTE_SECONDS
         stuck_wait = 0.005
         patience: Patience | None = None
-        room = max(1, self.leaf_capacity // 16)  # keys per leaf per round (see leaf_write_limit)
         while pending:
             groups: dict[str, list[int]] = defaultdict(list)
             later: list[int] = []
+            room: dict[str, int] = {}  # keys per leaf per round (see leaf_write_limit)
             for i in pending:
-                group = groups[self._route(values[i])]
-                (group if op != LeafOp.ADD or len(group) < room else later).append(i)
+                leaf = self._route(roots[i], values[i])
+                group = groups[leaf]
+                if op == LeafOp.ADD and leaf not in room:
+                    room[leaf] = max(1, self._capacity(leaf) // 16)
+                (group if op != LeafOp.ADD or len(group) < room[leaf] else later).append(i)
             replies = self._store.check_and_add(
                 {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()},
                 op,
@@ -251,8 +310,8 @@ class SplittableBloomFilter(Claimant):
                 waiting.extend(idx[j] for j in reply.pending)
                 if op == LeafOp.ADD:
                     if self._store.claims:
-                        self._claims.hold([fps[i] for i in idx if answers[i]], priority)
-                    if reply.count >= self.leaf_capacity:
+                        self._claims.hold([digests[i] for i in idx if answers[i]], priority)
+                    if reply.count >= self._capacity(leaf):
                         full.append(leaf)
             for leaf in full:
                 self._split(leaf)
@@ -269,8 +328,8 @@ class SplittableBloomFilter(Claimant):
                     if leaf in live:  # not split and expired: lost
                         raise self._lost_leaf(leaf)
                 if self._tree.version == version and not missing:  # a sealed leaf still in
-                    for leaf in {self._route(values[i]) for i in moved}:  # the tree: a split
-                        self._split(leaf)  # is on, or died
+                    for leaf in {self._route(roots[i], values[i]) for i in moved}:  # the tree:
+                        self._split(leaf)  # a split is on, or died
                     if time.monotonic() > deadline:
                         raise RemoteError(
                             f"splittable filter {self.name!r}: a split did not finish within "
@@ -297,17 +356,21 @@ class SplittableBloomFilter(Claimant):
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         return [not absent for absent in self._run(keys, LeafOp.CONTAINS)]
 
-    def _release(self, fps: list[bytes], how: str) -> int:
-        if not fps:
+    def _release(self, digests: list[bytes], how: str) -> int:
+        if not digests:
             return 0
-        values = list(struct.unpack(f"<{len(fps)}Q", b"".join(fps)))
-        return self._each_leaf(fps, values, LeafOp[how.upper()], 0).count(False)
+        return self._each_leaf(digests, LeafOp[how.upper()], 0).count(False)
 
     # -- splitting --------------------------------------------------------------------------
 
     def _split(self, leaf: str) -> bool:
-        """Split a full leaf, unless another client holds its lock; True if this one did."""
+        """Split a full leaf, unless another client holds its lock; True if this one did. A
+        leaf below full size grows instead: the same steps, into one child of the next size
+        (the tree's leaf_sizes, each GROW times the one before)."""
         store, token = self._store, uuid.uuid4().hex
+        bits = self._tree.sizes.get(leaf, self._full_bits)
+        grows = bits < self._full_bits
+        child_bits = self._grown[bits] if grows else self._full_bits
         lock_ms = LOCK_LEASES * self._claims.lease_ms
         status, stale = store.lock(leaf, token, lock_ms)
         if status != "ok":
@@ -317,10 +380,10 @@ class SplittableBloomFilter(Claimant):
         store.drop(stale)  # children of an attempt whose lock expired: never installed
         # An error below leaves the lock held: it lists the children, and whoever takes it
         # over once it expires drops them before splitting again.
-        children = store.new_leaf_ids(self.fanout)
+        children = store.new_leaf_ids(1 if grows else self.fanout)
         if not store.refresh(leaf, token, lock_ms, children):
             return False
-        store.make_leaves(children, self._tree.params)
+        store.make_leaves(children, child_bits, self._tree.params)
         split = Split(_new_seed(), tuple(children))
         copied = self._copy(leaf, split, 0, None, token)
         end = store.seal(leaf)  # no more writes to the leaf: the rest is final
@@ -328,11 +391,14 @@ class SplittableBloomFilter(Claimant):
             store.drop(children)
             return False
         store.copy_claims(leaf, split)  # sealed: no new claims; acknowledgements come again
-        if not store.swap(leaf, token, split):
+        if not store.swap(leaf, token, split, child_bits):
             store.drop(children)
             return False
         store.retire(leaf, GRACE_SECONDS)
-        self.splits_done += 1
+        if grows:
+            self.grows_done += 1
+        else:
+            self.splits_done += 1
         self._reload()
         return True
 
@@ -340,16 +406,17 @@ class SplittableBloomFilter(Claimant):
         """Re-insert the leaf's fingerprints [start, end) into the split's children (all of
         them while end is None: the leaf may still grow). The new offset, or None if the lock
         was lost."""
-        store = self._store
+        store, width = self._store, self.fingerprint_bytes
         while end is None or start < end:
-            stop = start + COPY_CHUNK if end is None else min(end, start + COPY_CHUNK)
+            step = COPY_CHUNK * width
+            stop = start + step if end is None else min(end, start + step)
             data = store.fingerprints(leaf, start, stop)
             if not data:
                 break
             groups: dict[str, list[bytes]] = defaultdict(list)
-            values = struct.unpack(f"<{len(data) // FP_BYTES}Q", data)
-            for j, value in enumerate(values):
-                groups[split.child(value)].append(data[j * FP_BYTES : (j + 1) * FP_BYTES])
+            for j in range(0, len(data), width):
+                fp = data[j : j + width]
+                groups[split.child(int.from_bytes(fp, "little"))].append(fp)
             for child, reply in store.check_and_add(groups, LeafOp.COPY).items():
                 if not isinstance(reply, LeafAnswer):  # fresh children take every copy
                     raise self._lost_leaf(child)
@@ -361,8 +428,8 @@ class SplittableBloomFilter(Claimant):
     # -- what it holds ---------------------------------------------------------------------
 
     def leaves(self) -> list[dict[str, Any]]:
-        """Every live leaf: id, depth, count, fill (count / leaf_capacity), state, fingerprint
-        bytes."""
+        """Every live leaf: id, depth, bits, count, fill (count / its capacity), state,
+        fingerprint bytes, claims."""
         self._usable()
         self._reload()
         order = self._tree.leaves()
@@ -371,8 +438,8 @@ class SplittableBloomFilter(Claimant):
             if info is None:  # a leaf of the tree is never deleted (a split retires it later)
                 raise self._lost_leaf(leaf)
         return [
-            {"leaf": leaf, "depth": depth, "count": info.count,
-             "fill": info.count / self.leaf_capacity, "state": info.state,
+            {"leaf": leaf, "depth": depth, "bits": self._tree.sizes.get(leaf, self._full_bits),
+             "count": info.count, "fill": info.count / self._capacity(leaf), "state": info.state,
              "fingerprint_bytes": info.fingerprint_bytes, "claims": info.claims}
             for (leaf, depth), info in zip(order, infos, strict=True)
             if info is not None
@@ -387,22 +454,45 @@ class SplittableBloomFilter(Claimant):
     def stats(self) -> FilterStats:
         leaves = self.leaves()
         count = sum(leaf["count"] for leaf in leaves)
-        worst = max((leaf["count"] for leaf in leaves), default=0)
         p = self._tree.params
+        worst = max(
+            (_sizing.error_rate_at(p["layout"], leaf["bits"], self.k, leaf["count"])
+             for leaf in leaves),
+            default=0.0,
+        )  # fmt: skip
+        collisions = self._collision_rate({leaf["leaf"]: leaf["count"] for leaf in leaves})
         return FilterStats(
             kind="dsbf",
             capacity=self.capacity,
             count=count,
-            bits=len(leaves) * self.leaf_bits + 8 * sum(f["fingerprint_bytes"] for f in leaves),
+            bits=sum(leaf["bits"] + 8 * leaf["fingerprint_bytes"] for leaf in leaves),
             error_rate=self.error_rate,
-            estimated_error_rate=_sizing.error_rate_at(p["layout"], self.leaf_bits, self.k, worst),
+            estimated_error_rate=worst + collisions,
             details={
                 "name": self.name, "k": self.k, "leaf_capacity": self.leaf_capacity,
                 "leaf_bits": self.leaf_bits, "fanout": self.fanout, "layout": p["layout"],
                 "leaves": len(leaves), "depth": max((leaf["depth"] for leaf in leaves), default=0),
-                "first_leaves": p["first_leaves"], "tree_version": self._tree.version,
+                "first_leaves": p["first_leaves"], "first_leaf_bits": p["first_leaf_bits"],
+                "fingerprint_bytes": self.fingerprint_bytes, "collision_rate": collisions,
+                "tree_version": self._tree.version,
             },
         )  # fmt: skip
+
+    def _collision_rate(self, counts: dict[str, int]) -> float:
+        """The false-positive rate from equal fingerprints, in the fullest child of the root:
+        its URLs / 2^(8 fingerprint_bytes) (see _fingerprint_bytes)."""
+        splits, fullest = self._tree.splits, 0
+        for child in splits["root"].children:
+            total, stack = 0, [child]
+            while stack:
+                node = stack.pop()
+                split = splits.get(node)
+                if split is None:
+                    total += counts.get(node, 0)
+                else:
+                    stack.extend(split.children)
+            fullest = max(fullest, total)
+        return float(fullest / 2.0 ** (8 * int(self.fingerprint_bytes)))
 
     def memory_usage(self) -> int:
         """Bytes of the live leaves and the tree, as the store counts them."""
@@ -434,6 +524,7 @@ def _params(
     fanout: object,
     layout: object,
     seed: object,
+    fingerprint_bytes: object = None,
 ) -> dict[str, Any]:
     if layout not in _sizing.LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(_sizing.LAYOUTS)}, not {layout!r}")
@@ -448,7 +539,10 @@ def _params(
         raise ConfigError(f"fanout must be an int in [2, 64], not {fanout!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
-    size = _sizing.size_splittable(capacity, leaf_bits, error_rate, layout)  # type: ignore[arg-type]
+    full = _stored_bits(leaf_bits)
+    _, rate = _sizing.check_target(capacity, error_rate)
+    leaf_rate = rate * (1 - COLLISION_SHARE)  # the rest is for equal fingerprints
+    size = _sizing.size_splittable(capacity, full, leaf_rate, layout)  # type: ignore[arg-type]
     if size.first_leaves * leaf_bits > _sizing.MAX_BITS:
         raise ConfigError(
             f"capacity {capacity} needs a first layer of {size.first_leaves:,} leaves of "
@@ -459,25 +553,98 @@ def _params(
     # (the copy takes their fingerprints too, so no URL added during a split is lost) up to
     # this limit, then wait for the split. With at most leaf_capacity / 16 keys per leaf per
     # round, a leaf never holds more than leaf_capacity * (1 + 1/8) URLs.
-    write_limit = size.leaf_capacity + max(1, size.leaf_capacity // 16)
-    if (write_limit + write_limit // 16) * FP_BYTES > MAX_FINGERPRINT_BYTES:
+    write_limit = _write_limit(size.leaf_capacity)
+    if fingerprint_bytes is None:
+        fingerprint_bytes = _fingerprint_bytes(size.leaf_capacity, rate)
+    if (
+        isinstance(fingerprint_bytes, bool)
+        or not isinstance(fingerprint_bytes, int)
+        or not 4 <= fingerprint_bytes <= 8
+    ):
+        raise ConfigError(f"fingerprint_bytes must be an int in [4, 8], not {fingerprint_bytes!r}")
+    if (write_limit + write_limit // 16) * fingerprint_bytes > MAX_FINGERPRINT_BYTES:
         raise ConfigError(
             f"a leaf of {leaf_bits} bits holds {size.leaf_capacity:,} URLs at error_rate "
             f"{error_rate}: their fingerprints would not fit one Redis string (512 MiB); use "
             "smaller leaves"
         )
+    sizes = _leaf_sizes(leaf_bits, size.k, leaf_rate, layout)
+    sizes[-1] = (full, size.leaf_capacity, write_limit)
     return {
         "format": FORMAT, "instance": new_instance(),
-        "capacity": capacity, "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "capacity": capacity, "error_rate": rate,
         "leaf_bits": leaf_bits, "fanout": fanout, "layout": layout, "seed": seed,
         "k": size.k, "leaf_capacity": size.leaf_capacity, "first_leaves": size.first_leaves,
         "leaf_write_limit": write_limit,
+        "first_leaf_bits": sizes[0][0], "leaf_sizes": [list(shape) for shape in sizes],
+        "fp_bytes": fingerprint_bytes,
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
     }  # fmt: skip
 
 
+def _fingerprint_bytes(leaf_capacity: int, error_rate: float) -> int:
+    """Bytes of fingerprint per URL: the fewest (4 to 8) that keep collisions rare.
+
+    A query whose fingerprint equals that of a URL under the same child of the root (which
+    routes by other bits of the digest) is a false positive whatever the leaf's bits say: its
+    rate is (URLs under that child) / 2^(8 w). The children of the root hold leaf_capacity
+    URLs each at the planned capacity; w keeps the rate <= COLLISION_SHARE * error_rate (the
+    share the leaves leave for it) until they hold GROWTH_ALLOWANCE times that. Beyond,
+    stats() adds the rate reached to its estimate.
+    """
+    need = GROWTH_ALLOWANCE * leaf_capacity / (COLLISION_SHARE * error_rate)
+    return min(8, max(4, math.ceil(math.log2(need) / 8)))
+
+
+def _leaf_capacity(bits: int, k: int, error_rate: float, layout: str) -> int:
+    """The most URLs a leaf of `bits` bits holds with k probes at error_rate (0 if none)."""
+    top = _sizing.standard_capacity(bits, k, error_rate)
+    if layout == "standard":
+        return top
+    blocks, lo, hi = bits // _sizing.BLOCK_BITS, 0, max(0, top)
+    while lo < hi:  # the largest n <= top within the rate (the blocked rate rises with n)
+        mid = (lo + hi + 1) // 2
+        if _sizing.blocked_error_rate(mid, blocks, k) <= error_rate:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _write_limit(capacity: int) -> int:
+    return capacity + max(1, capacity // 16)
+
+
+def _stored_bits(bits: int) -> int:
+    """A leaf size as kept: a power of two one 64-byte block smaller, so that its Redis string
+    (bits + a 16-byte header) fits jemalloc's size class of 2^k bytes (MEMORY USAGE of a
+    16,384-byte string: 20,536 B; of 16,320 bytes: 16,440 B, Redis 7.0.15)."""
+    return bits - 512 if bits >= 1024 and bits & (bits - 1) == 0 else bits
+
+
+def _leaf_sizes(
+    leaf_bits: int, k: int, error_rate: float, layout: str
+) -> list[tuple[int, int, int]]:
+    """(bits, capacity, write limit) of each size a leaf passes through, smallest first: leaf_bits
+    divided by GROW while the result is a multiple of 512 bits, at least MIN_LEAF_BITS, and
+    holds MIN_LEAF_URLS URLs; each as _stored_bits keeps it."""
+    sizes = [leaf_bits]
+    while True:
+        smaller = sizes[0] // GROW
+        if sizes[0] % (GROW * 512) or smaller < MIN_LEAF_BITS:
+            break
+        if _leaf_capacity(_stored_bits(smaller), k, error_rate, layout) < MIN_LEAF_URLS:
+            break
+        sizes.insert(0, smaller)
+    out = []
+    for bits in map(_stored_bits, sizes):
+        capacity = _leaf_capacity(bits, k, error_rate, layout)
+        out.append((bits, capacity, _write_limit(capacity)))
+    return out
+
+
 _INT_PARAMS = ("capacity", "leaf_bits", "fanout", "seed", "k", "leaf_capacity", "first_leaves",
-               "leaf_write_limit", "hash_id")  # fmt: skip
+               "leaf_write_limit", "hash_id", "first_leaf_bits", "fp_bytes")  # fmt: skip
 
 
 def _check_params(p: dict[str, Any], name: str) -> None:
@@ -492,5 +659,23 @@ def _check_params(p: dict[str, Any], name: str) -> None:
         or p.get("hash_id") != _core.HASH_XXH3_128
         or not isinstance(p.get("instance"), str)
         or not isinstance(p.get("error_rate"), float)
+        or not _sizes_ok(p.get("leaf_sizes"), p)
+        or not 4 <= p["fp_bytes"] <= 8
     ):
         raise FormatError(f"{name!r}: not a urlseen splittable filter this version can read")
+
+
+def _sizes_ok(sizes: object, p: dict[str, Any]) -> bool:
+    """leaf_sizes: [bits, capacity, write limit] rows of ints, growing from first_leaf_bits up
+    to leaf_bits as stored."""
+    return (
+        isinstance(sizes, list)
+        and bool(sizes)
+        and all(
+            isinstance(row, list) and len(row) == 3 and all(type(v) is int and v > 0 for v in row)
+            for row in sizes
+        )
+        and sizes[0][0] == p.get("first_leaf_bits")
+        and sizes[-1][0] == _stored_bits(p["leaf_bits"])
+        and all(a[0] < b[0] for a, b in itertools.pairwise(sizes))
+    )

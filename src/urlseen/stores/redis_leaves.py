@@ -5,9 +5,10 @@ Keys of filter `name` (E: the name escaped, redis_store.escape):
   instance, version, nodes, split locks; dsbf_tree.lua);
 - per leaf, under its own hash tag `{E:leaf:ID}` so that leaves spread over a Cluster's
   slots while each leaf's script touches one slot: `:meta` (state, count, instance), `:bits`
-  (the leaf's Bloom filter, a bitmap string of leaf_bits bits), `:fps` (its fingerprints,
-  packed: 8 bytes per URL in one string grown in allocator-sized steps, against ~70 bytes per
-  member of a SET) and `:claims` (stores/redis_claims.py).
+  (the leaf's Bloom filter, a bitmap string of the size the tree records for the leaf),
+  `:fps` (its fingerprints, packed: fp_bytes (4 to 8) per URL in one string grown in
+  allocator-sized steps, against ~70 bytes per member of a SET) and `:claims`
+  (stores/redis_claims.py).
 Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode; its
 claims answer a call sent again after a lost reply as the first time, and a split's copies
 leave receipts. Every call checks the filter's instance id: a leaf or tree that vanished is
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import json
-import struct
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +29,6 @@ from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
 from urlseen.stores.redis_store import RECEIPT_SECONDS, retrying
 from urlseen.stores.splittable import (
-    FP_BYTES,
     MISSING,
     MOVED,
     PENDING,
@@ -39,6 +38,7 @@ from urlseen.stores.splittable import (
     LeafReply,
     Split,
     Tree,
+    write_limit,
 )
 
 _LAYOUTS = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
@@ -65,6 +65,7 @@ class RedisLeafStore:
         self._batch_script = redis_store.load_script(self.client, "bloom_batch.lua", claims=True)
         self._params: dict[str, Any] | None = None
         self._instance = ""
+        self._sizes: dict[str, int] = {}  # leaf -> bits (a leaf id never changes size)
         self._executor: ThreadPoolExecutor | None = None
 
     def check_eviction(self, allow: bool) -> None:
@@ -108,11 +109,9 @@ class RedisLeafStore:
             return None
         try:
             params = json.loads(raw[b"params"])
-            splits = {
-                k[5:].decode(): Split.parse(v.decode())
-                for k, v in raw.items()
-                if k.startswith(b"node:") and v != b"leaf"
-            }
+            nodes = {k[5:].decode(): v.decode() for k, v in raw.items() if k.startswith(b"node:")}
+            splits = {node: Split.parse(v) for node, v in nodes.items() if v.startswith("split ")}
+            sizes = {node: int(v[5:]) for node, v in nodes.items() if v.startswith("leaf ")}
             version = int(raw[b"version"])
             instance = raw[b"instance"].decode()
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
@@ -122,12 +121,15 @@ class RedisLeafStore:
                 f"Redis key {self.tree_key}: a splittable filter without a kind record, made "
                 "by an older urlseen: destroy it or use a new name"
             )
+        if instance != self._instance:  # another filter of the name: its own leaf ids
+            self._sizes = {}
         self._params, self._instance = params, instance
-        return Tree(version, params, splits, ready=b"ready" in raw)
+        self._sizes.update(sizes)
+        return Tree(version, params, splits, ready=b"ready" in raw, sizes=sizes)
 
-    def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]:
+    def create(self, params: Mapping[str, Any], root: Split, bits: int) -> dict[str, Any]:
         text = json.dumps(dict(params), sort_keys=True)
-        argv = ["create", params["instance"], text, root.describe(), len(root.children)]
+        argv = ["create", params["instance"], text, root.describe(), len(root.children), bits]
         kind, won = retrying(
             lambda: self._tree_script(keys=[self.tree_key, self.kind_key], args=argv),
             f"{self._what}: create",
@@ -144,9 +146,10 @@ class RedisLeafStore:
     def mark_ready(self) -> None:
         self._tree("ready")
 
-    def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
-        nbytes = params["leaf_bits"] // 8
+    def make_leaves(self, leaves: Sequence[str], bits: int, params: Mapping[str, Any]) -> None:
+        nbytes = bits // 8
         for leaf in leaves:
+            self._sizes[leaf] = bits
             keys, args = list(self._keys(leaf)), ["make", nbytes, params["instance"]]
             retrying(
                 functools.partial(self._leaf_script, keys=keys, args=args), f"{self._what}: make"
@@ -161,17 +164,18 @@ class RedisLeafStore:
     ) -> tuple[list[str], list[Any]]:
         p = self._params
         assert p is not None, "load or create the tree first"
+        nbits = self._sizes.get(leaf, p["leaf_bits"])
         masks = b""
         if op in (LeafOp.CONTAINS, LeafOp.ADD, LeafOp.COPY):
             masks = _core.byte_masks(
-                fps, p["leaf_bits"], p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
+                fps, nbits, p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
             )
         meta, bits, fps_key, claims = self._keys(leaf)
         # A receipt only for COPY: claims answer a resent ADD; the others write nothing to keep
         receipt = redis_store.tagged(f"{self._escaped}:leaf:{leaf}", f"receipt:{uuid.uuid4().hex}")
         ttl = self.receipt_seconds if op == LeafOp.COPY else 0
-        args = [masks, int(op), ttl, p["layout"], b"".join(fps), FP_BYTES, p["leaf_write_limit"],
-                self._instance, p["leaf_bits"] // 8, *claim]  # fmt: skip
+        args = [masks, int(op), ttl, p["layout"], b"".join(fps), p["fp_bytes"],
+                write_limit(p, nbits), self._instance, nbits // 8, *claim]  # fmt: skip
         return [bits, meta, receipt, claims, fps_key], args
 
     def check_and_add(
@@ -221,7 +225,8 @@ class RedisLeafStore:
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
         meta, _, fps, _ = self._keys(leaf)
         count = retrying(lambda: self.client.hget(meta, "count"), f"{self._what}: read leaf")
-        end = min(end, 8 * int(count or 0))  # the string's tail is room to grow, not data
+        width = self._fp_bytes()
+        end = min(end, width * int(count or 0))  # the string's tail is room to grow, not data
         if end <= start:
             return b""
         data: bytes = retrying(
@@ -236,8 +241,7 @@ class RedisLeafStore:
         held = retrying(lambda: self.client.hgetall(claims), f"{self._what}: copy claims")
         parts: dict[str, dict[bytes, bytes]] = {}
         for fp, value in held.items():
-            (fingerprint,) = struct.unpack("<Q", fp)
-            parts.setdefault(split.child(fingerprint), {})[fp] = value
+            parts.setdefault(split.child(int.from_bytes(fp, "little")), {})[fp] = value
         self._each_leaf(
             list(parts), lambda pipe, child: pipe.hset(self._keys(child)[3], mapping=parts[child])
         )
@@ -246,10 +250,16 @@ class RedisLeafStore:
         meta, bits, fps, _ = self._keys(leaf)
         return int(
             retrying(
-                lambda: self._leaf_script(keys=[meta, bits, fps], args=["seal", self._instance]),
+                lambda: self._leaf_script(
+                    keys=[meta, bits, fps], args=["seal", self._instance, self._fp_bytes()]
+                ),
                 f"{self._what}: seal",
             )
         )
+
+    def _fp_bytes(self) -> int:
+        assert self._params is not None, "load or create the tree first"
+        return int(self._params["fp_bytes"])
 
     def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]:
         reply = self._tree("lock", leaf, token, ms)
@@ -260,8 +270,8 @@ class RedisLeafStore:
     def refresh(self, leaf: str, token: str, ms: int, children: Sequence[str]) -> bool:
         return bool(self._tree("refresh", leaf, token, ms, ",".join(children)))
 
-    def swap(self, leaf: str, token: str, split: Split) -> int:
-        return int(self._tree("swap", leaf, token, split.describe(), *split.children))
+    def swap(self, leaf: str, token: str, split: Split, bits: int) -> int:
+        return int(self._tree("swap", leaf, token, split.describe(), bits, *split.children))
 
     def unlock(self, leaf: str, token: str) -> None:
         self._tree("unlock", leaf, token)

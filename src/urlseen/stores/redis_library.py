@@ -17,9 +17,11 @@ groups over its masters, and a batch costs one script call per group there (one 
 a single server). Each URL's claim is atomic; on a Cluster a batch as a whole is not.
 
 Each URL answered new is also claimed (stores/redis_claims.py) until the caller acknowledges
-it, so it reaches a caller even if this client dies first; each group holds the library's
-instance id, checked by every call, so a library whose keys vanished fails (FilterLostError)
-instead of starting again from empty.
+it, so it reaches a caller even if this client dies first. The claim rides in the record's
+value, after its 12 bytes, written by the same HSET (one write per new URL instead of two,
+and a present URL's claim comes with its record; benchmarks/redis_cpu.py). Each group holds
+the library's instance id, checked by every call, so a library whose keys vanished fails
+(FilterLostError) instead of starting again from empty.
 
 Durability is Redis's: a server that fsyncs every write (appendonly yes, appendfsync always)
 and is killed comes back with every URL that claim() reported new.
@@ -39,7 +41,7 @@ from urlseen.stores.library_protocol import LibraryIO, Record, time_index
 from urlseen.stores.redis_claims import Claimant, Claims, settle
 from urlseen.stores.redis_store import LOST_HELP, RECEIPT_SECONDS, FilterLostError, retrying
 
-FORMAT = "urlseen-redis-library/2"  # /1: no kind record, no instance id, no claims
+FORMAT = "urlseen-redis-library/3"  # /2: claims in a hash per group; /1: no claims at all
 KIND = "library"
 FP_BYTES = 16
 PER_BUCKET = 48  # records per bucket at capacity: under the listpack limit (128) up to ~2.5x
@@ -418,8 +420,8 @@ class RedisLibrary(Claimant):
         def read() -> int:
             pipe = self._client.pipeline(transaction=False)
             for g in range(self.groups):
-                pipe.hlen(f"{self._prefix}{g}}}:c")
-            return sum(int(n) for n in pipe.execute())
+                pipe.hget(f"{self._prefix}{g}}}:n", "claims")
+            return sum(int(n or 0) for n in pipe.execute())
 
         return retrying(read, f"{self._what}: claims")
 
@@ -480,8 +482,9 @@ class RedisLibrary(Claimant):
 
 
 def _record(value: bytes) -> Record:
-    if len(value) != _VALUE:
-        raise FormatError(f"a library record is {_VALUE} bytes, not {len(value)}")
+    """A record's value: refs, first and last seen, then its claim while it has one."""
+    if len(value) < _VALUE:
+        raise FormatError(f"a library record is at least {_VALUE} bytes, not {len(value)}")
     refs = int.from_bytes(value[0:4], "little")
     first = int.from_bytes(value[4:8], "little")
     last = int.from_bytes(value[8:12], "little")

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from urlseen import _core
 
-FP_BYTES = 8  # a leaf keeps a 64-bit fingerprint per URL, enough to re-insert it on a split
 MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
 MISSING = "missing"  # ... for a leaf that does not exist (expired after a split, or lost)
 PENDING = 0x50  # a Redis leaf's answer byte (b"P") for a URL another client's claim holds
@@ -66,6 +65,15 @@ def loc_hash(fingerprint: int, seed: int) -> int:
     return x ^ (x >> 33)
 
 
+def write_limit(params: Mapping[str, Any], bits: int) -> int:
+    """The count at which a leaf of `bits` bits takes no more writes until it splits or grows
+    (the tree's leaf_sizes: filters/dsbf.py)."""
+    for size, _, limit in params["leaf_sizes"]:
+        if size == bits:
+            return int(limit)
+    raise ValueError(f"no leaf of {bits} bits in this tree")
+
+
 @dataclass(frozen=True)
 class Split:
     """An internal node: its LocHash seed and its children, in order."""
@@ -74,7 +82,10 @@ class Split:
     children: tuple[str, ...]
 
     def child(self, fingerprint: int) -> str:
-        """The child this node routes a fingerprint to (by its LocHash)."""
+        """The child this node routes a fingerprint to (by its LocHash; a leaf that grew has
+        one child)."""
+        if len(self.children) == 1:
+            return self.children[0]
         return self.children[loc_hash(fingerprint, self.seed) % len(self.children)]
 
     def describe(self) -> str:
@@ -88,13 +99,15 @@ class Split:
 
 @dataclass(frozen=True)
 class Tree:
-    """A snapshot of the tree: version, parameters, and every internal node by id (any id
-    that is a child and not in `splits` is a leaf)."""
+    """A snapshot of the tree: version, parameters, every internal node by id (any id that is
+    a child and not in `splits` is a leaf), and every leaf's size in bits (leaves start small
+    and grow: filters/dsbf.py)."""
 
     version: int
     params: dict[str, Any]
     splits: dict[str, Split]
     ready: bool = True  # False until the first leaves exist (a creator may have died first)
+    sizes: dict[str, int] = field(default_factory=dict)
 
     def leaves(self) -> list[tuple[str, int]]:
         """Every leaf and its depth, in tree order (children of the root have depth 1)."""
@@ -141,11 +154,11 @@ class LeafStore(Protocol):
 
     def load(self) -> Tree | None: ...
 
-    def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]: ...
+    def create(self, params: Mapping[str, Any], root: Split, bits: int) -> dict[str, Any]: ...
 
     def mark_ready(self) -> None: ...
 
-    def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None: ...
+    def make_leaves(self, leaves: Sequence[str], bits: int, params: Mapping[str, Any]) -> None: ...
 
     def new_leaf_ids(self, count: int) -> list[str]: ...
 
@@ -163,7 +176,7 @@ class LeafStore(Protocol):
 
     def refresh(self, leaf: str, token: str, ms: int, children: Sequence[str]) -> bool: ...
 
-    def swap(self, leaf: str, token: str, split: Split) -> int: ...
+    def swap(self, leaf: str, token: str, split: Split, bits: int) -> int: ...
 
     def unlock(self, leaf: str, token: str) -> None: ...
 
@@ -199,12 +212,10 @@ class MemoryLeafStore:
         self._locks: dict[str, tuple[str, float, list[str]]] = {}
 
     @staticmethod
-    def _bits(p: Mapping[str, Any]) -> tuple[_core.BitFilter, bytearray]:
-        buffer = bytearray(p["leaf_bits"] // 8)
+    def _bits(nbits: int, p: Mapping[str, Any]) -> tuple[_core.BitFilter, bytearray]:
+        buffer = bytearray(nbits // 8)
         layout = _core.LAYOUT_BLOCKED if p["layout"] == "blocked" else _core.LAYOUT_STANDARD
-        bits = _core.BitFilter(
-            buffer, 0, p["leaf_bits"], p["k"], layout, p["seed"], 0, -1, p["hash_id"]
-        )
+        bits = _core.BitFilter(buffer, 0, nbits, p["k"], layout, p["seed"], 0, -1, p["hash_id"])
         return bits, buffer
 
     def _live(self, leaf: str) -> _Leaf | None:
@@ -223,14 +234,16 @@ class MemoryLeafStore:
                 dict(self._tree["params"]),
                 dict(self._tree["splits"]),
                 ready=self._tree["ready"],
+                sizes=dict(self._tree["sizes"]),
             )
 
-    def create(self, params: Mapping[str, Any], root: Split) -> dict[str, Any]:
+    def create(self, params: Mapping[str, Any], root: Split, bits: int) -> dict[str, Any]:
         with self._guard:
             if "params" not in self._tree:
                 self._tree.update(
                     params=dict(params), version=1, next=len(root.children) - 1,
                     splits={"root": root}, ready=False,
+                    sizes=dict.fromkeys(root.children, bits),
                 )  # fmt: skip
             return dict(self._tree["params"])
 
@@ -238,12 +251,12 @@ class MemoryLeafStore:
         with self._guard:
             self._tree["ready"] = True
 
-    def make_leaves(self, leaves: Sequence[str], params: Mapping[str, Any]) -> None:
+    def make_leaves(self, leaves: Sequence[str], bits: int, params: Mapping[str, Any]) -> None:
         with self._guard:
             for leaf in leaves:
                 if leaf not in self._leaves:
-                    bits, buffer = self._bits(params)
-                    self._leaves[leaf] = _Leaf(bits, buffer)
+                    bits_filter, buffer = self._bits(bits, params)
+                    self._leaves[leaf] = _Leaf(bits_filter, buffer)
 
     def new_leaf_ids(self, count: int) -> list[str]:
         with self._guard:
@@ -258,19 +271,20 @@ class MemoryLeafStore:
         there are none (ACK, ABANDON and RENEW answer True)."""
         out: dict[str, LeafReply] = {}
         with self._guard:
+            width = self._tree["params"]["fp_bytes"]  # a leaf keeps a URL's first bytes
             for leaf, fps in groups.items():
                 entry = self._live(leaf)
                 if entry is None:
                     out[leaf] = MISSING
                     continue
                 if op in (LeafOp.ACK, LeafOp.ABANDON, LeafOp.RENEW):
-                    out[leaf] = LeafAnswer([True] * len(fps), len(entry.fps) // FP_BYTES)
+                    out[leaf] = LeafAnswer([True] * len(fps), len(entry.fps) // width)
                     continue
                 if op != LeafOp.CONTAINS and entry.state != "active":
                     out[leaf] = MOVED
                     continue
-                limit = self._tree["params"]["leaf_write_limit"]
-                if op == LeafOp.ADD and len(entry.fps) // FP_BYTES >= limit:
+                limit = write_limit(self._tree["params"], 8 * len(entry.buffer))
+                if op == LeafOp.ADD and len(entry.fps) // width >= limit:
                     out[leaf] = MOVED  # at its write limit: a split is due
                     continue
                 if op == LeafOp.CONTAINS:
@@ -280,7 +294,7 @@ class MemoryLeafStore:
                     if op == LeafOp.COPY:
                         new = [True] * len(fps)
                     entry.fps += b"".join(fp for fp, fresh in zip(fps, new, strict=True) if fresh)
-                out[leaf] = LeafAnswer(new, len(entry.fps) // FP_BYTES)
+                out[leaf] = LeafAnswer(new, len(entry.fps) // width)
         return out
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
@@ -318,12 +332,13 @@ class MemoryLeafStore:
             self._locks[leaf] = (token, time.monotonic() + ms / 1000, list(children))
             return True
 
-    def swap(self, leaf: str, token: str, split: Split) -> int:
+    def swap(self, leaf: str, token: str, split: Split, bits: int) -> int:
         with self._guard:
             held = self._locks.get(leaf)
             if held is None or held[0] != token or leaf in self._tree["splits"]:
                 return 0
             self._tree["splits"][leaf] = split
+            self._tree["sizes"].update(dict.fromkeys(split.children, bits))
             del self._locks[leaf]
             self._tree["version"] += 1
             return int(self._tree["version"])
@@ -348,9 +363,12 @@ class MemoryLeafStore:
     def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]:
         with self._guard:
             out: list[LeafInfo | None] = []
+            width = self._tree["params"]["fp_bytes"]
             for leaf in leaves:
                 e = self._live(leaf)
-                out.append(None if e is None else LeafInfo(e.state, len(e.fps) // 8, len(e.fps)))
+                out.append(
+                    None if e is None else LeafInfo(e.state, len(e.fps) // width, len(e.fps))
+                )
             return out
 
     def memory_usage(self, leaves: Sequence[str]) -> int:

@@ -2,7 +2,8 @@
 -- front of each batch script that uses them (bloom_batch.lua, library_batch.lua).
 --
 -- A claim says "this URL was answered new to client OWNER, which has not acknowledged it yet".
--- It is a field of a hash in the slot of the URL's data: field = the URL's fingerprint, value
+-- It is a field of a hash in the slot of the URL's data (the Bloom filter's; the library keeps
+-- it in the URL's record instead): field = the URL's fingerprint, value
 -- = "OWNER PRIO CALL DEADLINE": the client's id, the priority of its batch (Unix ms by the
 -- client's clock: the older the higher), the id of the script call that made the claim, and
 -- the lease's end (Unix ms by this server's clock). Claims are written before the data they
@@ -18,6 +19,13 @@
 --       delivers it, or its claim outlives it; never waiting on a younger claim means that
 --       clients never wait on each other in a circle)
 
+-- The functions below cost O(1) redis.calls per call of a script whatever its batch: a batch
+-- looks up the claims it needs at once (claims_lookup), queues the claims it makes and writes
+-- them together (claims_write, before the data they cover), and releases with one read and
+-- one write (claims_release).
+
+local UNPACK_MAX = 4000 -- values per unpack() (Lua's C stack holds ~8000)
+
 local function claims_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -26,69 +34,134 @@ end
 -- owner, prio, call, lease_ms: this call's side (ARGV of the script)
 local function claims_context(owner, prio, call, lease_ms)
   local now = claims_now()
+  local deadline = now + tonumber(lease_ms)
   return {owner = owner, prio = tonumber(prio), call = call, now = now, tag = owner .. ' ',
-          mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. (now + tonumber(lease_ms)),
-          fresh = {}, empty = {}}
+          deadline = deadline, mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline,
+          fresh = {}, known = {}, queued = {}}
 end
 
--- Whether the claims hash `key` held no claim when this call first touched it: then every
--- claim in it is this call's own (c.fresh), and no URL needs its claim read.
-local function claims_empty(c, key)
-  local empty = c.empty[key]
-  if empty == nil then
-    empty = redis.call('EXISTS', key) == 0
-    c.empty[key] = empty
+-- redis.call(cmd, key, values...) in slices that unpack() can hold.
+local function claims_each(cmd, key, values)
+  for s = 1, #values, UNPACK_MAX do
+    redis.call(cmd, key, unpack(values, s, math.min(s + UNPACK_MAX - 1, #values)))
   end
-  return empty
+end
+
+-- Read, in one step and before this call writes any, the claims of the URLs a batch found
+-- present in its data: `wanted` of them, whose fingerprints (repeats allowed) list_of()
+-- returns when they are needed. HGETALL when the hash holds no more claims than that, else
+-- HMGET; nothing when it is empty (then claims_none: every present URL is seen).
+local function claims_lookup(c, key, wanted, list_of)
+  local known = {}
+  c.known[key] = known
+  local held = wanted > 0 and redis.call('HLEN', key) or 0
+  if held == 0 then return end
+  c.some = c.some or {}
+  c.some[key] = true
+  if held <= wanted then
+    local all = redis.call('HGETALL', key)
+    for i = 1, #all, 2 do known[all[i]] = all[i + 1] end
+    return
+  end
+  local fps = list_of()
+  for s = 1, #fps, UNPACK_MAX do
+    local last = math.min(s + UNPACK_MAX - 1, #fps)
+    local values = redis.call('HMGET', key, unpack(fps, s, last))
+    for i = s, last do
+      if values[i - s + 1] then known[fps[i]] = values[i - s + 1] end
+    end
+  end
+end
+
+-- Whether claims_lookup found no claim in `key`: then every URL present there is seen (a
+-- repeat of one answered new in this call is seen too), without its fingerprint.
+local function claims_none(c, key)
+  return not (c.some and c.some[key])
 end
 
 local function claims_parse(value)
+  if not value then return nil end
   local owner, prio, call, deadline = string.match(value, '^(%S+) (%d+) (%S+) (%d+)$')
   return owner, tonumber(prio), call, tonumber(deadline)
 end
 
--- A URL absent from the data: this call answers it new and claims it.
-local function claim_new(c, key, fp)
-  claims_empty(c, key)
-  redis.call('HSET', key, fp, c.mine)
+local function claims_queue(c, key, fp)
+  local q = c.queued[key]
+  if not q then
+    q = {}
+    c.queued[key] = q
+  end
+  q[#q + 1] = fp
+  q[#q + 1] = c.mine
   c.fresh[fp] = true
 end
 
--- A URL present in the data: '0', '1' or 'P' (above).
-local function claim_present(c, key, fp)
-  if c.fresh[fp] then return '0' end -- answered new earlier in this call: a repeat
-  if claims_empty(c, key) then return '0' end
-  local value = redis.call('HGET', key, fp)
-  if not value then return '0' end
-  local owner, prio, call, deadline = claims_parse(value)
-  if owner == c.owner then
-    if call == c.call then
-      c.fresh[fp] = true
-      return '1'
-    end
-    return '0'
-  end
-  if deadline <= c.now then
-    redis.call('HSET', key, fp, c.mine)
-    c.fresh[fp] = true
-    return '1'
-  end
-  if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P' end
-  return '0'
+-- A URL absent from the data: this call answers it new and claims it (written by
+-- claims_write).
+local function claim_new(c, key, fp)
+  claims_queue(c, key, fp)
 end
 
--- Release the asker's own claim of fp, how: "ack" deletes it, "abandon" ends its lease now,
--- "renew" starts a new lease (a client still waiting inside its batch). '1' if it was still
--- the asker's, '0' if it was gone or taken over by another client.
-local function claim_release(c, key, fp, how)
-  local value = redis.call('HGET', key, fp)
-  if not value or string.sub(value, 1, #c.tag) ~= c.tag then return '0' end
-  if how == 'ack' then
-    redis.call('HDEL', key, fp)
-  else
-    local owner, prio, call = claims_parse(value)
-    local deadline = how == 'renew' and string.match(c.mine, '(%d+)$') or '0'
-    redis.call('HSET', key, fp, owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline)
+-- The answer for a URL present in the data whose claim is (owner, prio, call, deadline)
+-- (owner nil: none): '0', '1' or 'P' (above), and whether it is a takeover (the caller then
+-- claims it).
+local function claim_answer(c, owner, prio, call, deadline)
+  if not owner then return '0', false end
+  if owner == c.owner then return tostring(call) == c.call and '1' or '0', false end
+  if deadline <= c.now then return '1', true end
+  if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P', false end
+  return '0', false
+end
+
+-- A URL present in the data: '0', '1' or 'P', from claims_lookup's reading of `key`.
+local function claim_present(c, key, fp)
+  if c.fresh[fp] then return '0' end -- answered new earlier in this call: a repeat
+  local answer, takeover = claim_answer(c, claims_parse(c.known[key][fp]))
+  if takeover then
+    claims_queue(c, key, fp)
+  elseif answer == '1' then
+    c.fresh[fp] = true
   end
-  return '1'
+  return answer
+end
+
+-- Write the claims this call made (one HSET per claims hash): before the data they cover.
+local function claims_write(c)
+  for key, q in pairs(c.queued) do claims_each('HSET', key, q) end
+  c.queued = {}
+end
+
+-- The asker's own claim `value`, its lease ended now (how: "abandon") or started anew
+-- ("renew").
+local function claim_released(c, value, how)
+  local owner, prio, call = claims_parse(value)
+  return owner .. ' ' .. prio .. ' ' .. call .. ' ' .. (how == 'renew' and c.deadline or 0)
+end
+
+-- Release the asker's own claims of the fingerprints in `fps` (a list), how: "ack" deletes
+-- them, "abandon" ends their lease now, "renew" starts a new lease (a client still waiting
+-- inside its batch). Returns a list: '1' where the claim was still the asker's, '0' where it
+-- was gone or taken over by another client.
+local function claims_release(c, key, fps, how)
+  local out, hit = {}, {}
+  for s = 1, #fps, UNPACK_MAX do
+    local last = math.min(s + UNPACK_MAX - 1, #fps)
+    local values = redis.call('HMGET', key, unpack(fps, s, last))
+    for i = s, last do
+      local value = values[i - s + 1]
+      if value and string.find(value, c.tag, 1, true) == 1 then -- no substring made
+        out[i] = '1'
+        if how == 'ack' then
+          hit[#hit + 1] = fps[i]
+        else
+          hit[#hit + 1] = fps[i]
+          hit[#hit + 1] = claim_released(c, value, how)
+        end
+      else
+        out[i] = '0'
+      end
+    end
+  end
+  if #hit > 0 then claims_each(how == 'ack' and 'HDEL' or 'HSET', key, hit) end
+  return out
 end

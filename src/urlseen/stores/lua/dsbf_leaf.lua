@@ -4,7 +4,7 @@
 --   make  nbytes instance -> 1 if created, 0 if it existed (never touches a leaf of this
 --                 instance; one of another instance is a leftover of a filter of the same name
 --                 deleted before: it is replaced)
---   seal  instance -> the fingerprints' length in bytes (8 * count), final from now on (the
+--   seal  instance width -> the fingerprints' length in bytes (width * count), final from now on (the
 --                 leaf takes no more writes: check-and-add answers "M"); -1 if the leaf does not
 --                 exist or belongs to another instance
 local op = ARGV[1]
@@ -18,6 +18,6 @@ if op == 'make' then
 elseif op == 'seal' then
   if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] then return -1 end
   redis.call('HSET', KEYS[1], 'state', 'retired')
-  return 8 * tonumber(redis.call('HGET', KEYS[1], 'count'))
+  return tonumber(ARGV[3]) * tonumber(redis.call('HGET', KEYS[1], 'count'))
 end
 return redis.error_reply('dsbf_leaf.lua: unknown operation ' .. tostring(op))

@@ -3,7 +3,8 @@
 --
 -- Fields: params (JSON), instance (the filter's random id, also written into every leaf),
 -- ready (set once the first leaves exist), version, next (the last leaf id handed out),
--- node:<id> ("leaf", or "split <seed> <child>,<child>,..." once the node routes to children),
+-- node:<id> ("leaf <bits>", or "split <seed> <child>,<child>,..." once the node routes to
+-- children; a leaf that grew has one child),
 -- and split:<id> ("<token> <deadline ms> <children>") while a client holds the split lock of
 -- leaf <id>. The lock lives here, beside the node it protects, so that the swap can check it: a
 -- splitter whose lock expired and was taken over can never install its children (fencing).
@@ -12,7 +13,7 @@
 -- ARGV[1] is the operation, ARGV[2] the instance the client opened (create: the new one); every
 -- operation but create answers the error "URLSEEN-LOST ..." when the tree is gone or another
 -- filter's.
---   create  instance params root-description first_leaves -> {kind, params}: the params that
+--   create  instance params root-description first_leaves bits -> {kind, params}: the params that
 --           won (created if the name was free); kind "" when the name holds data without a
 --           kind record, another kind's name when it holds another kind
 --   ready   instance                   -> 1 (the first leaves exist)
@@ -20,14 +21,19 @@
 --   lock    instance leaf token ms     -> {"ok", children of an expired attempt} | {"busy"} |
 --           {"done"}
 --   refresh instance leaf token ms children -> 1 if token still holds the lock (deadline extended)
---   swap    instance leaf token description children... -> the new version, or 0 (lock lost /
---           done)
+--   swap    instance leaf token description bits children... -> the new version, or 0 (lock
+--           lost / done); the children are leaves of `bits` bits
 --   unlock  instance leaf token        -> 1 if released
 local op, tree = ARGV[1], KEYS[1]
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function is_leaf(leaf)
+  local node = redis.call('HGET', tree, 'node:' .. leaf)
+  return node and string.sub(node, 1, 5) == 'leaf '
 end
 
 local function holder(leaf)
@@ -45,7 +51,7 @@ if op == 'create' then
   redis.call('SET', KEYS[2], 'dsbf')
   redis.call('HSET', tree, 'params', ARGV[3], 'instance', ARGV[2], 'version', 1,
              'next', first_leaves - 1, 'node:root', ARGV[4])
-  for i = 0, first_leaves - 1 do redis.call('HSET', tree, 'node:' .. i, 'leaf') end
+  for i = 0, first_leaves - 1 do redis.call('HSET', tree, 'node:' .. i, 'leaf ' .. ARGV[6]) end
   return {'dsbf', ARGV[3]}
 end
 
@@ -63,7 +69,7 @@ elseif op == 'ids' then
   return redis.call('HINCRBY', tree, 'next', tonumber(ARGV[3]))
 elseif op == 'lock' then
   local leaf, token, ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
-  if redis.call('HGET', tree, 'node:' .. leaf) ~= 'leaf' then return {'done'} end
+  if not is_leaf(leaf) then return {'done'} end
   local held, deadline, children = holder(leaf)
   local now = now_ms()
   if held and held ~= token and deadline > now then return {'busy'} end
@@ -76,11 +82,9 @@ elseif op == 'refresh' then
   return 1
 elseif op == 'swap' then
   local leaf, token = ARGV[3], ARGV[4]
-  if holder(leaf) ~= token or redis.call('HGET', tree, 'node:' .. leaf) ~= 'leaf' then
-    return 0
-  end
+  if holder(leaf) ~= token or not is_leaf(leaf) then return 0 end
   redis.call('HSET', tree, 'node:' .. leaf, ARGV[5])
-  for i = 6, #ARGV do redis.call('HSET', tree, 'node:' .. ARGV[i], 'leaf') end
+  for i = 7, #ARGV do redis.call('HSET', tree, 'node:' .. ARGV[i], 'leaf ' .. ARGV[6]) end
   redis.call('HDEL', tree, 'split:' .. leaf)
   return redis.call('HINCRBY', tree, 'version', 1)
 elseif op == 'unlock' then

@@ -6,10 +6,16 @@
 -- g = b % ARGV[4]; key ARGV[3] .. g .. "}:f:" .. b (the group is the hash tag, so a Redis
 -- Cluster spreads groups over its slots and one call touches one group's slot). The hash field
 -- is the fingerprint minus the whole bytes the bucket number already holds; the value is 12
--- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds).
--- Each group has a hash ARGV[3] .. g .. "}:n" (fields "count": its records, "instance": the
--- library's random id, written when the library was made) and a claims hash ARGV[3] .. g ..
--- "}:c" (claims.lua; field: the whole fingerprint).
+-- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds), followed, while
+-- the record is claimed, by its claim (claims.lua's owner, priority, call id and deadline:
+-- the owner's 16 characters, then the three numbers as little-endian doubles, exact below
+-- 2^53: 40 bytes whatever the numbers, so a claimed record, 52 bytes, stays within Redis's
+-- hash-max-listpack-value, 64). A claim is written with the record it covers, in the same
+-- HSET, so it is never missing from data it covers, and a URL found present has its claim in
+-- the value already read.
+-- Each group has a hash ARGV[3] .. g .. "}:n" (fields "count": its records, "claims": its
+-- records holding a claim, "instance": the library's random id, written when the library
+-- was made).
 --
 -- KEYS[1]: this batch's receipt (same slot as the groups touched): the answer of a claim,
 --          release or forget is kept there ARGV[7] seconds, so a batch resent after a lost
@@ -70,50 +76,78 @@ if mode == 'claim' or releasing then
   claims = claims_context(ARGV[9], ARGV[10], ARGV[11], ARGV[12])
 end
 
-local out, counts, claim_keys = {}, {}, {}
+local mine
+if claims then
+  if #claims.owner ~= 16 then return redis.error_reply('library_batch.lua: owner not 16 long') end
+  mine = claims.owner .. pack('<ddd', claims.prio, tonumber(claims.call), claims.deadline)
+end
+local function claim_fields(claim)
+  if not claim then return nil end
+  local prio, call, deadline = unpack('<ddd', claim, 17)
+  return sub(claim, 1, 16), prio, call, deadline
+end
+
+local out, counts, held = {}, {}, {} -- held[g]: change of the group's claimed records
+local function add(t, g, d) t[g] = (t[g] or 0) + d end
+
 for pos = 1, #data, 16 do
   local g, bucket = group_of(pos)
-  local fp = sub(data, pos, pos + 15)
-  local claim_key = claim_keys[g]
-  if not claim_key then
-    claim_key = prefix .. g .. '}:c'
-    claim_keys[g] = claim_key
-  end
+  local key = prefix .. g .. '}:f:' .. bucket
+  local field = sub(data, pos + drop, pos + 15)
+  local value = redis.call('HGET', key, field)
+  local record, claim = value, nil
+  if value and #value > 12 then record, claim = sub(value, 1, 12), sub(value, 13) end
   local answer = '0'
   if releasing then
-    answer = claim_release(claims, claim_key, fp, mode)
-  else
-    local key = prefix .. g .. '}:f:' .. bucket
-    local field = sub(data, pos + drop, pos + 15)
-    local value = redis.call('HGET', key, field)
-    if mode == 'claim' then
-      if value then
-        answer = claim_present(claims, claim_key, fp)
-        if answer ~= 'P' then
-          local refs, first, last = unpack('<I4I4I4', value)
-          if refs < MAXREFS then refs = refs + 1 end
-          if now > last then last = now end
-          redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last))
-        end
-      else
-        claim_new(claims, claim_key, fp)
-        redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now))
-        counts[g] = (counts[g] or 0) + 1
-        answer = '1'
-      end
-    elseif value then
+    if claim and sub(claim, 1, 16) == claims.owner then
       answer = '1'
-      local refs = 0
-      if mode == 'release' then
-        local first, last
-        refs, first, last = unpack('<I4I4I4', value)
-        refs = refs - 1
-        if refs > 0 then redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last)) end
+      if mode == 'ack' then
+        redis.call('HSET', key, field, record)
+        add(held, g, -1)
+      else
+        local deadline = mode == 'renew' and claims.deadline or 0
+        redis.call('HSET', key, field, record .. sub(claim, 1, 32) .. pack('<d', deadline))
       end
-      if refs <= 0 and mode ~= 'contains' then
-        redis.call('HDEL', key, field)
-        counts[g] = (counts[g] or 0) - 1
+    end
+  elseif mode == 'claim' then
+    local fp = sub(data, pos, pos + 15)
+    if value then
+      if claims.fresh[fp] then
+        answer = '0' -- answered new earlier in this call: a repeat
+      else
+        local takeover
+        answer, takeover = claim_answer(claims, claim_fields(claim))
+        if takeover then claim = mine end
+        if answer == '1' then claims.fresh[fp] = true end
       end
+      if answer ~= 'P' then
+        local refs, first, last = unpack('<I4I4I4', record)
+        if refs < MAXREFS then refs = refs + 1 end
+        if now > last then last = now end
+        redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last) .. (claim or ''))
+      end
+    else
+      redis.call('HSET', key, field, pack('<I4I4I4', 1, now, now) .. mine)
+      claims.fresh[fp] = true
+      add(counts, g, 1)
+      add(held, g, 1)
+      answer = '1'
+    end
+  elseif value then
+    answer = '1'
+    local refs = 0
+    if mode == 'release' then
+      local first, last
+      refs, first, last = unpack('<I4I4I4', record)
+      refs = refs - 1
+      if refs > 0 then
+        redis.call('HSET', key, field, pack('<I4I4I4', refs, first, last) .. (claim or ''))
+      end
+    end
+    if refs <= 0 and mode ~= 'contains' then
+      redis.call('HDEL', key, field)
+      add(counts, g, -1)
+      if claim then add(held, g, -1) end
     end
   end
   out[#out + 1] = answer
@@ -121,6 +155,9 @@ end
 
 for g, delta in pairs(counts) do
   if delta ~= 0 then redis.call('HINCRBY', prefix .. g .. '}:n', 'count', delta) end
+end
+for g, delta in pairs(held) do
+  if delta ~= 0 then redis.call('HINCRBY', prefix .. g .. '}:n', 'claims', delta) end
 end
 local answer = table.concat(out)
 if receipts and ttl > 0 then redis.call('SET', KEYS[1], answer, 'EX', ttl) end
