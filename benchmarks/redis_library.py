@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""The shared exact filter (RedisLibrary): Redis memory per URL and throughput, against SADD.
+"""The shared exact filter (RedisLibrary): where its memory goes, against SADD.
+
+The study that chose the library's Redis layout (bucket hashes, field and value sizes): memory
+with and without receipts, after SCRIPT FLUSH, and by MEMORY USAGE. The fleet's comparison of
+every shared way (issue 17: server CPU, memory, throughput, Cluster) is redis_shared.py, which
+also runs the exact library.
 
 Every way checks-and-adds the same URLs, in one run, against its own fresh redis-server that
 this script starts (loopback, no persistence, default configuration), so that INFO memory and
@@ -41,8 +46,6 @@ import hashlib
 import itertools
 import json
 import platform
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,8 +55,8 @@ from typing import Any
 
 import redis
 
-import redis_shared  # the sibling benchmark: same data loading and reference answers
-from redis_shared import reference
+import redis_shared  # the sibling benchmark: same data, reference answers and private servers
+from redis_shared import Server, reference
 from urlseen.filters.library_only import FingerprintLibraryFilter
 from urlseen.stores.redis_library import RedisLibrary
 from urlseen.stores.redis_store import RECEIPT_SECONDS
@@ -66,42 +69,6 @@ Step = Callable[[dict[str, Any], list[str]], list[bool]]
 
 def load_lines(path: Path, n: int) -> list[str]:
     return redis_shared.load_lines(path, n)[0]
-
-
-class Server:
-    """A private redis-server: nothing else touches its memory or CPU."""
-
-    def __init__(self, folder: str) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", folder],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.client = redis.Redis.from_url(self.url)
-        for _ in range(200):
-            try:
-                self.client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.02)
-
-    def used(self) -> int:
-        return int(self.client.info("memory")["used_memory"])
-
-    def cpu(self) -> float:
-        info = self.client.info("cpu")
-        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-    def version(self) -> str:
-        return str(self.client.info("server")["redis_version"])
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 def urlseen_way(capacity: int) -> Callable[[Server], dict[str, Any]]:
@@ -122,7 +89,7 @@ def measure(
     batch: int,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="urlseen-bench-") as folder:
-        server = Server(folder)
+        server = Server(Path(folder))
         try:
             own = redis.Redis.from_url(server.url)  # the way's connection, closed before reading
             state = prepare(server) if prepare else {"client": own}
