@@ -43,6 +43,7 @@ def test_a_live_claim_is_waited_for_until_acknowledged(kind, redis_url, redis_na
     first, second = _open(kind, redis_url, redis_name), _open(kind, redis_url, redis_name)
     claimed, fresh = _urls(300, "a"), _urls(100, "b")
     assert all(first.add_many(claimed))
+    time.sleep(0.01)  # strictly older (priorities are in ms; a tie goes by client id)
     threading.Timer(0.3, first.acknowledge).start()
     answers, waited = _timed(second.add_many, claimed + fresh)
     assert answers == [False] * 300 + [True] * 100
@@ -135,6 +136,7 @@ def test_a_waiting_batch_keeps_its_own_claims_alive(kind, redis_url, redis_name)
     waiter, third = _open(kind, redis_url, redis_name), _open(kind, redis_url, redis_name)
     held, mine = _urls(20, "held"), _urls(50, "mine")
     assert all(stalled.add_many(held))
+    time.sleep(0.01)  # strictly older (priorities are in ms; a tie goes by client id)
     answers, waited = _timed(waiter.add_many, held + mine)
     assert all(answers) and waited > 0.9 * LEASE  # took the stalled client's URLs over
     threading.Timer(0.2, waiter.acknowledge).start()
