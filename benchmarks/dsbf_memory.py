@@ -23,7 +23,6 @@ Usage (from the repository root; needs redis-server on PATH):
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import signal
@@ -35,22 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from redis_library import DEFAULT_DATA, Server
+from redis_shared import distinct_lines  # the sibling benchmark's
 from urlseen.filters import dsbf
 from urlseen.filters.dsbf import SplittableBloomFilter
 
 BATCH = 1000
-
-
-def distinct_lines(path: Path, n: int) -> list[str]:
-    seen: dict[str, None] = {}
-    with gzip.open(path, "rt", encoding="utf-8", newline="\n") as lines:
-        for line in lines:
-            url = line.rstrip("\n")
-            if url:
-                seen[url] = None
-                if len(seen) >= n:
-                    break
-    return list(seen)
 
 
 def breakdown(seen: SplittableBloomFilter, n: int) -> dict[str, float]:
