@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import threading
 
 import pytest
 import redis
@@ -322,6 +323,28 @@ def test_on_a_cluster_a_filter_lives_in_one_slot_and_filters_spread(redis_cluste
         )
         f.destroy()
     assert len(nodes) == 3, nodes
+
+
+def test_on_a_cluster_repeats_are_answered_by_a_native_transaction(redis_cluster_url, monkeypatch):
+    """MULTI/EXEC works there (the keys share a slot); without TIME in a Cluster transaction,
+    another client's live claim goes to the script, which says it is pending or seen."""
+    seen = RedisBloomFilter(redis_cluster_url, "cluster-native", capacity=10_000)
+    other = RedisBloomFilter(redis_cluster_url, "cluster-native")
+    seen.native_from = other.native_from = 0.0
+    sent = _script_keys(seen, monkeypatch)
+    try:
+        old, held = urls(200), urls(20, seed=3)
+        assert all(seen.add_many(old))
+        other.auto_acknowledge = False
+        assert all(other.add_many(held))  # claimed by `other`, older than seen's next batch
+        threading.Timer(0.3, other.acknowledge).start()
+        assert seen.add_many(old + held) == [False] * 220  # held: pending until acknowledged
+        assert sent[0] == 200 and set(sent[1:]) == {20}, "only the claimed keys reach the script"
+        assert seen.contains_many(old + held + urls(5, seed=4)) == [True] * 220 + [False] * 5
+    finally:
+        other.acknowledge()
+        other.close()
+        seen.destroy()
 
 
 def test_on_a_cluster_concurrent_processes_claim_each_url_once(redis_cluster_url):
