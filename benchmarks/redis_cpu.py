@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Redis server CPU per URL of urlseen's shared filters against pipelined SADD (issue 17 A).
+"""Redis server CPU per URL of urlseen's shared filters against pipelined SADD (issue 17 A, G).
 
 One private redis-server (started here on a free port, stopped at the end) serves every way, in
 one run, one way at a time from an empty database: SADD of each URL's SHA1 hex pipelined in
 batches of 1000 (scrapy-redis's fingerprint), RedisBloomFilter (blocked layout, batches of 1000
-and 8192, auto-acknowledged), SplittableBloomFilter (sized for the distinct URLs, 16 KiB
+and 8192, auto-acknowledged; "-native" forces its native read of repeats on every batch, "-lua"
+turns it off, "-1e7" sizes it for 10^7 URLs, so the native read fetches blocks instead of the
+whole bits), SplittableBloomFilter (sized for the distinct URLs, 16 KiB
 leaves, batches of 1000) and FingerprintLibraryFilter on a RedisLibrary (batches of 8192). Each
 way runs in a subprocess whose urlseen comes from a source tree given with --tree, so the code
 before and after a change are measured side by side, against the same server and peer.
@@ -45,7 +47,8 @@ import redis
 DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "urls-dev.txt.gz"
 NAME = "bench"
 WAYS = ("sadd", "bloom-1000", "bloom-8192", "dsbf", "library")
-URLSEEN_WAYS = WAYS[1:]
+BLOOM_VARIANTS = ("bloom-8192-native", "bloom-8192-lua", "bloom-8192-1e7")
+URLSEEN_WAYS = WAYS[1:] + BLOOM_VARIANTS
 
 
 def lines(which: str) -> list[str]:
@@ -74,7 +77,12 @@ def filter_for(way: str, url: str, keys: list[str]) -> tuple[Any, int]:
 
     n = len(set(keys))
     if way.startswith("bloom-"):
-        return RedisBloomFilter(url, NAME, capacity=n, error_rate=0.001), int(way[6:])
+        batch, _, variant = way[6:].partition("-")
+        capacity = 10**7 if variant == "1e7" else n
+        bloom = RedisBloomFilter(url, NAME, capacity=capacity, error_rate=0.001)
+        if variant in ("native", "lua"):  # a tree before the native read ignores it
+            bloom.native_from = 0.0 if variant == "native" else 2.0
+        return bloom, int(batch)
     if way == "dsbf":
         return SplittableBloomFilter(n, 0.001, redis=url, name=NAME, leaf_bits=1 << 17), 1000
     library = RedisLibrary(url, NAME, n)
@@ -143,7 +151,7 @@ def main() -> None:
         help="a source tree to take urlseen from (repeatable); default: installed",
     )
     ap.add_argument("--data", action="append", choices=("repeats", "new"), default=[])
-    ap.add_argument("--ways", default=",".join(WAYS))
+    ap.add_argument("--ways", default=",".join(WAYS), help=f"also: {', '.join(BLOOM_VARIANTS)}")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
     trees = [tuple(t.split("=", 1)) for t in args.tree] or [("installed", "")]

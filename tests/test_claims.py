@@ -141,3 +141,72 @@ def test_a_waiting_batch_keeps_its_own_claims_alive(kind, redis_url, redis_name)
     assert all(answers) and waited > 0.9 * LEASE  # took the stalled client's URLs over
     threading.Timer(0.2, waiter.acknowledge).start()
     assert not any(third.add_many(mine)), "the waiting batch's own claims ran out"
+
+
+def test_the_native_claim_rule_answers_seen_only_where_the_script_does(redis_url, redis_name):
+    """claim_seen (a native read's twin of claims.lua's claim_present) against the script
+    itself, on the same claims: every claim it calls seen, the script answers "0"; with the
+    server's time it calls seen exactly what the script does, and without (a Cluster) only
+    URLs without a claim or with the asker's own."""
+    from importlib import resources
+
+    import redis
+
+    from urlseen.stores import redis_store
+    from urlseen.stores.redis_claims import claim_seen
+
+    client = redis.Redis.from_url(redis_url)
+    lua = resources.files("urlseen.stores").joinpath("lua", "claims.lua").read_text()
+    probe = """
+local c = claims_context(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local fps = {}
+for i = 5, #ARGV do fps[#fps + 1] = ARGV[i] end
+claims_lookup(c, KEYS[1], #fps, function() return fps end)
+local out = {}
+for i, fp in ipairs(fps) do
+  out[i] = claims_none(c, KEYS[1]) and '0' or claim_present(c, KEYS[1], fp)
+end
+return table.concat(out)
+"""
+    script = client.register_script(lua + probe)
+    key = redis_store.key(redis_name, "claims")
+    me, prio = "b" * 16, 5_000_000
+    sec, usec = client.time()
+    now = sec * 1000 + usec // 1000
+    live, dead = now + 60_000, now - 60_000
+    claims = {
+        b"own-earlier-call": f"{me} {prio} 3 {live}",
+        b"own-expired": f"{me} {prio - 9} 4 {dead}",
+        b"other-expired": f"{'a' * 16} {prio + 9} 1 {dead}",
+        b"other-older": f"{'c' * 16} {prio - 1} 1 {live}",
+        b"other-younger": f"{'a' * 16} {prio + 1} 1 {live}",
+        b"tie-lower-owner": f"{'a' * 16} {prio} 1 {live}",
+        b"tie-higher-owner": f"{'c' * 16} {prio} 1 {live}",
+    }
+    client.hset(key, mapping=claims)
+    fps = [*claims, b"unclaimed"]
+    try:
+        said = script(keys=[key], args=[me, prio, 99, 10_000, *fps]).decode()
+        assert said == "00" + "1P0P0" + "0"  # the script's rule, as documented
+        for fp, answer in zip(fps, said, strict=True):
+            value = client.hget(key, fp)
+            assert claim_seen(value, me, prio, now) == (answer == "0"), fp
+            assert claim_seen(value, me, prio, None) == (fp.startswith(b"own") or value is None)
+    finally:
+        client.delete(key)
+
+
+def test_repeats_inside_a_batch_are_asked_once_and_answered_as_the_script_would():
+    from urlseen.stores.redis_claims import ask_each_once
+
+    fps = [b"new", b"pending", b"seen", b"new", b"pending", b"seen", b"other"]
+    script = {b"new": ord("1"), b"pending": ord("P"), b"seen": ord("0"), b"other": ord("1")}
+    asked = []
+
+    def ask(idx):
+        asked.append(idx)
+        return bytes(script[fps[i]] for i in idx)
+
+    assert ask_each_once([0, 1, 2, 3, 4, 5, 6], fps, ask) == b"1P00P01"
+    assert ask_each_once([4, 6, 1], fps, ask) == b"P1P"
+    assert asked == [[0, 1, 2, 6], [4, 6]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import threading
 
 import pytest
 import redis
@@ -38,6 +39,7 @@ def test_answers_and_bytes_equal_a_local_filter(redis_url, redis_name):
             shared.destroy()
 
 
+@pytest.mark.parametrize("native_from", [0.0, 2.0], ids=["native-reads", "script-only"])
 @pytest.mark.parametrize("layout", ["blocked", "standard"])
 @pytest.mark.parametrize(
     "capacity, batch",
@@ -45,10 +47,11 @@ def test_answers_and_bytes_equal_a_local_filter(redis_url, redis_name):
     ids=["large-filter-small-batches", "small-filter-large-batches"],
 )
 def test_both_ways_of_reading_the_bits_equal_a_local_filter(
-    redis_url, redis_name, layout, capacity, batch
+    redis_url, redis_name, layout, capacity, batch, native_from
 ):
     keys = urls(6000) + urls(3000)[:2000]  # repeats across and within batches
     shared = RedisBloomFilter(redis_url, redis_name, capacity=capacity, layout=layout)
+    shared.native_from = native_from
     local = BloomFilter(capacity, layout=layout)
     try:
         for start in range(0, len(keys), batch):
@@ -113,6 +116,81 @@ def test_concurrent_processes_claim_each_url_exactly_once(redis_url, redis_name)
     everyone = [k for c in claims for k in c]
     assert len(everyone) == len(set(everyone)), "a URL was claimed twice"
     assert set(everyone) == {k for s in streams for k in s}, "a URL was never claimed"
+
+
+def _script_keys(seen: RedisBloomFilter, monkeypatch) -> list[int]:
+    """Spy on the script: the number of keys each check-and-add call sends it."""
+    sent: list[int] = []
+    real = seen._call
+
+    def call(op, masks, fps, claim, what):
+        if op == "1":
+            sent.append(len(fps) // 16)
+        return real(op, masks, fps, claim, what)
+
+    monkeypatch.setattr(seen, "_call", call)
+    return sent
+
+
+@pytest.mark.parametrize("capacity", [1000, 2_000_000], ids=["whole-bits", "blocks"])
+def test_repeats_are_answered_by_a_native_read_and_new_keys_by_the_script(
+    redis_url, redis_name, monkeypatch, capacity
+):
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=capacity, error_rate=1e-9)
+    seen.native_from = 0.0  # read natively after an all-new batch too
+    sent = _script_keys(seen, monkeypatch)
+    old, new = urls(300), urls(50, seed=5)
+    try:
+        assert all(seen.add_many(old))
+        batch = old[:200] + new + new[:10] + old[:5]  # repeats within the batch too
+        assert seen.add_many(batch) == [False] * 200 + [True] * 50 + [False] * 15
+        assert sent == [300, 50], "only the first of each new key reaches the script"
+        assert seen.contains_many(old + urls(20, seed=7)) == [True] * 300 + [False] * 20
+        assert len(seen) == 350 and seen.claims_held() == 0
+    finally:
+        seen.destroy()
+
+
+def test_a_stream_of_new_keys_skips_the_native_read(redis_url, redis_name, monkeypatch):
+    """A batch that found most keys new makes the next go straight to the script (a native
+    read would find nothing to answer); one that found most seen makes the next read first."""
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=10_000, error_rate=1e-9)
+    reads = []
+    real = seen._present
+    monkeypatch.setattr(seen, "_present", lambda m, n: reads.append(n) or real(m, n))
+    try:
+        seen.add_many(urls(100, seed=1))  # the first batch reads: nothing is known yet
+        seen.add_many(urls(100, seed=2))  # the last was all new: no read
+        seen.add_many(urls(100, seed=2))  # again none, but all seen now
+        seen.add_many(urls(100, seed=2))  # the last was all seen: read
+        assert reads == [100, 100]
+    finally:
+        seen.destroy()
+
+
+def test_a_native_read_notices_lost_or_replaced_data(redis_url, redis_name):
+    from urlseen.stores.redis_store import FilterLostError
+
+    client = redis.Redis.from_url(redis_url)
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
+    keys = urls(50)
+    seen.add_many(keys)
+    bits, meta = (redis_store.key(redis_name, part) for part in ("bits", "meta"))
+    try:
+        client.hset(meta, "instance", "someone-else")
+        with pytest.raises(FilterLostError, match="another filter"):
+            seen.add_many(keys)
+        with pytest.raises(FilterLostError, match="another filter"):
+            seen.contains_many(keys)
+        client.hset(meta, "instance", seen._instance)
+        client.append(bits, b"\0")
+        with pytest.raises(FilterLostError, match="gone or damaged"):
+            seen.add_many(keys)
+        client.delete(meta)
+        with pytest.raises(FilterLostError, match="is gone"):
+            seen.add_many(keys)
+    finally:
+        client.delete(*(redis_store.key(redis_name, p) for p in ("bits", "meta", "kind")))
 
 
 def test_a_resent_batch_gets_the_same_answer(redis_url, redis_name, monkeypatch):
@@ -245,6 +323,28 @@ def test_on_a_cluster_a_filter_lives_in_one_slot_and_filters_spread(redis_cluste
         )
         f.destroy()
     assert len(nodes) == 3, nodes
+
+
+def test_on_a_cluster_repeats_are_answered_by_a_native_transaction(redis_cluster_url, monkeypatch):
+    """MULTI/EXEC works there (the keys share a slot); without TIME in a Cluster transaction,
+    another client's live claim goes to the script, which says it is pending or seen."""
+    seen = RedisBloomFilter(redis_cluster_url, "cluster-native", capacity=10_000)
+    other = RedisBloomFilter(redis_cluster_url, "cluster-native")
+    seen.native_from = other.native_from = 0.0
+    sent = _script_keys(seen, monkeypatch)
+    try:
+        old, held = urls(200), urls(20, seed=3)
+        assert all(seen.add_many(old))
+        other.auto_acknowledge = False
+        assert all(other.add_many(held))  # claimed by `other`, older than seen's next batch
+        threading.Timer(0.3, other.acknowledge).start()
+        assert seen.add_many(old + held) == [False] * 220  # held: pending until acknowledged
+        assert sent[0] == 200 and set(sent[1:]) == {20}, "only the claimed keys reach the script"
+        assert seen.contains_many(old + held + urls(5, seed=4)) == [True] * 220 + [False] * 5
+    finally:
+        other.acknowledge()
+        other.close()
+        seen.destroy()
 
 
 def test_on_a_cluster_concurrent_processes_claim_each_url_once(redis_cluster_url):

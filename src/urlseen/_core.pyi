@@ -38,6 +38,12 @@ def byte_masks(
 ) -> bytes:
     """Per key: a count byte, then (u32 LE byte offset, u8 mask) records of its bits."""
 
+def mask_blocks(masks: bytes) -> list[int]:
+    """The byte offset of each key's 64-byte block, from blocked-layout byte_masks output."""
+
+def masks_present(masks: bytes, layout: int, data: bytes, index: bytes | None = None) -> bytes:
+    """Per key, 1 if data (the whole bits, or 64-byte blocks numbered by index) sets them all."""
+
 def positions(key: Key, nbits: int, k: int, layout: int, seed: int = 0, hash: int = 0) -> list[int]:
     """The k bit positions of key in a filter of nbits bits."""
 

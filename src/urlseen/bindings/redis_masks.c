@@ -91,9 +91,126 @@ static PyObject *mod_byte_masks(PyObject *mod, PyObject *args, PyObject *kwargs)
     return result;
 }
 
+/* ---- reading the answers natively: the bytes a client read test the masks ------------------ */
+
+static uint32_t read_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The length of the key record at p (of at most `left` bytes), 0 if it is cut short. */
+static size_t record_size(const uint8_t *p, size_t left, int layout)
+{
+    if (left < 1) return 0;
+    size_t size = layout == US_LAYOUT_BLOCKED ? 5 + 2 * (size_t)p[0] : 1 + 5 * (size_t)p[0];
+    return size <= left ? size : 0;
+}
+
+static PyObject *bad_masks(void)
+{
+    PyErr_SetString(PyExc_ValueError, "masks: not byte_masks output of this layout");
+    return NULL;
+}
+
+PyDoc_STRVAR(mask_blocks_doc,
+             "mask_blocks(masks) -> list[int]\n\n"
+             "The byte offset of each key's 64-byte block, in order, from blocked-layout\n"
+             "byte_masks output.");
+
+static PyObject *mod_mask_blocks(PyObject *mod, PyObject *args)
+{
+    Py_buffer m;
+    if (!PyArg_ParseTuple(args, "y*:mask_blocks", &m)) return NULL;
+    PyObject *out = PyList_New(0);
+    const uint8_t *p = m.buf;
+    size_t left = (size_t)m.len;
+    while (out != NULL && left > 0) {
+        size_t size = record_size(p, left, US_LAYOUT_BLOCKED);
+        PyObject *base = size ? PyLong_FromUnsignedLong(read_u32(p + 1)) : bad_masks();
+        if (base == NULL || PyList_Append(out, base) < 0) Py_CLEAR(out);
+        Py_XDECREF(base);
+        p += size;
+        left -= size;
+    }
+    PyBuffer_Release(&m);
+    return out;
+}
+
+PyDoc_STRVAR(masks_present_doc,
+             "masks_present(masks, layout, data, index=None) -> bytes\n\n"
+             "One byte per key of byte_masks output: 1 if every bit the key needs is set in\n"
+             "data, else 0. index None: data is the filter's whole bit string. Else (blocked\n"
+             "layout) data is 64-byte blocks one after another and index holds, per key, the\n"
+             "4-byte little-endian number of its block in data. Bytes past data's end are 0.");
+
+static PyObject *mod_masks_present(PyObject *mod, PyObject *args)
+{
+    Py_buffer m, d, ix = {0};
+    int layout;
+    PyObject *index = Py_None;
+    if (!PyArg_ParseTuple(args, "y*iy*|O:masks_present", &m, &layout, &d, &index)) return NULL;
+    PyObject *result = NULL;
+    uint8_t *out = NULL;
+    if (index != Py_None && (layout != US_LAYOUT_BLOCKED ||
+                             PyObject_GetBuffer(index, &ix, PyBUF_SIMPLE) < 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "masks_present: an index needs the blocked layout");
+        goto done;
+    }
+    out = PyMem_RawMalloc(m.len ? (size_t)m.len : 1);
+    if (out == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *p = m.buf, *data = d.buf;
+    size_t left = (size_t)m.len, n = 0, dlen = (size_t)d.len;
+    while (left > 0) {
+        size_t size = record_size(p, left, layout);
+        if (size == 0) {
+            bad_masks();
+            goto done;
+        }
+        unsigned c = p[0];
+        int present = 1;
+        if (layout == US_LAYOUT_BLOCKED) {
+            size_t base = read_u32(p + 1);
+            if (ix.buf != NULL) {
+                if ((n + 1) * 4 > (size_t)ix.len) {
+                    PyErr_SetString(PyExc_ValueError, "masks_present: index too short");
+                    goto done;
+                }
+                base = (size_t)read_u32((const uint8_t *)ix.buf + 4 * n) * US_BLOCK_BYTES;
+            }
+            for (unsigned t = 0; t < c && present; t++) {
+                size_t at = base + p[5 + 2 * t];
+                uint8_t mask = p[6 + 2 * t];
+                present = at < dlen && (data[at] & mask) == mask;
+            }
+        } else {
+            for (unsigned t = 0; t < c && present; t++) {
+                size_t at = read_u32(p + 1 + 5 * t);
+                uint8_t mask = p[5 + 5 * t];
+                present = at < dlen && (data[at] & mask) == mask;
+            }
+        }
+        out[n++] = (uint8_t)present;
+        p += size;
+        left -= size;
+    }
+    result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)n);
+done:
+    PyMem_RawFree(out);
+    if (ix.buf != NULL) PyBuffer_Release(&ix);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&m);
+    return result;
+}
+
 static PyMethodDef redis_masks_functions[] = {
     {"byte_masks", (PyCFunction)(void (*)(void))mod_byte_masks, METH_VARARGS | METH_KEYWORDS,
      byte_masks_doc},
+    {"mask_blocks", mod_mask_blocks, METH_VARARGS, mask_blocks_doc},
+    {"masks_present", mod_masks_present, METH_VARARGS, masks_present_doc},
     {NULL},
 };
 

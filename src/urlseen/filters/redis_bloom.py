@@ -7,10 +7,19 @@ bits atomically: among all clients, a URL is reported new exactly once (false po
 as for any Bloom filter), and reaches a caller even if its client dies before the caller has
 it (claims with leases: stores/redis_claims.py). One round trip per batch, against one per bit
 (GETBIT/SETBIT) or one per URL, plus one to acknowledge a batch that had new URLs.
+
+Repeats skip the script (issue 17 G): on a crawl most URLs were seen, and the script's per-key
+work in Lua cost 2-3x pipelined SADD's server CPU. A batch first reads the bits its keys need
+(and, when some claims are held, those keys' claims) with native commands in one MULTI/EXEC; a
+key found set whose claim says seen (claim_seen, the script's rule) is answered from that
+snapshot, since bits are never cleared while the filter's instance lives. Only the other keys,
+each distinct one once, go to the script, which decides them atomically as before. When the
+last batch found most keys new, the read would answer little, so the next batch skips it.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,7 +29,13 @@ from urlseen.filters import _sizing
 from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.bloom import DEFAULT_HASH, HASHES, _params
 from urlseen.stores import redis_store
-from urlseen.stores.redis_claims import Claimant, Claims, settle
+from urlseen.stores.redis_claims import (
+    Claimant,
+    Claims,
+    ask_each_once,
+    claim_seen,
+    settle,
+)
 from urlseen.stores.redis_store import LOST_HELP, FilterLostError, retrying
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
@@ -31,6 +46,10 @@ FP_BYTES = 16  # a claim's field: the key's digest
 RELEASE_CHUNK = 65536  # fingerprints per acknowledging call
 _CONTAINS, _ADD = "0", "1"  # bloom_batch.lua's operations
 _RELEASE = {"ack": "3", "abandon": "4", "renew": "5"}
+NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
+# (native_from on a filter: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
+WHOLE_PER_KEY = 1024  # a native read GETs the whole bits up to this many bytes per key: a
+# GETRANGE in MULTI costs the server ~0.75 us, a GET ~0.4-0.75 ns per byte (measured, 7.0.15)
 
 
 class RedisBloomFilter(Claimant):
@@ -110,6 +129,8 @@ class RedisBloomFilter(Claimant):
         self._layout = _LAYOUT_CODES[stored["layout"]]
         self._hash = HASHES[stored["hash"]]
         self.seed = int(stored["seed"])
+        self.native_from = NATIVE_FROM
+        self._seen_share = 1.0
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -149,8 +170,10 @@ class RedisBloomFilter(Claimant):
         return self.add_many([key])[0]
 
     def add_many(self, keys: Iterable[Key]) -> list[bool]:
-        """Check-and-add a batch atomically, in one round trip; True where new. Waits (about
-        one lease at most) for URLs another client answered new and has not acknowledged."""
+        """Check-and-add a batch, each key atomically; True where new. A batch of repeats takes
+        one round trip (two while claims are held), one with new keys a read, the
+        script and the acknowledgement. Waits (about one lease at most) for URLs another client
+        answered new and has not acknowledged."""
         self._usable()
         keys = key_batch(keys)
         if not keys:
@@ -158,7 +181,11 @@ class RedisBloomFilter(Claimant):
         masks = self._masks(keys)
         fps = _core.digests(keys, self._hash, self.seed)
         claims = self._claims
+        answers = [False] * len(keys)
         with claims.batch(self._abandon) as priority:
+            todo = list(range(len(keys)))
+            if self._seen_share >= self.native_from:
+                todo = self._undecided(masks, fps, priority)
 
             def ask(idx: list[int]) -> bytes:
                 whole = len(idx) == len(keys)
@@ -169,10 +196,93 @@ class RedisBloomFilter(Claimant):
                             priority)  # fmt: skip
                 return answer
 
-            answers = settle(ask, len(keys), claims.lease, self._renew)
+            if todo:
+                got = settle(
+                    lambda idx: ask_each_once([todo[j] for j in idx], fps, ask),
+                    len(todo), claims.lease, self._renew,
+                )  # fmt: skip
+                for i, answer in zip(todo, got, strict=True):
+                    answers[i] = answer
+        self._seen_share = answers.count(False) / len(keys)
         if claims.auto:
             self.acknowledge()
         return answers
+
+    # -- native reads: repeats answered without the script ---------------------------------
+
+    def _alive(self, found: bytes | None, length: int) -> None:
+        redis_store.check_alive(self._what, self._meta, found, self._instance, self._bits,
+                                int(length), self._nbytes)  # fmt: skip
+
+    def _present(self, masks: bytes, n: int) -> tuple[bytes, int] | None:
+        """Whether each of n keys finds its bits set, and how many claims the filter holds, in
+        one MULTI/EXEC (atomic: no script or command runs between its reads), which also checks
+        that the filter is still the one opened. The whole bits in one GET when small next to
+        the batch, else (blocked layout) one GETRANGE per distinct block; None for a large
+        filter of the standard layout (its bytes are scattered: the script reads them)."""
+        whole = self._nbytes <= WHOLE_PER_KEY * n
+        if not whole and self._layout != _core.LAYOUT_BLOCKED:
+            return None
+        number: dict[int, int] = {}
+        index = None
+        if not whole:
+            bases = _core.mask_blocks(masks)
+            for base in bases:
+                number.setdefault(base, len(number))
+            index = struct.pack(f"<{len(bases)}I", *[number[b] for b in bases])
+
+        def read() -> list[Any]:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hget(self._meta, "instance")
+            pipe.strlen(self._bits)
+            pipe.hlen(self._claims_key)
+            if whole:
+                pipe.get(self._bits)
+            for base in number:
+                pipe.getrange(self._bits, base, base + 63)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        found, length, held, *data = retrying(read, f"{self._what}: read")
+        self._alive(found, length)
+        bits = data[0] if whole else b"".join(d.ljust(64, b"\0") for d in data)
+        return _core.masks_present(masks, self._layout, bits or b"", index), int(held)
+
+    def _claims_of(self, fps: list[bytes]) -> tuple[list[bytes | None], int | None]:
+        """The claims of fps and the server's time (ms; None on a Redis Cluster, whose
+        transactions take keyed commands only), in one MULTI/EXEC that checks the filter too."""
+        clock = not redis_store.is_cluster(self._client)
+
+        def read() -> list[Any]:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hget(self._meta, "instance")
+            pipe.strlen(self._bits)
+            if clock:
+                pipe.time()
+            pipe.hmget(self._claims_key, fps)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        replies = retrying(read, f"{self._what}: read claims")
+        self._alive(replies[0], replies[1])
+        now = replies[2][0] * 1000 + replies[2][1] // 1000 if clock else None
+        return replies[-1], now
+
+    def _undecided(self, masks: bytes, fps: list[bytes], priority: int) -> list[int]:
+        """The keys a native read cannot answer seen, for the script to decide: those with a
+        bit missing, or a claim that is not plainly seen (claim_seen). The others are seen:
+        their bits are set and stay set (bits are never cleared while the instance lives), so
+        the answer holds at the moment their claims were read."""
+        snapshot = self._present(masks, len(fps))
+        if snapshot is None:
+            return list(range(len(fps)))
+        present, held = snapshot
+        found = [i for i, bit in enumerate(present) if bit]
+        if held and found:
+            values, now = self._claims_of([fps[i] for i in found])
+            owner = self._claims.owner
+            found = [i for i, v in zip(found, values, strict=True)
+                     if claim_seen(v, owner, priority, now)]  # fmt: skip
+        seen = set(found)
+        return [i for i in range(len(fps)) if i not in seen]
 
     def _release(self, fps: list[bytes], how: str) -> int:
         op, lost = _RELEASE[how], 0
@@ -195,7 +305,11 @@ class RedisBloomFilter(Claimant):
         keys = key_batch(keys)
         if not keys:
             return []
-        answer = self._call(_CONTAINS, self._masks(keys), b"", self._claims.args(0), "contains")
+        masks = self._masks(keys)
+        snapshot = self._present(masks, len(keys))
+        if snapshot is not None:
+            return [bit == 1 for bit in snapshot[0]]
+        answer = self._call(_CONTAINS, masks, b"", self._claims.args(0), "contains")
         return [c == 0x30 for c in answer]  # b"0": every bit was set
 
     def __len__(self) -> int:

@@ -125,6 +125,25 @@ class Claims:
             raise
 
 
+def claim_seen(value: bytes | None, owner: str, priority: int, now_ms: int | None) -> bool:
+    """Whether claims.lua's claim_present answers '0' (seen) for a URL present in the data whose
+    claim is `value` (None: no claim), to the client `owner` asking in a new call at `priority`,
+    at the server's time `now_ms`: the client-side twin for a native read of a snapshot. A new
+    call never made the asker's own claim, so an own claim is seen; without the time (None),
+    another client's claim is never judged live. False means: ask the script, which decides."""
+    if value is None:
+        return True
+    parts = value.split(b" ")
+    if len(parts) != 4 or not parts[1].isdigit() or not parts[3].isdigit():
+        return False  # not a claim this version reads: the script says what it is
+    holder, prio, deadline = parts[0].decode("ascii", "replace"), int(parts[1]), int(parts[3])
+    if holder == owner:
+        return True
+    if now_ms is None or deadline <= now_ms:
+        return False  # maybe expired: a takeover, made by the script
+    return not (prio < priority or (prio == priority and holder < owner))  # older: pending
+
+
 class Claimant(Closeable):
     """A filter (or store) that claims its answers: auto_acknowledge, acknowledge(), and a
     close that abandons answers never acknowledged. A subclass sets _claims and _instance (once
@@ -194,6 +213,24 @@ class Patience:
 
 
 PENDING = 0x50  # b"P": the script's answer for a URL another client's older claim holds
+
+
+def ask_each_once(idx: list[int], fps: list[bytes], ask: Callable[[list[int]], bytes]) -> bytes:
+    """ask(indices) for the first index of each distinct fingerprint among idx only, the
+    answers (one byte per index of idx) spread to the repeats as a script call answers them
+    (claims.lua): a repeat of a key answered new or seen in the same call is seen ("0"), one of
+    a pending key is pending too. Repeats inside a batch then cost the script nothing."""
+    first: dict[bytes, int] = {}
+    for i in idx:
+        first.setdefault(fps[i], i)
+    if len(first) == len(idx):
+        return ask(idx)
+    said = dict(zip(first.values(), ask(list(first.values())), strict=True))
+    out = bytearray()
+    for i in idx:
+        j = first[fps[i]]
+        out.append(said[i] if j == i else PENDING if said[j] == PENDING else 0x30)
+    return bytes(out)
 
 
 def settle(

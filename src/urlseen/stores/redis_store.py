@@ -324,6 +324,23 @@ def holds(client: Any, name: str, kind: str) -> bool:
     return found is not None and found.decode() == kind
 
 
+def check_alive(
+    what: str, meta: str, found: bytes | None, instance: str, data: str, length: int, nbytes: int
+) -> None:
+    """For a native read (no script): FilterLostError, as the batch scripts answer it, when the
+    metadata `meta` read in the same snapshot is gone (`found` None) or holds another instance
+    than the one opened, or the data string `data` is not `nbytes` long."""
+    if found is None:
+        detail = f"{meta} is gone"
+    elif found.decode("utf-8", "replace") != instance:
+        detail = f"{meta} belongs to another filter of the same name, created since"
+    elif length != nbytes:
+        detail = f"{data} is gone or damaged"
+    else:
+        return
+    raise FilterLostError(f"{what}: {detail}; {LOST_HELP}")
+
+
 # -- scripts --------------------------------------------------------------------------------
 
 
