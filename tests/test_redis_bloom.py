@@ -417,3 +417,30 @@ def test_info_describes_a_redis_filter(redis_url, redis_name):
     missing = invoke("info", "--redis", redis_url, "--name", redis_name + "-none")
     assert missing.exit_code == 2 and "no urlseen filter" in missing.stderr
     assert invoke("info", "--redis", redis_url).exit_code == 2  # --name missing
+
+
+def test_a_batch_whose_replies_were_all_lost_is_new_again_to_its_client(
+    redis_url, redis_name, monkeypatch
+):
+    """Every reply of a committed batch is lost (the script ran, claims and bits written), so
+    add_many fails: its caller got nothing. The same client asking again gets the URLs new, not
+    "seen" on the strength of claims it never knew it made."""
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
+    seen.native_from = 2.0  # every batch through the script (a native read would see the bits)
+    real, lose = seen._script, {"on": True}
+
+    def lossy(keys, args):
+        answer = real(keys=keys, args=args)
+        if lose["on"] and args[1] == "1":  # check-and-add: ran, reply lost
+            raise redis.exceptions.ConnectionError("reply lost")
+        return answer
+
+    monkeypatch.setattr(seen, "_script", lossy)
+    monkeypatch.setattr(redis_store.time, "sleep", lambda s: None)
+    urls = ["https://lost-1.example/", "https://lost-2.example/"]
+    with pytest.raises(RemoteError):
+        seen.add_many(urls)
+    lose["on"] = False
+    assert seen.add_many(urls) == [True, True]
+    assert seen.add_many(urls) == [False, False]
+    seen.close()

@@ -226,6 +226,30 @@ def test_a_resent_batch_gets_the_same_answer(make, monkeypatch):
     assert {fp: r.refs for fp, r in lib.records([a, b]).items()} == {a: 1, b: 1}
 
 
+def test_a_batch_whose_replies_were_all_lost_is_new_again_to_its_client(make, monkeypatch):
+    """Every reply of a committed claim is lost, so claim() fails and its caller got nothing:
+    the same client claiming again gets the fingerprints new, not "seen" on the strength of
+    claims it never knew it made."""
+    lib = make(1000)
+    real, lose = lib._script, {"on": True}
+
+    def lossy(keys, args):
+        answer = real(keys=keys, args=args)
+        if lose["on"] and args[0] == "claim":
+            raise redis.exceptions.ConnectionError("reply lost")
+        return answer
+
+    monkeypatch.setattr(lib, "_script", lossy)
+    monkeypatch.setattr(redis_store.time, "sleep", lambda s: None)
+    a, b = fingerprints(2)
+    with pytest.raises(RemoteError):
+        lib.claim([a, b])
+    lose["on"] = False
+    assert lib.claim([a, b]) == [True, True]
+    assert lib.claim([a, b]) == [False, False]
+    assert lib.claims_held() == 0
+
+
 def test_an_unreachable_server_is_a_clear_error(redis_name, monkeypatch):
     monkeypatch.setattr(redis_store.time, "sleep", lambda s: None)
     with pytest.raises(RemoteError, match="unreachable"):

@@ -263,7 +263,7 @@ class SplittableBloomFilter(Claimant):
         if op != LeafOp.ADD:
             return self._each_leaf(digests, op, 0)
         claims = self._claims
-        with claims.batch(self._abandon) as priority:
+        with claims.batch(self._abandon, digests) as priority:
             answers = self._each_leaf(digests, op, priority)
         if claims.auto:
             self.acknowledge()

@@ -182,7 +182,7 @@ class RedisBloomFilter(Claimant):
         fps = _core.digests(keys, self._hash, self.seed)
         claims = self._claims
         answers = [False] * len(keys)
-        with claims.batch(self._abandon) as priority:
+        with claims.batch(self._abandon, fps) as priority:
             todo = list(range(len(keys)))
             if self._seen_share >= self.native_from:
                 todo = self._undecided(masks, fps, priority)

@@ -30,7 +30,7 @@ import itertools
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from urlseen._lifecycle import Closeable
@@ -107,9 +107,14 @@ class Claims:
                 abandon(self.take())
 
     @contextlib.contextmanager
-    def batch(self, abandon: Callable[[list[bytes]], Any]) -> Iterator[int]:
-        """One batch, at its priority. If it fails, the claims it made are abandoned (their
-        lease ends now, best effort: else it ends on its own), for its caller never got them."""
+    def batch(
+        self, abandon: Callable[[list[bytes]], Any], fps: Sequence[bytes] = ()
+    ) -> Iterator[int]:
+        """One batch of the fingerprints fps, at its priority. If it fails, the claims it made
+        are abandoned (their lease ends now, best effort: else it ends on its own), for its
+        caller never got them: those it knows of, and any of fps not held from an earlier
+        batch, which a call whose every reply was lost may have claimed unknown to it (an
+        abandoned claim is new again to every client, this one included)."""
         mark = len(self.unacked)
         self._renewed = time.monotonic()
         try:
@@ -119,6 +124,8 @@ class Claims:
             del self.unacked[mark:]
             if not self.unacked:
                 self._oldest = None
+            held = set(self.unacked)
+            failed = list(dict.fromkeys([*failed, *(fp for fp in fps if fp not in held)]))
             if failed:
                 with contextlib.suppress(Exception):
                     abandon(failed)
@@ -129,18 +136,18 @@ def claim_seen(value: bytes | None, owner: str, priority: int, now_ms: int | Non
     """Whether claims.lua's claim_present answers '0' (seen) for a URL present in the data whose
     claim is `value` (None: no claim), to the client `owner` asking in a new call at `priority`,
     at the server's time `now_ms`: the client-side twin for a native read of a snapshot. A new
-    call never made the asker's own claim, so an own claim is seen; without the time (None),
-    another client's claim is never judged live. False means: ask the script, which decides."""
+    call never made the asker's own claim, so an own live claim is seen; without the time
+    (None), no claim is judged live. False means: ask the script, which decides."""
     if value is None:
         return True
     parts = value.split(b" ")
     if len(parts) != 4 or not parts[1].isdigit() or not parts[3].isdigit():
         return False  # not a claim this version reads: the script says what it is
     holder, prio, deadline = parts[0].decode("ascii", "replace"), int(parts[1]), int(parts[3])
+    if now_ms is None or deadline <= now_ms:
+        return False  # maybe expired (the asker's own too): a takeover, made by the script
     if holder == owner:
         return True
-    if now_ms is None or deadline <= now_ms:
-        return False  # maybe expired: a takeover, made by the script
     return not (prio < priority or (prio == priority and holder < owner))  # older: pending
 
 

@@ -294,7 +294,7 @@ class RedisLibrary(Claimant):
             return []
         stamp = str(min(max(int(time.time() if now is None else now), 0), 2**32 - 1))
         claims = self._claims
-        with claims.batch(self._abandon) as priority:
+        with claims.batch(self._abandon, fps) as priority:
 
             def ask(idx: list[int]) -> bytes:
                 return self._send("claim", fps, idx, stamp, lambda: claims.args(priority),

@@ -11,9 +11,10 @@
 -- without claims.
 --
 -- A URL whose data says "seen" is answered by its claim:
---   no claim, or the asker's own claim from an earlier call       -> '0' seen
+--   no claim, or the asker's own live claim from an earlier call -> '0' seen
 --   the asker's own claim from this very call (a resent call)     -> '1' new, as the first time
---   another client's claim whose lease ended                      -> '1' new: taken over
+--   a claim whose lease ended, the asker's own included           -> '1' new: taken over (a
+--       client abandons the claims of a call whose replies were all lost: nobody got them)
 --   another client's live claim, older than the asker's batch     -> 'P' pending: ask again
 --   another client's live claim, younger than the asker's batch   -> '0' seen (its claimer
 --       delivers it, or its claim outlives it; never waiting on a younger claim means that
@@ -107,7 +108,13 @@ end
 -- claims it).
 local function claim_answer(c, owner, prio, call, deadline)
   if not owner then return '0', false end
-  if owner == c.owner then return tostring(call) == c.call and '1' or '0', false end
+  if owner == c.owner then
+    if tostring(call) == c.call then return '1', false end -- a resent call: as the first time
+    -- The asker's own claim whose lease ended: abandoned after a call whose every reply was
+    -- lost (its caller never got the answer), or never acknowledged in time: new again.
+    if deadline <= c.now then return '1', true end
+    return '0', false
+  end
   if deadline <= c.now then return '1', true end
   if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P', false end
   return '0', false
