@@ -354,6 +354,12 @@ static void test_fpcache_lru(void)
         fp_of(fp, i, 0);
         CHECK(us_fpcache_insert(&c, fp, 0, (uint32_t)i + 1, 10, &spill) == 0);
     }
+    /* contains answers without touching the order: 1 is still the one evicted below */
+    fp_of(fp, 1, 0);
+    us_fpcache_prefetch(&c, fp);
+    CHECK(us_fpcache_contains(&c, fp) == 1);
+    fp_of(fp, 1, 1);
+    CHECK(us_fpcache_contains(&c, fp) == 0);
     fp_of(fp, 0, 0);
     CHECK(us_fpcache_hit(&c, fp, 11) == US_FP_FOUND); /* 0 is now most recent */
     fp_of(fp, 100, 0);

@@ -599,6 +599,12 @@ PyDoc_STRVAR(cf_exact_step_doc,
              "events (counter index, delta) of the increments. cache may be None; now: Unix\n"
              "seconds.");
 
+static inline void fingerprint_of(uint8_t fp[16], us_hash128 h)
+{
+    us_store64_le(fp, h.h1);
+    us_store64_le(fp + 8, h.h2);
+}
+
 static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
 {
     PyObject *keys, *cache_obj;
@@ -622,18 +628,41 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
     PyObject *answers = PyList_New(n), *new_fps = PyList_New(0), *undecided = PyList_New(0);
     PyObject *evicted = PyList_New(0), *overflows = PyList_New(0);
     PyObject *result = NULL;
+    uint8_t *cached = NULL;
     if (!answers || !new_fps || !undecided || !evicted || !overflows) goto fail;
+    /* cached[i]: key i was in the cache a few keys early, so its counters were not prefetched
+     * (a cached fingerprint is in the library, so its counters are all above 0: asking the
+     * cache first gives the same answer without probing them). */
+    if (cache) cached = PyMem_RawCalloc((size_t)n + 1, 1);
+    if (cache && cached == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     us_overflow ev[US_MAX_K];
     unsigned long long count = self->base.count;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
         uint8_t fp[16];
-        us_store64_le(fp, h[i].h1);
-        us_store64_le(fp + 8, h[i].h2);
+        if (cache == NULL) {
+            if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
+        } else {
+            if (i + 2 * PREFETCH_AHEAD < n) {
+                fingerprint_of(fp, h[i + 2 * PREFETCH_AHEAD]);
+                us_fpcache_prefetch(cache, fp);
+            }
+            if (i + PREFETCH_AHEAD < n) {
+                Py_ssize_t j = i + PREFETCH_AHEAD;
+                fingerprint_of(fp, h[j]);
+                cached[j] = (uint8_t)us_fpcache_contains(cache, fp);
+                if (!cached[j]) us_counting_prefetch(&self->c, h[j]);
+            }
+        }
+        fingerprint_of(fp, h[i]);
         us_fp_entry spill;
         PyObject *answer;
         size_t nev = 0;
-        if (us_counting_add_new(&self->c, h[i], ev, &nev)) {
+        if (cache && cached[i] && us_fpcache_hit(cache, fp, now)) {
+            answer = Py_False; /* one evicted since the look-ahead is asked in the usual order */
+        } else if (us_counting_add_new(&self->c, h[i], ev, &nev)) {
             count++;
             if (nev && append_events(overflows, ev, nev) < 0) goto fail;
             if (append_new(new_fps, digest_bytes(h[i].h1, h[i].h2)) < 0) goto fail;
@@ -655,6 +684,7 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
     result = PyStructSequence_New(ExactStepResultType);
     if (result == NULL) goto fail;
     PyMem_RawFree(h);
+    PyMem_RawFree(cached);
     PyStructSequence_SET_ITEM(result, 0, answers); /* each reference is taken over */
     PyStructSequence_SET_ITEM(result, 1, new_fps);
     PyStructSequence_SET_ITEM(result, 2, undecided);
@@ -665,6 +695,7 @@ fail:
     /* Only an allocation failure gets here, after counters may have changed: the caller
      * treats any exception from this step as "rebuild the counters from the library". */
     PyMem_RawFree(h);
+    PyMem_RawFree(cached);
     Py_XDECREF(answers);
     Py_XDECREF(new_fps);
     Py_XDECREF(undecided);
