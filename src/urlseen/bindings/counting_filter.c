@@ -255,6 +255,8 @@ static PyTypeObject FingerprintCacheType = {
 
 /* ---- CountingFilter ----------------------------------------------------------------------- */
 
+static PyTypeObject CountingFilterType;
+
 typedef struct {
     us_bound base; /* the buffer, its read-only flag and the count (common.h); the count is of
                     * keys reported new and not removed */
@@ -391,17 +393,22 @@ static int batch_md5(PyObject *seq, Py_ssize_t m, uint32_t seed, us_hash128 *out
     return 0;
 }
 
-/* The digests of every key of the batch; NULL with an exception (nothing changed). */
-static us_hash128 *hash_batch(CountingFilter *self, PyObject *seq, Py_ssize_t *n)
+/* The digests of every key of the batch (*n of them, to free with PyMem_RawFree); NULL with an
+ * exception (nothing changed). */
+static us_hash128 *hash_batch(CountingFilter *self, PyObject *keys, Py_ssize_t *n)
 {
+    PyObject *seq = batch_sequence(keys);
+    if (seq == NULL) return NULL;
     *n = PySequence_Fast_GET_SIZE(seq);
     us_hash128 *h = PyMem_RawMalloc(((size_t)*n + 1) * sizeof *h);
-    if (h == NULL) {
+    int rc = -1;
+    if (h == NULL)
         PyErr_NoMemory();
-        return NULL;
-    }
-    int rc = self->hash_id == US_HASH_MD5 ? batch_md5(seq, *n, self->seed, h)
-                                          : batch_hash(seq, 0, *n, self->hash_id, self->seed, h);
+    else if (self->hash_id == US_HASH_MD5)
+        rc = batch_md5(seq, *n, self->seed, h);
+    else
+        rc = batch_hash(seq, 0, *n, self->hash_id, self->seed, h);
+    Py_DECREF(seq);
     if (rc < 0) {
         PyMem_RawFree(h);
         return NULL;
@@ -414,11 +421,8 @@ enum counting_op { OP_ADD, OP_TEST, OP_REMOVE };
 static PyObject *counting_batch(CountingFilter *self, PyObject *keys, enum counting_op op)
 {
     if (us_bound_usable(&self->base, op != OP_TEST) < 0) return NULL;
-    PyObject *seq = batch_sequence(keys);
-    if (seq == NULL) return NULL;
     Py_ssize_t n;
-    us_hash128 *h = hash_batch(self, seq, &n);
-    Py_DECREF(seq);
+    us_hash128 *h = hash_batch(self, keys, &n);
     if (h == NULL) return NULL;
     PyObject *result = PyList_New(n);
     if (result == NULL) {
@@ -653,26 +657,23 @@ static inline void fingerprint_of(uint8_t fp[16], us_hash128 h)
     us_store64_le(fp + 8, h.h2);
 }
 
-static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
+/* The cache argument of an exact step: *cache is NULL for None. -1 with TypeError otherwise. */
+static int cache_arg(PyObject *obj, us_fpcache **cache)
 {
-    PyObject *keys, *cache_obj;
-    unsigned int now = 0;
-    if (!PyArg_ParseTuple(args, "OO|I:_exact_step", &keys, &cache_obj, &now)) return NULL;
-    us_fpcache *cache = NULL;
-    if (cache_obj != Py_None) {
-        if (!PyObject_TypeCheck(cache_obj, &FingerprintCacheType)) {
-            PyErr_SetString(PyExc_TypeError, "cache must be a FingerprintCache or None");
-            return NULL;
-        }
-        cache = &((FingerprintCache *)cache_obj)->cache;
+    *cache = NULL;
+    if (obj == Py_None) return 0;
+    if (!PyObject_TypeCheck(obj, &FingerprintCacheType)) {
+        PyErr_SetString(PyExc_TypeError, "cache must be a FingerprintCache or None");
+        return -1;
     }
-    if (us_bound_usable(&self->base, 1) < 0) return NULL;
-    PyObject *seq = batch_sequence(keys);
-    if (seq == NULL) return NULL;
-    Py_ssize_t n;
-    us_hash128 *h = hash_batch(self, seq, &n);
-    Py_DECREF(seq);
-    if (h == NULL) return NULL;
+    *cache = &((FingerprintCache *)obj)->cache;
+    return 0;
+}
+
+/* The exact step on the digests h[0 .. n) of a batch's keys (see cf_exact_step_doc). */
+static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, Py_ssize_t n,
+                            us_fpcache *cache, unsigned int now)
+{
     PyObject *answers = PyList_New(n), *new_fps = PyList_New(0), *undecided = PyList_New(0);
     PyObject *evicted = PyList_New(0), *overflows = PyList_New(0);
     PyObject *result = NULL;
@@ -731,7 +732,6 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
     us_bound_set_count(&self->base, count);
     result = PyStructSequence_New(ExactStepResultType);
     if (result == NULL) goto fail;
-    PyMem_RawFree(h);
     PyMem_RawFree(cached);
     PyStructSequence_SET_ITEM(result, 0, answers); /* each reference is taken over */
     PyStructSequence_SET_ITEM(result, 1, new_fps);
@@ -742,7 +742,6 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
 fail:
     /* Only an allocation failure gets here, after counters may have changed: the caller
      * treats any exception from this step as "rebuild the counters from the library". */
-    PyMem_RawFree(h);
     PyMem_RawFree(cached);
     Py_XDECREF(answers);
     Py_XDECREF(new_fps);
@@ -750,6 +749,41 @@ fail:
     Py_XDECREF(evicted);
     Py_XDECREF(overflows);
     return NULL;
+}
+
+
+static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
+{
+    PyObject *keys, *cache_obj;
+    unsigned int now = 0;
+    us_fpcache *cache;
+    if (!PyArg_ParseTuple(args, "OO|I:_exact_step", &keys, &cache_obj, &now)) return NULL;
+    if (cache_arg(cache_obj, &cache) < 0 || us_bound_usable(&self->base, 1) < 0) return NULL;
+    Py_ssize_t n;
+    us_hash128 *h = hash_batch(self, keys, &n);
+    if (h == NULL) return NULL;
+    PyObject *result = exact_step(self, h, n, cache, now);
+    PyMem_RawFree(h);
+    return result;
+}
+
+/* ---- for the line engine (line_engine.c) -------------------------------------------------- */
+
+int us_counting_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed)
+{
+    if (!PyObject_TypeCheck(obj, &CountingFilterType)) return -1;
+    *hash_id = ((CountingFilter *)obj)->hash_id;
+    *seed = ((CountingFilter *)obj)->seed;
+    return 0;
+}
+
+PyObject *us_counting_exact_step(PyObject *obj, const us_hash128 *h, Py_ssize_t n,
+                                 PyObject *cache_obj, unsigned int now)
+{
+    CountingFilter *self = (CountingFilter *)obj;
+    us_fpcache *cache;
+    if (cache_arg(cache_obj, &cache) < 0 || us_bound_usable(&self->base, 1) < 0) return NULL;
+    return exact_step(self, h, n, cache, now);
 }
 
 /* -- attributes and type -- */
