@@ -191,6 +191,36 @@ def test_batch_and_single_calls_agree():
     assert counters_of(batch) == counters_of(single) and len(batch) == len(single)
 
 
+@PROPERTY
+@given(
+    ks=st.lists(st.one_of(keys, st.binary(min_size=50, max_size=200)), max_size=300),
+    seed=st.sampled_from([0, 1, 2**32 - 1]),
+)
+def test_md5_batches_hash_as_single_keys(ks, seed):
+    """A batch's MD5 fingerprints come from csrc's many-keys-at-once MD5 (us_md5_many): the
+    same counters as one key at a time, for keys of 0 to 4 blocks, str, bytes and buffers."""
+    ks = [*ks, memoryview(b"https://buffer.example/" * 5), bytearray(b"ba")]
+    single = CountingBloomFilter(500, 0.05, counter_bits=8, hash="md5", seed=seed)
+    batch = CountingBloomFilter(500, 0.05, counter_bits=8, hash="md5", seed=seed)
+    assert batch.add_many(ks) == [single.add(k) for k in ks]
+    assert counters_of(batch) == counters_of(single)
+    # Without a cache every key's fingerprint comes back: new, or undecided.
+    step = CountingBloomFilter(500, 0.05, hash="md5", seed=seed)._exact_step(ks, None)
+    new_at = [i for i, flag in enumerate(step.answers) if flag]
+    got = dict(zip(new_at, step.new_fingerprints, strict=True))
+    got.update(step.undecided)
+    raw = [as_bytes(k) if isinstance(k, str) else bytes(k) for k in ks]
+    assert got == {i: seeded_md5(k, seed) for i, k in enumerate(raw)}
+
+
+def test_md5_batch_with_a_bad_key_past_the_first_chunk_changes_nothing():
+    f = CountingBloomFilter(1000, 0.01, hash="md5")
+    before = counters_of(f)
+    with pytest.raises(TypeError):
+        f.add_many([f"https://c.example/{i}" for i in range(300)] + [3.5])
+    assert counters_of(f) == before and len(f) == 0
+
+
 def test_a_bad_key_in_a_batch_changes_nothing():
     f = CountingBloomFilter(100, 0.01)
     f.add("kept")

@@ -198,6 +198,31 @@ def test_model_check_across_options(tmp_path, library, bits, cache, write_back, 
     f.close()
 
 
+@pytest.mark.parametrize("cache", [8, 16, DEFAULT_CACHE])
+@pytest.mark.parametrize("seed", range(3))
+def test_long_batches_answer_as_the_model(seed, cache):
+    """Batches far longer than the C step's look-ahead (it asks the cache 8 keys early and
+    prefetches 16 early), from a pool that overflows a one- or two-bucket cache, so entries
+    are evicted between the look-ahead and the key's turn; with removes between batches."""
+    rng = random.Random(seed)
+    pool = [f"https://long.example/{i}" for i in range(120)]
+    clock = Clock()
+    f = ExactFilter(20, 0.2, counter_bits=2, cache_entries=cache, clock=clock)
+    model = Model()
+    for _ in range(30):
+        clock.t += 1
+        hot = rng.sample(pool, 12)  # repeats close together, as in a crawl's stream
+        size = rng.randint(0, 400)
+        batch = [rng.choice(hot if rng.random() < 0.6 else pool) for _ in range(size)]
+        assert f.add_many(batch) == model.add(batch, clock.t)
+        gone = rng.sample(pool, 5)
+        assert f.remove_many(gone) == model.remove(gone)
+        assert f.contains_many(pool) == model.contains(pool)
+    for key in pool:
+        assert f.refs(key) == model.refs.get(as_bytes(key), 0)
+    f.close()
+
+
 @PROPERTY
 @given(
     seed=st.integers(0, 2**32 - 1),

@@ -24,16 +24,20 @@ run (or another process) that meets those URLs after the lease prints them.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from urlseen import _core
 from urlseen.errors import ConfigError
 from urlseen.filters.base import SeenFilter
 from urlseen.linekeys import LineCounts, LineKeyer
+
+if TYPE_CHECKING:
+    from urlseen.filters.exact import ExactFilter
 
 DEFAULT_BATCH_SIZE = 8192
 
@@ -250,6 +254,18 @@ def _c_bloom(seen: SeenFilter) -> _core.BitFilter | None:
     return seen if native else None
 
 
+def _c_exact(seen: SeenFilter) -> ExactFilter | None:
+    """The filter, if it is an exact filter whose add_many is ExactFilter's own (the engine
+    then hands it the batch's keys without making Python objects of them), else None."""
+    module = sys.modules.get("urlseen.filters.exact")  # not loaded: not an exact filter
+    if module is None:  # (and a Bloom filter's start-up does not pay for loading it)
+        return None
+    kind = module.ExactFilter
+    if isinstance(seen, kind) and type(seen).add_many is kind.add_many:
+        return cast("ExactFilter", seen)
+    return None
+
+
 def _engine_batches(
     chunks: Iterator[bytes | None], engine: _core.LineEngine, batch_size: int
 ) -> Iterator[int]:
@@ -278,13 +294,16 @@ def _run_engine(job: _Job, chunks: Iterator[bytes | None]) -> None:
         _write_out(out, engine.output(), transactional)
         return flags
 
+    exact = _c_exact(job.seen)
     for nlines in _engine_batches(chunks, engine, job.batch_size):
         keyer.counts.empty += engine.empty
         if engine.ndeferred:
             engine.set_deferred([keyer.key(line) for line in engine.deferred()])
         if check_store is not None:  # the engine probes the map: no SIGBUS on a cut file
             check_store()
-        if bloom is None:
+        if exact is not None:  # the keys hashed from the engine's buffers, answers as add_many's
+            new = sum(exact._add_engine_batch(engine, before_commit=write))
+        elif bloom is None:
             new = job.filter_step(engine.keys(), write)
         elif transactional:  # tested, written and flushed, then added
             new = engine.bloom_test(bloom)

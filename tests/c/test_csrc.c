@@ -171,6 +171,36 @@ static void test_md5_streaming_and_seed(void)
     }
 }
 
+/* us_md5_many: key i's digest is us_md5's, whatever the batch's size (fewer keys than lanes,
+ * lanes idle at the end), the keys' lengths (0 to 4 blocks, mixed, so lanes finish at different
+ * times and take the next key) and the seed. */
+static void test_md5_many(void)
+{
+    enum { N = 300 };
+    static uint8_t data[N][260];
+    static const uint8_t *keys[N];
+    static size_t len[N];
+    static uint8_t out[N][16];
+    for (size_t i = 0; i < N; i++) {
+        len[i] = (i * 37 + i / 7) % 260;
+        for (size_t j = 0; j < len[i]; j++) data[i][j] = (uint8_t)(i * 131 + j * 17 + 5);
+        keys[i] = data[i];
+    }
+    const uint32_t seeds[] = {0, 1, 0xffffffffu};
+    const size_t sizes[] = {0, 1, US_MD5_LANES - 1, US_MD5_LANES, US_MD5_LANES + 1, 61, N};
+    for (size_t s = 0; s < sizeof seeds / sizeof *seeds; s++)
+        for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+            memset(out, 0, sizeof out);
+            us_md5_many(keys, len, sizes[z], seeds[s], out);
+            for (size_t i = 0; i < sizes[z]; i++) {
+                uint8_t one[16];
+                us_md5(keys[i], len[i], seeds[s], one);
+                CHECK(memcmp(one, out[i], 16) == 0);
+            }
+            if (sizes[z] < N) CHECK(out[sizes[z]][0] == 0 && out[sizes[z]][15] == 0);
+        }
+}
+
 /* A million 'a's (the classic long-message vector), fed in uneven pieces. */
 static void test_md5_million(void)
 {
@@ -354,6 +384,12 @@ static void test_fpcache_lru(void)
         fp_of(fp, i, 0);
         CHECK(us_fpcache_insert(&c, fp, 0, (uint32_t)i + 1, 10, &spill) == 0);
     }
+    /* contains answers without touching the order: 1 is still the one evicted below */
+    fp_of(fp, 1, 0);
+    us_fpcache_prefetch(&c, fp);
+    CHECK(us_fpcache_contains(&c, fp) == 1);
+    fp_of(fp, 1, 1);
+    CHECK(us_fpcache_contains(&c, fp) == 0);
     fp_of(fp, 0, 0);
     CHECK(us_fpcache_hit(&c, fp, 11) == US_FP_FOUND); /* 0 is now most recent */
     fp_of(fp, 100, 0);
@@ -443,6 +479,7 @@ int main(void)
     test_md5_rfc1321();
     test_md5_padding_boundaries();
     test_md5_streaming_and_seed();
+    test_md5_many();
     test_md5_million();
     test_counter_packing();
     test_counter_multiset_and_events();

@@ -273,6 +273,12 @@ Py_ssize_t us_bit_filter_probe(PyObject *obj, const us_hash128 *digests, size_t 
 int us_line_engine_add(PyObject *module);
 /* counting_filter.c: CountingFilter, FingerprintCache and digests(). */
 int us_counting_filter_add(PyObject *module);
+/* The line engine's access to a CountingFilter: its hash id and seed (-1, no exception, if obj
+ * is not one), and its _exact_step on the digests h[0 .. n) of a batch's keys (the engine
+ * hashes them from its own buffers: no Python object per key). */
+int us_counting_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed);
+PyObject *us_counting_exact_step(PyObject *obj, const us_hash128 *h, Py_ssize_t n,
+                                 PyObject *cache, unsigned int now);
 /* fingerprint_map.c: FingerprintMap (the library's staged fingerprints). */
 int us_fingerprint_map_add(PyObject *module);
 /* mdbf_filter.c: MDBFilter (the multi-dimensional Bloom filter) and its constants. */

@@ -255,6 +255,8 @@ static PyTypeObject FingerprintCacheType = {
 
 /* ---- CountingFilter ----------------------------------------------------------------------- */
 
+static PyTypeObject CountingFilterType;
+
 typedef struct {
     us_bound base; /* the buffer, its read-only flag and the count (common.h); the count is of
                     * keys reported new and not removed */
@@ -345,16 +347,69 @@ static PyObject *CountingFilter_remove(CountingFilter *self, PyObject *key)
 
 #define PREFETCH_AHEAD 8
 
-/* The digests of every key of the batch; NULL with an exception (nothing changed). */
-static us_hash128 *hash_batch(CountingFilter *self, PyObject *seq, Py_ssize_t *n)
+/* MD5 of a batch's m keys (the exact filter's fingerprint), MD5_CHUNK at a time through
+ * us_md5_many (several keys side by side: one MD5 alone leaves most of the core idle). Each key
+ * of a chunk is held, and its bytes borrowed, until the chunk is hashed. 0, or -1 with the
+ * first failing key's exception, as batch_hash. */
+#define MD5_CHUNK 128
+
+static int batch_md5(PyObject *seq, Py_ssize_t m, uint32_t seed, us_hash128 *out)
 {
+    PyObject *keys[MD5_CHUNK];
+    key_bytes kb[MD5_CHUNK];
+    const uint8_t *data[MD5_CHUNK];
+    size_t len[MD5_CHUNK];
+    uint8_t digests[MD5_CHUNK][16];
+    for (Py_ssize_t done = 0; done < m; done += MD5_CHUNK) {
+        Py_ssize_t count = m - done < MD5_CHUNK ? m - done : MD5_CHUNK, got = 0;
+        int rc = 0;
+        for (; got < count; got++) {
+            Py_ssize_t i = done + got;
+            if (i >= PySequence_Fast_GET_SIZE(seq)) {
+                raise_batch_changed();
+                rc = -1;
+                break;
+            }
+            keys[got] = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+            if (key_get(keys[got], &kb[got], i) < 0) {
+                Py_DECREF(keys[got]);
+                rc = -1;
+                break;
+            }
+            data[got] = (const uint8_t *)kb[got].data;
+            len[got] = (size_t)kb[got].len;
+        }
+        if (rc == 0) us_md5_many(data, len, (size_t)count, seed, digests);
+        for (Py_ssize_t j = 0; j < got; j++) {
+            key_release(&kb[j]);
+            Py_DECREF(keys[j]);
+        }
+        if (rc < 0) return -1;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            out[done + j].h1 = us_load64_le(digests[j]);
+            out[done + j].h2 = us_load64_le(digests[j] + 8);
+        }
+    }
+    return 0;
+}
+
+/* The digests of every key of the batch (*n of them, to free with PyMem_RawFree); NULL with an
+ * exception (nothing changed). */
+static us_hash128 *hash_batch(CountingFilter *self, PyObject *keys, Py_ssize_t *n)
+{
+    PyObject *seq = batch_sequence(keys);
+    if (seq == NULL) return NULL;
     *n = PySequence_Fast_GET_SIZE(seq);
     us_hash128 *h = PyMem_RawMalloc(((size_t)*n + 1) * sizeof *h);
-    if (h == NULL) {
+    int rc = -1;
+    if (h == NULL)
         PyErr_NoMemory();
-        return NULL;
-    }
-    if (batch_hash(seq, 0, *n, self->hash_id, self->seed, h) < 0) {
+    else if (self->hash_id == US_HASH_MD5)
+        rc = batch_md5(seq, *n, self->seed, h);
+    else
+        rc = batch_hash(seq, 0, *n, self->hash_id, self->seed, h);
+    Py_DECREF(seq);
+    if (rc < 0) {
         PyMem_RawFree(h);
         return NULL;
     }
@@ -366,11 +421,8 @@ enum counting_op { OP_ADD, OP_TEST, OP_REMOVE };
 static PyObject *counting_batch(CountingFilter *self, PyObject *keys, enum counting_op op)
 {
     if (us_bound_usable(&self->base, op != OP_TEST) < 0) return NULL;
-    PyObject *seq = batch_sequence(keys);
-    if (seq == NULL) return NULL;
     Py_ssize_t n;
-    us_hash128 *h = hash_batch(self, seq, &n);
-    Py_DECREF(seq);
+    us_hash128 *h = hash_batch(self, keys, &n);
     if (h == NULL) return NULL;
     PyObject *result = PyList_New(n);
     if (result == NULL) {
@@ -599,41 +651,67 @@ PyDoc_STRVAR(cf_exact_step_doc,
              "events (counter index, delta) of the increments. cache may be None; now: Unix\n"
              "seconds.");
 
-static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
+static inline void fingerprint_of(uint8_t fp[16], us_hash128 h)
 {
-    PyObject *keys, *cache_obj;
-    unsigned int now = 0;
-    if (!PyArg_ParseTuple(args, "OO|I:_exact_step", &keys, &cache_obj, &now)) return NULL;
-    us_fpcache *cache = NULL;
-    if (cache_obj != Py_None) {
-        if (!PyObject_TypeCheck(cache_obj, &FingerprintCacheType)) {
-            PyErr_SetString(PyExc_TypeError, "cache must be a FingerprintCache or None");
-            return NULL;
-        }
-        cache = &((FingerprintCache *)cache_obj)->cache;
+    us_store64_le(fp, h.h1);
+    us_store64_le(fp + 8, h.h2);
+}
+
+/* The cache argument of an exact step: *cache is NULL for None. -1 with TypeError otherwise. */
+static int cache_arg(PyObject *obj, us_fpcache **cache)
+{
+    *cache = NULL;
+    if (obj == Py_None) return 0;
+    if (!PyObject_TypeCheck(obj, &FingerprintCacheType)) {
+        PyErr_SetString(PyExc_TypeError, "cache must be a FingerprintCache or None");
+        return -1;
     }
-    if (us_bound_usable(&self->base, 1) < 0) return NULL;
-    PyObject *seq = batch_sequence(keys);
-    if (seq == NULL) return NULL;
-    Py_ssize_t n;
-    us_hash128 *h = hash_batch(self, seq, &n);
-    Py_DECREF(seq);
-    if (h == NULL) return NULL;
+    *cache = &((FingerprintCache *)obj)->cache;
+    return 0;
+}
+
+/* The exact step on the digests h[0 .. n) of a batch's keys (see cf_exact_step_doc). */
+static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, Py_ssize_t n,
+                            us_fpcache *cache, unsigned int now)
+{
     PyObject *answers = PyList_New(n), *new_fps = PyList_New(0), *undecided = PyList_New(0);
     PyObject *evicted = PyList_New(0), *overflows = PyList_New(0);
     PyObject *result = NULL;
+    uint8_t *cached = NULL;
     if (!answers || !new_fps || !undecided || !evicted || !overflows) goto fail;
+    /* cached[i]: key i was in the cache a few keys early, so its counters were not prefetched
+     * (a cached fingerprint is in the library, so its counters are all above 0: asking the
+     * cache first gives the same answer without probing them). */
+    if (cache) cached = PyMem_RawCalloc((size_t)n + 1, 1);
+    if (cache && cached == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     us_overflow ev[US_MAX_K];
     unsigned long long count = self->base.count;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
         uint8_t fp[16];
-        us_store64_le(fp, h[i].h1);
-        us_store64_le(fp + 8, h[i].h2);
+        if (cache == NULL) {
+            if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
+        } else {
+            if (i + 2 * PREFETCH_AHEAD < n) {
+                fingerprint_of(fp, h[i + 2 * PREFETCH_AHEAD]);
+                us_fpcache_prefetch(cache, fp);
+            }
+            if (i + PREFETCH_AHEAD < n) {
+                Py_ssize_t j = i + PREFETCH_AHEAD;
+                fingerprint_of(fp, h[j]);
+                cached[j] = (uint8_t)us_fpcache_contains(cache, fp);
+                if (!cached[j]) us_counting_prefetch(&self->c, h[j]);
+            }
+        }
+        fingerprint_of(fp, h[i]);
         us_fp_entry spill;
         PyObject *answer;
         size_t nev = 0;
-        if (us_counting_add_new(&self->c, h[i], ev, &nev)) {
+        if (cache && cached[i] && us_fpcache_hit(cache, fp, now)) {
+            answer = Py_False; /* one evicted since the look-ahead is asked in the usual order */
+        } else if (us_counting_add_new(&self->c, h[i], ev, &nev)) {
             count++;
             if (nev && append_events(overflows, ev, nev) < 0) goto fail;
             if (append_new(new_fps, digest_bytes(h[i].h1, h[i].h2)) < 0) goto fail;
@@ -654,7 +732,7 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
     us_bound_set_count(&self->base, count);
     result = PyStructSequence_New(ExactStepResultType);
     if (result == NULL) goto fail;
-    PyMem_RawFree(h);
+    PyMem_RawFree(cached);
     PyStructSequence_SET_ITEM(result, 0, answers); /* each reference is taken over */
     PyStructSequence_SET_ITEM(result, 1, new_fps);
     PyStructSequence_SET_ITEM(result, 2, undecided);
@@ -664,13 +742,48 @@ static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
 fail:
     /* Only an allocation failure gets here, after counters may have changed: the caller
      * treats any exception from this step as "rebuild the counters from the library". */
-    PyMem_RawFree(h);
+    PyMem_RawFree(cached);
     Py_XDECREF(answers);
     Py_XDECREF(new_fps);
     Py_XDECREF(undecided);
     Py_XDECREF(evicted);
     Py_XDECREF(overflows);
     return NULL;
+}
+
+
+static PyObject *CountingFilter_exact_step(CountingFilter *self, PyObject *args)
+{
+    PyObject *keys, *cache_obj;
+    unsigned int now = 0;
+    us_fpcache *cache;
+    if (!PyArg_ParseTuple(args, "OO|I:_exact_step", &keys, &cache_obj, &now)) return NULL;
+    if (cache_arg(cache_obj, &cache) < 0 || us_bound_usable(&self->base, 1) < 0) return NULL;
+    Py_ssize_t n;
+    us_hash128 *h = hash_batch(self, keys, &n);
+    if (h == NULL) return NULL;
+    PyObject *result = exact_step(self, h, n, cache, now);
+    PyMem_RawFree(h);
+    return result;
+}
+
+/* ---- for the line engine (line_engine.c) -------------------------------------------------- */
+
+int us_counting_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed)
+{
+    if (!PyObject_TypeCheck(obj, &CountingFilterType)) return -1;
+    *hash_id = ((CountingFilter *)obj)->hash_id;
+    *seed = ((CountingFilter *)obj)->seed;
+    return 0;
+}
+
+PyObject *us_counting_exact_step(PyObject *obj, const us_hash128 *h, Py_ssize_t n,
+                                 PyObject *cache_obj, unsigned int now)
+{
+    CountingFilter *self = (CountingFilter *)obj;
+    us_fpcache *cache;
+    if (cache_arg(cache_obj, &cache) < 0 || us_bound_usable(&self->base, 1) < 0) return NULL;
+    return exact_step(self, h, n, cache, now);
 }
 
 /* -- attributes and type -- */

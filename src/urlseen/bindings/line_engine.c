@@ -670,6 +670,68 @@ static PyObject *LineEngine_bloom_commit(LineEngine *self, PyObject *filter)
     return PyLong_FromSsize_t(fresh);
 }
 
+/* The digests of the batch's keys with the given hash into self->digests, without the GIL:
+ * MD5 (the exact filter's fingerprint) several keys at a time (us_md5_many). */
+static int digest_keys(LineEngine *self, int hash_id, uint64_t seed)
+{
+    if (index_keys(self) < 0) return -1;
+    size_t n = self->nkeys;
+    const uint8_t **data = PyMem_RawMalloc((n + 1) * sizeof *data);
+    size_t *len = PyMem_RawMalloc((n + 1) * sizeof *len);
+    uint8_t(*md5)[16] = hash_id == US_HASH_MD5 ? PyMem_RawMalloc((n + 1) * 16) : NULL;
+    if (data == NULL || len == NULL || (hash_id == US_HASH_MD5 && md5 == NULL)) {
+        PyMem_RawFree(data);
+        PyMem_RawFree(len);
+        PyMem_RawFree(md5);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const us_line *line = &self->lines[self->key_line[k]];
+        data[k] = key_ptr(self, line);
+        len[k] = line->key_len;
+    }
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    if (md5 != NULL) {
+        us_md5_many(data, len, n, (uint32_t)seed, md5);
+        for (size_t k = 0; k < n; k++) {
+            self->digests[k].h1 = us_load64_le(md5[k]);
+            self->digests[k].h2 = us_load64_le(md5[k] + 8);
+        }
+    } else {
+        for (size_t k = 0; k < n; k++) self->digests[k] = us_digest(hash_id, data[k], len[k], seed);
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    PyMem_RawFree(data);
+    PyMem_RawFree(len);
+    PyMem_RawFree(md5);
+    return 0;
+}
+
+PyDoc_STRVAR(exact_step_doc,
+             "exact_step(counters, cache, now=0) -> ExactStepResult\n\n"
+             "CountingFilter._exact_step(keys, cache, now) on the batch's keys, hashed here from\n"
+             "the engine's buffers (no Python object per key): what ExactFilter's batch step needs.\n"
+             "The answers are the filter's to finish; set_flags takes them.");
+
+static PyObject *LineEngine_exact_step(LineEngine *self, PyObject *args)
+{
+    PyObject *counters, *cache;
+    unsigned int now = 0;
+    int hash_id;
+    uint64_t seed;
+    if (!PyArg_ParseTuple(args, "OO|I:exact_step", &counters, &cache, &now)) return NULL;
+    if (us_counting_filter_hash_of(counters, &hash_id, &seed) < 0) {
+        PyErr_Format(PyExc_TypeError, "expected a CountingFilter, not '%.200s'",
+                     Py_TYPE(counters)->tp_name);
+        return NULL;
+    }
+    if (need_batch(self, 1) < 0 || digest_keys(self, hash_id, seed) < 0) return NULL;
+    return us_counting_exact_step(counters, self->digests, (Py_ssize_t)self->nkeys, cache, now);
+}
+
 PyDoc_STRVAR(output_doc,
              "output() -> bytes\n\n"
              "The batch's new lines, each as read plus b\"\\n\", in order (b\"\" if none).");
@@ -736,6 +798,7 @@ static PyMethodDef LineEngine_methods[] = {
     {"bloom_add", (PyCFunction)LineEngine_bloom_add, METH_O, bloom_add_doc},
     {"bloom_test", (PyCFunction)LineEngine_bloom_test, METH_O, bloom_test_doc},
     {"bloom_commit", (PyCFunction)LineEngine_bloom_commit, METH_O, bloom_commit_doc},
+    {"exact_step", (PyCFunction)LineEngine_exact_step, METH_VARARGS, exact_step_doc},
     {"output", (PyCFunction)LineEngine_output, METH_NOARGS, output_doc},
     {"stats", (PyCFunction)stats_of, METH_NOARGS, "stats() -> dict: the batch's counts."},
     {NULL},

@@ -62,6 +62,21 @@ int us_fpcache_insert(us_fpcache *c, const uint8_t fp[16], uint32_t pending, uin
     return result;
 }
 
+int us_fpcache_contains(const us_fpcache *c, const uint8_t fp[16])
+{
+    uint64_t a = us_load64_le(fp), b = us_load64_le(fp + 8);
+    return find(c->entries + bucket_number(c, b) * US_FPCACHE_WAYS, a, b) >= 0;
+}
+
+void us_fpcache_prefetch(const us_fpcache *c, const uint8_t fp[16])
+{
+    const char *bucket = (const char *)(c->entries + bucket_number(c, us_load64_le(fp + 8)) *
+                                                         US_FPCACHE_WAYS);
+    for (size_t off = 0; off < US_FPCACHE_WAYS * sizeof(us_fp_entry); off += 64)
+        __builtin_prefetch(bucket + off, 1);
+    __builtin_prefetch(bucket + US_FPCACHE_WAYS * sizeof(us_fp_entry) - 1, 1);
+}
+
 int us_fpcache_take(us_fpcache *c, const uint8_t fp[16], us_fp_entry *out)
 {
     uint64_t a = us_load64_le(fp), b = us_load64_le(fp + 8);

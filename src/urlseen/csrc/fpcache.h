@@ -55,6 +55,13 @@ int us_fpcache_hit(us_fpcache *c, const uint8_t fp[16], uint32_t now);
 int us_fpcache_insert(us_fpcache *c, const uint8_t fp[16], uint32_t pending, uint32_t batch,
                       uint32_t now, us_fp_entry *spill);
 
+/* 1 if fp is cached; changes nothing (a look-ahead: the batch step asks it a few keys early,
+ * so that a cached duplicate needs no counter probes). */
+int us_fpcache_contains(const us_fpcache *c, const uint8_t fp[16]);
+
+/* Prefetch the cache lines of fp's bucket (the batch step calls it a few keys ahead). */
+void us_fpcache_prefetch(const us_fpcache *c, const uint8_t fp[16]);
+
 /* Remove fp; returns 1 and its entry in *out if it was there. */
 int us_fpcache_take(us_fpcache *c, const uint8_t fp[16], us_fp_entry *out);
 

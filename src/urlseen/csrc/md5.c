@@ -30,35 +30,40 @@ static inline uint32_t rotl32(uint32_t x, unsigned r) { return (x << r) | (x >> 
 #define I(b, c, d) ((c) ^ ((b) | ~(d)))
 #define STEP(f, a, b, c, d, xg, t, s) (a) = (b) + rotl32((a) + f((b), (c), (d)) + (xg) + (t), (s))
 
+/* The 64 steps of a block on a, b, c, d and the message words x[0 .. 16), with `step` the
+ * one-step macro of the word type (STEP: one message; LSTEP: a lane each). */
+#define MD5_ROUNDS(step)                                                                           \
+    for (int i = 0; i < 16; i += 4) { /* round 1: g = i */                                         \
+        step(F, a, b, c, d, x[i], T[i], S[0][0]);                                                  \
+        step(F, d, a, b, c, x[i + 1], T[i + 1], S[0][1]);                                          \
+        step(F, c, d, a, b, x[i + 2], T[i + 2], S[0][2]);                                          \
+        step(F, b, c, d, a, x[i + 3], T[i + 3], S[0][3]);                                          \
+    }                                                                                              \
+    for (int i = 16; i < 32; i += 4) { /* round 2: g = 5i + 1 mod 16 */                            \
+        step(G, a, b, c, d, x[(5 * i + 1) & 15], T[i], S[1][0]);                                   \
+        step(G, d, a, b, c, x[(5 * i + 6) & 15], T[i + 1], S[1][1]);                               \
+        step(G, c, d, a, b, x[(5 * i + 11) & 15], T[i + 2], S[1][2]);                              \
+        step(G, b, c, d, a, x[(5 * i + 16) & 15], T[i + 3], S[1][3]);                              \
+    }                                                                                              \
+    for (int i = 32; i < 48; i += 4) { /* round 3: g = 3i + 5 mod 16 */                            \
+        step(H, a, b, c, d, x[(3 * i + 5) & 15], T[i], S[2][0]);                                   \
+        step(H, d, a, b, c, x[(3 * i + 8) & 15], T[i + 1], S[2][1]);                               \
+        step(H, c, d, a, b, x[(3 * i + 11) & 15], T[i + 2], S[2][2]);                              \
+        step(H, b, c, d, a, x[(3 * i + 14) & 15], T[i + 3], S[2][3]);                              \
+    }                                                                                              \
+    for (int i = 48; i < 64; i += 4) { /* round 4: g = 7i mod 16 */                                \
+        step(I, a, b, c, d, x[(7 * i) & 15], T[i], S[3][0]);                                       \
+        step(I, d, a, b, c, x[(7 * i + 7) & 15], T[i + 1], S[3][1]);                               \
+        step(I, c, d, a, b, x[(7 * i + 14) & 15], T[i + 2], S[3][2]);                              \
+        step(I, b, c, d, a, x[(7 * i + 21) & 15], T[i + 3], S[3][3]);                              \
+    }
+
 static void md5_block(uint32_t state[4], const uint8_t *p)
 {
     uint32_t x[16];
     for (int i = 0; i < 16; i++) x[i] = us_load32_le(p + 4 * i);
     uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
-    for (int i = 0; i < 16; i += 4) { /* round 1: g = i */
-        STEP(F, a, b, c, d, x[i], T[i], S[0][0]);
-        STEP(F, d, a, b, c, x[i + 1], T[i + 1], S[0][1]);
-        STEP(F, c, d, a, b, x[i + 2], T[i + 2], S[0][2]);
-        STEP(F, b, c, d, a, x[i + 3], T[i + 3], S[0][3]);
-    }
-    for (int i = 16; i < 32; i += 4) { /* round 2: g = 5i + 1 mod 16 */
-        STEP(G, a, b, c, d, x[(5 * i + 1) & 15], T[i], S[1][0]);
-        STEP(G, d, a, b, c, x[(5 * i + 6) & 15], T[i + 1], S[1][1]);
-        STEP(G, c, d, a, b, x[(5 * i + 11) & 15], T[i + 2], S[1][2]);
-        STEP(G, b, c, d, a, x[(5 * i + 16) & 15], T[i + 3], S[1][3]);
-    }
-    for (int i = 32; i < 48; i += 4) { /* round 3: g = 3i + 5 mod 16 */
-        STEP(H, a, b, c, d, x[(3 * i + 5) & 15], T[i], S[2][0]);
-        STEP(H, d, a, b, c, x[(3 * i + 8) & 15], T[i + 1], S[2][1]);
-        STEP(H, c, d, a, b, x[(3 * i + 11) & 15], T[i + 2], S[2][2]);
-        STEP(H, b, c, d, a, x[(3 * i + 14) & 15], T[i + 3], S[2][3]);
-    }
-    for (int i = 48; i < 64; i += 4) { /* round 4: g = 7i mod 16 */
-        STEP(I, a, b, c, d, x[(7 * i) & 15], T[i], S[3][0]);
-        STEP(I, d, a, b, c, x[(7 * i + 7) & 15], T[i + 1], S[3][1]);
-        STEP(I, c, d, a, b, x[(7 * i + 14) & 15], T[i + 2], S[3][2]);
-        STEP(I, b, c, d, a, x[(7 * i + 21) & 15], T[i + 3], S[3][3]);
-    }
+    MD5_ROUNDS(STEP)
     state[0] += a;
     state[1] += b;
     state[2] += c;
@@ -121,4 +126,106 @@ void us_md5(const void *data, size_t len, uint32_t seed, uint8_t out[16])
     }
     us_md5_update(&ctx, data, len);
     us_md5_final(&ctx, out);
+}
+
+/* ---- many keys side by side (us_md5_many) ---- */
+
+typedef uint32_t lanes_u32 __attribute__((vector_size(4 * US_MD5_LANES)));
+
+/* A macro, not a function: a 32-byte vector argument changes the ABI without AVX. */
+#define LSTEP(f, a, b, c, d, xg, t, s)                                                             \
+    do {                                                                                           \
+        lanes_u32 sum_ = (a) + f((b), (c), (d)) + (xg) + (t);                                      \
+        (a) = (b) + ((sum_ << (s)) | (sum_ >> (32 - (s))));                                        \
+    } while (0)
+
+/* md5_block for every lane: state[j] holds word j of each lane's state; x[w] word w of each
+ * lane's block. */
+static void md5_block_lanes(lanes_u32 state[4], const lanes_u32 x[16])
+{
+    lanes_u32 a = state[0], b = state[1], c = state[2], d = state[3];
+    MD5_ROUNDS(LSTEP)
+    state[0] += a;
+    state[1] += b;
+    state[2] += c;
+    state[3] += d;
+}
+
+static inline void store32_le(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+/* One lane's key: the message is prefix (the seed, 0 or 4 bytes) then the key, padded as
+ * us_md5_final pads it, in nblocks blocks. */
+typedef struct {
+    const uint8_t *key;
+    size_t len, total; /* key bytes; prefix + key bytes */
+    size_t index;      /* the key's place in the batch */
+    size_t block, nblocks;
+} md5_lane;
+
+/* Block `lane->block` of the lane's padded message into out (64 bytes). */
+static void lane_block(const md5_lane *lane, const uint8_t *prefix, size_t plen, uint8_t *out)
+{
+    size_t start = lane->block * 64, end = start + 64;
+    if (plen == 0 && end <= lane->len) { /* whole inside the key: the common case */
+        memcpy(out, lane->key + start, 64);
+        return;
+    }
+    memset(out, 0, 64);
+    for (size_t pos = start; pos < end && pos < plen; pos++) out[pos - start] = prefix[pos];
+    size_t lo = start > plen ? start : plen, hi = end < lane->total ? end : lane->total;
+    if (lo < hi) memcpy(out + (lo - start), lane->key + (lo - plen), hi - lo);
+    if (lane->total >= start && lane->total < end) out[lane->total - start] = 0x80;
+    if (lane->block + 1 == lane->nblocks) us_store64_le(out + 56, (uint64_t)lane->total * 8);
+}
+
+static void lane_start(md5_lane *lane, const uint8_t *const *data, const size_t *len, size_t i,
+                       size_t plen)
+{
+    lane->key = data[i];
+    lane->len = len[i];
+    lane->total = plen + len[i];
+    lane->index = i;
+    lane->block = 0;
+    lane->nblocks = (lane->total + 8) / 64 + 1;
+}
+
+void us_md5_many(const uint8_t *const *data, const size_t *len, size_t n, uint32_t seed,
+                 uint8_t (*out)[16])
+{
+    static const uint32_t init[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
+    const uint8_t prefix[4] = {(uint8_t)seed, (uint8_t)(seed >> 8), (uint8_t)(seed >> 16),
+                               (uint8_t)(seed >> 24)};
+    size_t plen = seed ? 4 : 0, next = 0, busy = 0;
+    md5_lane lane[US_MD5_LANES];
+    int active[US_MD5_LANES];
+    lanes_u32 state[4], x[16];
+    uint8_t block[64];
+    for (unsigned l = 0; l < US_MD5_LANES; l++) {
+        active[l] = next < n;
+        if (active[l]) lane_start(&lane[l], data, len, next++, plen), busy++;
+        for (int j = 0; j < 4; j++) state[j][l] = init[j];
+    }
+    while (busy) {
+        for (unsigned l = 0; l < US_MD5_LANES; l++) {
+            if (active[l]) lane_block(&lane[l], prefix, plen, block);
+            else memset(block, 0, sizeof block); /* an idle lane hashes nothing it keeps */
+            for (int w = 0; w < 16; w++) x[w][l] = us_load32_le(block + 4 * w);
+        }
+        md5_block_lanes(state, x);
+        for (unsigned l = 0; l < US_MD5_LANES; l++) {
+            if (!active[l] || ++lane[l].block < lane[l].nblocks) continue;
+            for (int j = 0; j < 4; j++) {
+                store32_le(out[lane[l].index] + 4 * j, state[j][l]);
+                state[j][l] = init[j];
+            }
+            if (next < n) lane_start(&lane[l], data, len, next++, plen);
+            else active[l] = 0, busy--;
+        }
+    }
 }

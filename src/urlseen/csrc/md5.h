@@ -27,4 +27,12 @@ void us_md5_final(us_md5_ctx *ctx, uint8_t out[16]);
  * each seed gives an independent hash family. */
 void us_md5(const void *data, size_t len, uint32_t seed, uint8_t out[16]);
 
+/* The digests of n keys (key i: data[i], len[i] bytes), each equal to us_md5's with the same
+ * seed. Why: one MD5 is a chain of 64 dependent steps that leaves most of a core idle; here
+ * US_MD5_LANES keys go through the steps side by side in vector registers, each lane taking
+ * the next key as soon as its own is done (keys of 1 and 2 blocks mix in a URL batch). */
+#define US_MD5_LANES 8
+void us_md5_many(const uint8_t *const *data, const size_t *len, size_t n, uint32_t seed,
+                 uint8_t (*out)[16]);
+
 #endif

@@ -301,6 +301,29 @@ class ExactFilter(Closeable):
         them: a caller that writes the new URLs out there never has the state ahead of its
         output (`urlseen dedup --state`). If it raises, nothing is committed.
         """
+        return self._add_batch(
+            lambda cache, stamp: self._counters._exact_step(keys, cache, stamp), before_commit
+        )
+
+    def _add_engine_batch(
+        self,
+        engine: _core.LineEngine,
+        *,
+        before_commit: Callable[[list[bool]], object] | None = None,
+    ) -> list[bool]:
+        """add_many of the line engine's current batch, its keys hashed from the engine's own
+        buffers (`urlseen dedup`: no Python object per line)."""
+        return self._add_batch(
+            lambda cache, stamp: engine.exact_step(self._counters, cache, stamp), before_commit
+        )
+
+    def _add_batch(
+        self,
+        run_step: Callable[[_core.FingerprintCache | None, int], _core.ExactStepResult],
+        before_commit: Callable[[list[bool]], object] | None,
+    ) -> list[bool]:
+        """add_many's work once the keys are known: run_step(cache, stamp) is the C step on
+        them (CountingFilter._exact_step), the rest settles its answers with the library."""
         with self._lock:
             self._usable()
             self._counters.check_store()  # a counter file cut short: FormatError, not SIGBUS
@@ -308,7 +331,7 @@ class ExactFilter(Closeable):
             stamp = _seconds(now)
             cache = self._cache
             try:
-                step = self._counters._exact_step(keys, cache, stamp)
+                step = run_step(cache, stamp)
                 flags, fresh, ask = step.answers, step.new_fingerprints, step.undecided
                 spills, events = step.evicted, step.counter_overflows
             except _KEY_ERRORS:
