@@ -90,6 +90,7 @@ class Run:
     output_at_start: int
     kill_after_bytes: int | None  # None: this run is not to be killed
     kill_at: float
+    started: float
 
 
 def _size(path: Path) -> int:
@@ -99,20 +100,24 @@ def _size(path: Path) -> int:
 def _run_fleet(commands: list[list[str]], outputs: list[Path], kills: int, seed: int) -> Fleet:
     """Run the fleet (one process per command at once) in rounds until `kills` SIGKILLs
     happened: a run is killed at a random moment (once it has written a random number of
-    bytes, or at a random time of 0.8 to 3 s if that comes first) and rerun on the same
+    bytes, or at a random time within the run if that comes first: 0.8 to 3 s until a run of
+    that command has finished, then up to the last finished run's length, so that runs with
+    nothing left to print, which finish fast, are still killed inside) and rerun on the same
     input; a round ends when every command has finished a run."""
     rng = random.Random(seed)
     fleet = Fleet()
     started = time.monotonic()
     deadline = started + 240
     runs: dict[int, Run] = {}
+    lasted: dict[int, float] = {}  # the last finished (not killed) run's length, per command
 
     def start(w: int) -> None:
         due = fleet.kills + sum(r.kill_after_bytes is not None for r in runs.values())
         kill_after = rng.randrange(1, 15_000) if due < kills else None
         proc = subprocess.Popen(commands[w], stderr=subprocess.PIPE)
-        kill_at = time.monotonic() + rng.uniform(0.8, 3.0)
-        runs[w] = Run(proc, _size(outputs[w]), kill_after, kill_at)
+        now = time.monotonic()
+        kill_at = now + (rng.uniform(0.8, 3.0) if w not in lasted else rng.uniform(0, lasted[w]))
+        runs[w] = Run(proc, _size(outputs[w]), kill_after, kill_at, now)
         fleet.runs += 1
 
     while fleet.kills < kills:
@@ -137,6 +142,8 @@ def _run_fleet(commands: list[list[str]], outputs: list[Path], kills: int, seed:
                     start(w)  # rerun the killed one on the same input
                 elif proc.returncode != 0:
                     pytest.fail(f"worker {w} failed ({proc.returncode}): {err}")
+                else:
+                    lasted[w] = time.monotonic() - run.started
             time.sleep(0.005)
     fleet.seconds = time.monotonic() - started
     fleet.printed = [line for out in outputs for line in out.read_bytes().splitlines()]

@@ -79,8 +79,9 @@ def _options() -> dict[str, Option]:
                    choices=("blocked", "standard"), default="blocked"),
             Option("cache_entries", "Hot fingerprints kept in memory (32 bytes each); 0 = none.",
                    int, low=0, high=2**32, default=DEFAULT_CACHE_ENTRIES),
-            Option("leaf_bits", "Bits per leaf Bloom filter, a multiple of 512 [default: 2**23, "
-                   "1 MiB]; a leaf that fills splits in two.", int, low=512, high=2**32),
+            Option("leaf_bits", "Bits of a full-grown leaf Bloom filter, a multiple of 512 "
+                   "[default: 2**23, 1 MiB]; leaves start small and grow to it, then a leaf "
+                   "that fills splits in two.", int, low=512, high=2**32),
             Option("groups", "S, groups of two bit vectors [default: the least memory for the "
                    "target].", int, low=1, high=64),
             Option("query", "A URL is seen if all groups (or, as the seed paper wrote it, any "
