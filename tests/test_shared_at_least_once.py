@@ -120,31 +120,37 @@ def _run_fleet(commands: list[list[str]], outputs: list[Path], kills: int, seed:
         runs[w] = Run(proc, _size(outputs[w]), kill_after, kill_at, now)
         fleet.runs += 1
 
-    while fleet.kills < kills:
-        for w in range(len(commands)):
-            start(w)
-        while runs:
-            assert time.monotonic() < deadline, "the fleet did not finish within 240 s"
-            for w, run in list(runs.items()):
-                proc = run.proc
-                if proc.poll() is None and run.kill_after_bytes is not None:
-                    grown = _size(outputs[w]) - run.output_at_start
-                    if grown >= run.kill_after_bytes or time.monotonic() >= run.kill_at:
-                        proc.send_signal(signal.SIGKILL)
-                        if proc.wait() == -signal.SIGKILL:  # else it had just finished
-                            fleet.kills += 1
-                            fleet.kills_after_output += grown > 0
-                if proc.poll() is None:
-                    continue
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                del runs[w]
-                if proc.returncode == -signal.SIGKILL:
-                    start(w)  # rerun the killed one on the same input
-                elif proc.returncode != 0:
-                    pytest.fail(f"worker {w} failed ({proc.returncode}): {err}")
-                else:
-                    lasted[w] = time.monotonic() - run.started
-            time.sleep(0.005)
+    try:
+        while fleet.kills < kills:
+            for w in range(len(commands)):
+                start(w)
+            while runs:
+                assert time.monotonic() < deadline, "the fleet did not finish within 240 s"
+                for w, run in list(runs.items()):
+                    proc = run.proc
+                    if proc.poll() is None and run.kill_after_bytes is not None:
+                        grown = _size(outputs[w]) - run.output_at_start
+                        if grown >= run.kill_after_bytes or time.monotonic() >= run.kill_at:
+                            proc.send_signal(signal.SIGKILL)
+                            if proc.wait() == -signal.SIGKILL:  # else it had just finished
+                                fleet.kills += 1
+                                fleet.kills_after_output += grown > 0
+                    if proc.poll() is None:
+                        continue
+                    err = proc.stderr.read().decode() if proc.stderr else ""
+                    del runs[w]
+                    if proc.returncode == -signal.SIGKILL:
+                        start(w)  # rerun the killed one on the same input
+                    elif proc.returncode != 0:
+                        pytest.fail(f"worker {w} failed ({proc.returncode}): {err}")
+                    else:
+                        lasted[w] = time.monotonic() - run.started
+                time.sleep(0.005)
+    finally:  # a failed fleet leaves no process behind to write after the test's clean-up
+        for run in runs.values():
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait()
     fleet.seconds = time.monotonic() - started
     fleet.printed = [line for out in outputs for line in out.read_bytes().splitlines()]
     return fleet
