@@ -125,8 +125,11 @@ def test_tiny_bloom_filter_completes_and_reports_the_pages_it_lost(
     lost = int(match.group(1).replace(",", ""))
     pages = fetched_once(_read(fetched))
     assert "(finished)" in out
-    assert pages < scrapy_pages
-    assert 1 <= lost <= len(scrapy_pages - pages)  # each false positive is a page not fetched
+    # The filter answered some new URLs seen and the report counts them; no exact relation to
+    # the pages missing holds: a page linked under two fingerprints (e.g. "dir/" and
+    # "dir/index.html") is still fetched through the other (a rare run loses none), and a lost
+    # page hides the pages only it links to.
+    assert lost >= 1 and pages and pages <= scrapy_pages
 
 
 @pytest.mark.parametrize(
