@@ -3,7 +3,7 @@
 
 Each row is one command under `/usr/bin/time -f "%M %U %S"`: wall time (s, from Python's clock
 around it, so to the millisecond; the wrapper's ~2 ms count for every tool alike), CPU time
-(user + sys of all its processes: `zcat` too, and urlseen's read-ahead thread; steadier than
+(user + sys of all its processes: `zcat` too, and urlseen's reading threads; steadier than
 wall time when other work shares the machine) and peak RSS (for a shell pipeline, its largest
 process); the fastest of --repeat runs (rows over 20 s run once),
 the runs of all tools interleaved round by round. Throughput is input lines / wall time, so
@@ -29,11 +29,15 @@ the package's modules from source again, ~80 ms that no installed copy pays.
 Rows: awk, `sort -u` (LC_ALL=C; sorted output, not first occurrences), a Python set script
 (the obvious 5-line dedup), and `urlseen dedup` with each --filter kind, raw (--no-canonicalize)
 and canonicalizing (the default). urlseen runs use the defaults (capacity 10M at the kind's
-error rate) except on the synthetic set, which gets --capacity 20000000.
+error rate) except on the synthetic set, which gets --capacity 20000000. With --serial-engine,
+each urlseen row also runs with URLSEEN_LINE_WORKER=0 ("... serial"): the line engine without its
+worker thread, all its work on the filter's thread, as before issue 14's two-core engine (an A/B
+in one run).
 
 Usage:
     python benchmarks/pipeline.py [--sets dev,feed,synthetic] [--kinds bloom,exact,...]
         [--workdir /tmp/urlseen-pipeline] [--json results.json] [--timeout 900] [--repeat 3]
+        [--serial-engine]
     python benchmarks/pipeline.py --sets startup --kinds bloom --repeat 21   # fixed cost
 """
 
@@ -172,7 +176,13 @@ def timed(set_name: str, tool: str, command: str, lines: int, out: Path, timeout
 
 
 def run_set(
-    name: str, path: Path, kinds: list[str], work: Path, timeout: float, repeat: int
+    name: str,
+    path: Path,
+    kinds: list[str],
+    work: Path,
+    timeout: float,
+    repeat: int,
+    serial: bool = False,
 ) -> list[Row]:
     """Every tool on one set; each row is the fastest of `repeat` runs (one for rows slower
     than REPEAT_UNDER seconds)."""
@@ -190,16 +200,19 @@ def run_set(
         ("python set", f"{cat} | {shlex.quote(sys.executable)} -c {shlex.quote(PYTHON_SET)} > {o}"),
     ]
     states: dict[str, Path] = {}
+    engines = (("", ""), (" serial", "URLSEEN_LINE_WORKER=0 ")) if serial else (("", ""),)
     for kind in kinds:
         for mode, flag in (("raw", " --no-canonicalize"), ("canonical", "")):
-            tool, state = f"urlseen {kind} {mode}", ""
-            if kind in ("exact", "library", "rotating"):  # folder kinds keep their library on disk
-                states[tool] = work / f"state-{name}-{kind}-{mode}"
-                state = f" --state {shlex.quote(str(states[tool]))}"
-            commands.append((
-                tool,
-                f"{urlseen} dedup --no-progress --filter {kind}{flag}{extra}{state} {src} -o {o}",
-            ))  # fmt: skip
+            for suffix, env in engines:
+                tool, state = f"urlseen {kind} {mode}{suffix}", ""
+                if kind in ("exact", "library", "rotating"):  # folder kinds keep a library on disk
+                    states[tool] = work / f"state-{name}-{kind}-{mode}{suffix.strip()}"
+                    state = f" --state {shlex.quote(str(states[tool]))}"
+                commands.append((
+                    tool,
+                    f"{env}{urlseen} dedup --no-progress --filter {kind}{flag}{extra}{state} "
+                    f"{src} -o {o}",
+                ))  # fmt: skip
     best: dict[str, Row] = {}
     for round_ in range(repeat):  # rounds interleave the tools, so that each sees the same load
         for tool, command in commands:
@@ -253,6 +266,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--repeat", type=int, default=3, help="runs per row; the fastest counts")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--serial-engine",
+        action="store_true",
+        help="also run each urlseen row with URLSEEN_LINE_WORKER=0 (the engine without its "
+        "worker thread)",
+    )
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     sets = args.sets.split(",")
@@ -275,7 +294,9 @@ def main() -> None:
             kinds = [k for k in kinds if k in args.synthetic_kinds.split(",")]
         else:
             parser.error(f"unknown set {name!r}")
-        rows += run_set(name, path, kinds, args.workdir, args.timeout, args.repeat)
+        rows += run_set(
+            name, path, kinds, args.workdir, args.timeout, args.repeat, args.serial_engine
+        )
     print(markdown(rows))
     if args.json:
         meta = {

@@ -898,11 +898,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", type=int, help="never-inserted lines for FP (default 100k)")
     ap.add_argument("--fleet-lines", type=int, help="lines the fleet checks (default 500k)")
     ap.add_argument("--no-fleet", action="store_true", help="skip the fleet runs")
+    ap.add_argument(
+        "--kinds",
+        default="sadd,bloom,dsbf,exact",
+        help="only these ways (comma-separated among sadd, bloom, dsbf, exact; SADD is always "
+        "measured: it is every ratio's peer)",
+    )
     ap.add_argument("--error-rate", type=float, default=ERROR_RATE)
     ap.add_argument("--leaf-bits", type=int, help=f"splittable leaves (default {LEAF_BITS:,})")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--json", type=Path, help="write the raw numbers here")
     args = ap.parse_args(argv)
+    kinds = {"sadd", *args.kinds.split(",")}
+    if not kinds <= {"sadd", "bloom", "dsbf", "exact"}:
+        ap.error(f"--kinds: unknown kind among {args.kinds!r}")
     if not args.data.is_file():
         ap.error(f"no data file at {args.data} (--data: the URL development set, urls-dev.txt.gz)")
     q = args.quick
@@ -933,6 +942,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         for name, (lines, expected, never) in streams.items():
             for way in table_ways(args.error_rate, leaf_bits):
+                if way.kind not in kinds:
+                    continue
                 rows.append(measure_row(folder, way, name, lines, expected, never, log))
         small = small_filter(folder, new[:SMALL_URLS], args.error_rate)
         log(f"  small splittable filter: {small}")
@@ -940,9 +951,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_fleet:
             (folder / "single").mkdir()
             (folder / "cluster").mkdir()
-            cells = fleet(
-                folder, fleet_ways(args.error_rate, leaf_bits), clients, repeats[:n_fleet], log
-            )
+            ways = [w for w in fleet_ways(args.error_rate, leaf_bits) if w.kind in kinds]
+            cells = fleet(folder, ways, clients, repeats[:n_fleet], log)
         with private_server(folder) as server:
             version = server.version()
     checks = targets(rows, small, cells, args.error_rate)

@@ -10,6 +10,7 @@ import functools
 import http.server
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     crawls started together really start together (whatever their start-up times)."""
 
     def do_GET(self) -> None:
+        delay = getattr(self.server, "delay", 0.0)
+        if delay:  # a slower site: crawls that start apart still overlap
+            time.sleep(delay)
         gate = getattr(self.server, "gate", None)
         if gate is not None:
             with contextlib.suppress(threading.BrokenBarrierError):

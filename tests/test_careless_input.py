@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -159,6 +160,47 @@ def test_gzip_bytes_on_stdin_are_decompressed() -> None:
     result = dedup("--json", input=gzip.compress(DATA))
     assert result.stdout_bytes == lines(*URLS)
     assert summary(result)["skipped"]["invalid_utf8"] == 0
+
+
+@pytest.mark.parametrize("url_filter", ["bloom", "exact"])
+def test_ctrl_c_while_stdin_is_silent_exits_cleanly_and_a_rerun_prints_the_lines(
+    tmp_path: Path, url_filter: str
+) -> None:
+    """Ctrl-C while the read-ahead thread waits on a pipe that says nothing: an orderly exit
+    (not an abort of the interpreter on stdin's lock), and the unfinished batch, which never
+    reached the state, is printed by the rerun."""
+    state = tmp_path / "seen"
+    read, write = os.pipe()
+    command = [
+        sys.executable,
+        "-m",
+        "urlseen",
+        "dedup",
+        "--filter",
+        url_filter,
+        "--state",
+        state,
+        "-",
+    ]
+    child = subprocess.Popen(
+        command, stdin=read, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    os.close(read)
+    try:
+        os.write(write, b"https://a.example/\nhttps://b.example/\n")
+        time.sleep(2)  # started, read the two lines, waiting for more
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        os.close(write)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode in (1, 130), (child.returncode, err)
+    assert b"Fatal Python error" not in err, err
+    rerun = run("dedup", "--filter", url_filter, "--state", state, input=b"https://a.example/\n")
+    assert rerun.returncode == 0, rerun.stderr
+    assert set(out.splitlines()) | set(rerun.stdout.splitlines()) >= {b"https://a.example/"}
 
 
 def test_gzip_is_recognised_by_its_bytes_not_its_name(tmp_path: Path) -> None:

@@ -210,3 +210,42 @@ def test_repeats_inside_a_batch_are_asked_once_and_answered_as_the_script_would(
     assert ask_each_once([0, 1, 2, 3, 4, 5, 6], fps, ask) == b"1P00P01"
     assert ask_each_once([4, 6, 1], fps, ask) == b"P1P"
     assert asked == [[0, 1, 2, 6], [4, 6]]
+
+
+def test_claims_are_young_for_half_a_lease_from_before_their_batch():
+    """Claims.young() lets RedisBloomFilter acknowledge without reading its claims: true only
+    while every held claim's batch began less than half a lease ago."""
+    from urlseen.stores.redis_claims import Claims
+
+    claims = Claims(lease=0.2)
+    assert not claims.young()  # nothing held
+    with claims.batch(lambda fps: None) as priority:
+        claims.hold([b"a"], priority)
+    assert claims.young()
+    time.sleep(0.11)
+    with claims.batch(lambda fps: None) as priority:
+        claims.hold([b"b"], priority)
+    assert not claims.young(), "the oldest held claim decides"
+    assert claims.take() == [b"a", b"b"] and not claims.young()
+    with claims.batch(lambda fps: None) as priority:
+        claims.hold([b"c"], priority)
+    assert claims.young()
+
+
+def test_an_acknowledgement_after_half_a_lease_reads_its_claims(redis_url, redis_name, monkeypatch):
+    """Past half a lease the Bloom filter acknowledges by the checked release (a takeover is
+    counted), before it by deleting its claims unread: both leave none held."""
+    seen = _open("bloom", redis_url, redis_name)
+    checked = []
+    real = seen._release
+    monkeypatch.setattr(seen, "_release", lambda fps, how: checked.append(how) or real(fps, how))
+    try:
+        assert all(seen.add_many(_urls(30, "young")))
+        assert seen.claims_held() == 30 and seen.acknowledge() == 0 and seen.claims_held() == 0
+        assert checked == []
+        assert all(seen.add_many(_urls(30, "old")))
+        time.sleep(0.6 * LEASE)
+        assert seen.acknowledge() == 0 and seen.claims_held() == 0
+        assert checked == ["ack"]
+    finally:
+        seen.destroy()

@@ -469,3 +469,61 @@ def test_dedup_imports_neither_the_other_commands_nor_what_only_they_need(tmp_pa
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert (tmp_path / "o").read_text() == "https://a.example/\n"
     assert done.stdout.split() == []  # tqdm too: --no-progress draws no bar
+
+
+# What `python -m urlseen dedup --no-canonicalize` (a filter in memory, a plain file, no TTY)
+# must not import: modules only other options, kinds or commands need. Each was imported at
+# start-up before issue 14's start-up work (314M instructions then, benchmarks/RESULTS.md);
+# -X importtime lists every module the process imports, so the check is exact, not a timing.
+NOT_AT_START = (
+    "w3lib",  # canonicalization left to w3lib (--no-canonicalize: none)
+    "redis",
+    "sqlite3",  # the exact filter's library
+    "tqdm",  # the progress bar: stderr is not a terminal
+    "rich",
+    "scrapy",
+    "importlib.metadata",  # --version only
+    "json",  # --json, and state files' headers
+    "decimal",  # --capacity's parser
+    "pathlib",  # state paths
+    "tempfile",  # filters that keep a temporary library
+    "urlseen.stores.mmapfile",  # state files
+    "urlseen.stores._format",
+    "urlseen.filters._sizing_counting",  # the counting and splittable filters' sizing
+    "urlseen.filters._sizing_splittable",
+    "urlseen.filters.counting",  # the other kinds' filters
+    "urlseen.filters.exact",
+    "urlseen.filters.dsbf",
+    "urlseen.filters.mdbf",
+    "urlseen.filters.rotating",
+    "urlseen.filters.redis_bloom",
+    "urlseen.similarity",
+    "urlseen.integrations",
+    "urlseen.cli.crawl",
+    "urlseen.cli.info",
+)
+
+
+def _imported(*args: str) -> set[str]:
+    """Every module a `python -X importtime ...` process imports."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *args],
+        capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return {
+        line.rpartition("|")[2].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+
+
+def test_dedup_starts_without_what_it_does_not_need(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("https://a.example/\nhttps://a.example/\n")
+    run = ("-m", "urlseen", "dedup", "--no-canonicalize", str(source), "-o", str(tmp_path / "o"))
+    # what the interpreter's own start imports here (site hooks) is not the run's doing
+    imported = _imported(*run) - _imported("-c", "pass")
+    assert (tmp_path / "o").read_text() == "https://a.example/\n"
+    assert "urlseen.filters.bloom" in imported  # the listing is the run's
+    unwanted = {m for m in imported for heavy in NOT_AT_START if (m + ".").startswith(heavy + ".")}
+    assert not unwanted, f"imported at start-up: {sorted(unwanted)}"

@@ -17,12 +17,13 @@ import pytest
 import redis
 
 from urlseen import ConfigError, FormatError, _core
-from urlseen.filters import _sizing
+from urlseen.filters import _sizing, _sizing_splittable
 from urlseen.filters.dsbf import SplittableBloomFilter
 from urlseen.stores import redis_store
+from urlseen.stores.redis_claims import Claims
 from urlseen.stores.redis_leaves import RedisLeafStore
-from urlseen.stores.redis_store import RemoteError
-from urlseen.stores.splittable import MemoryLeafStore, Split, loc_hash
+from urlseen.stores.redis_store import FilterLostError, RemoteError
+from urlseen.stores.splittable import MISSING, LeafOp, MemoryLeafStore, Split, loc_hash
 
 
 def urls(n: int, seed: int = 0, tag: str = "p") -> list[str]:
@@ -32,14 +33,24 @@ def urls(n: int, seed: int = 0, tag: str = "p") -> list[str]:
     ]
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-native", "redis-script"])
 def make(request, redis_url, redis_name):
-    """make(**params) -> a new SplittableBloomFilter on the parametrized store."""
+    """make(**params) -> a new SplittableBloomFilter on the parametrized store. Redis: as
+    configured by default; "native": every ADD reads natively first, even after a batch of new
+    URLs; "script": every key through bloom_batch.lua, copies included (the way on a Cluster
+    for claims, and the fallback)."""
 
     def make_filter(**params):
         if request.param == "memory":
             return SplittableBloomFilter(**params)
-        return SplittableBloomFilter(redis=redis_url, name=redis_name, **params)
+        seen = SplittableBloomFilter(redis=redis_url, name=redis_name, **params)
+        if request.param == "redis-native":
+            seen._store.native_from = 0.0
+        elif request.param == "redis-script":
+            seen._store.native_from = 2.0
+            seen._store.native_copy = False
+            seen._store.optimistic = False
+        return seen
 
     return make_filter
 
@@ -55,10 +66,10 @@ def add_in_batches(seen, keys, batch=500):
 
 
 def test_standard_sizing_is_the_worked_example_and_blocked_keeps_the_bound():
-    assert _sizing.size_splittable(10**9, 1 << 23, 1e-3) == _sizing.SplittableSize(
-        10, 583_448, 1_714
-    )
-    blocked = _sizing.size_splittable(10**9, 1 << 23, 1e-3, "blocked")
+    assert _sizing_splittable.size_splittable(
+        10**9, 1 << 23, 1e-3
+    ) == _sizing_splittable.SplittableSize(10, 583_448, 1_714)
+    blocked = _sizing_splittable.size_splittable(10**9, 1 << 23, 1e-3, "blocked")
     assert _sizing.blocked_error_rate(blocked.leaf_capacity, (1 << 23) // 512, blocked.k) <= 1e-3
     assert _sizing.blocked_error_rate(blocked.leaf_capacity + 1, (1 << 23) // 512, blocked.k) > 1e-3
 
@@ -382,6 +393,190 @@ def test_a_splitter_whose_lock_expired_cannot_install_its_children(make):
     assert not store.refresh(leaf, "slow", 1000, ["x", "y"])
     assert store.swap(leaf, "fast", Split(1, ("x", "y")), 4096) > 0
     assert store.lock(leaf, "late", 1000)[0] == "done"
+
+
+# ---- native reads and copies in Redis (issue 17) ------------------------------------------------
+
+
+def _leaf_state(client, store, leaf):
+    meta, bits, fps, _ = store._keys(leaf)
+    count = int(client.hget(meta, "count"))
+    return client.get(bits), client.getrange(fps, 0, count * store._fp_bytes() - 1), count
+
+
+def test_a_native_copy_writes_what_the_script_copy_writes(redis_url, redis_name):
+    seen = SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=1 << 15)
+    store = _store_of(seen)
+    client = redis.Redis.from_url(redis_url)
+    native, script = store.new_leaf_ids(2)
+    store.make_leaves([native, script], seen._full_bits, seen.tree.params)
+    width = seen.fingerprint_bytes
+    fps = [bytes(random.Random(i).getrandbits(8) for _ in range(width)) for i in range(900)]
+    for part in (fps[:500], fps[500:]):  # a split copies while the leaf is written, then the rest
+        store.native_copy = True
+        replies = store.check_and_add({native: part}, LeafOp.COPY)
+        store.native_copy = False
+        replies.update(store.check_and_add({script: part}, LeafOp.COPY))
+        assert replies[native] == replies[script]
+    assert _leaf_state(client, store, native) == _leaf_state(client, store, script)
+    assert _leaf_state(client, store, native)[2] == 900
+    assert client.hget(store._keys(script)[0], "filled") is None  # the script path was taken
+
+
+def test_a_fill_is_resent_safely_and_refused_on_a_changed_or_lost_child(redis_url, redis_name):
+    seen = SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=1 << 15)
+    store = _store_of(seen)
+    client = redis.Redis.from_url(redis_url)
+    (child,) = store.new_leaf_ids(1)
+    store.make_leaves([child], seen._full_bits, seen.tree.params)
+    meta, bits, fps, _ = store._keys(child)
+    nbytes, width = len(client.get(bits)), seen.fingerprint_bytes
+
+    def fill(count, token, data):
+        args = ["fill", store._instance, count, token, b"\xff" * nbytes, data, width]
+        return store._leaf_script(keys=[meta, bits, fps], args=args)
+
+    assert fill(0, "t1", b"a" * width * 3) == 1
+    assert fill(0, "t1", b"a" * width * 3) == 1  # resent after a lost reply: done once
+    assert int(client.hget(meta, "count")) == 3 and client.strlen(fps) == 3 * width
+    assert fill(0, "t2", b"b" * width) == b"M"  # the child changed since it was read
+    assert int(client.hget(meta, "count")) == 3
+    client.delete(meta)
+    assert fill(3, "t3", b"b" * width) == b"X"
+    assert store.check_and_add({child: [b"c" * width]}, LeafOp.COPY) == {child: MISSING}
+
+
+@pytest.mark.parametrize("native_from", [0.0, 2.0], ids=["native-reads", "script-only"])
+def test_a_lost_or_damaged_leaf_stops_a_batch_of_repeats_either_way(
+    redis_url, redis_name, native_from
+):
+    seen = SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=1 << 13)
+    seen._store.native_from = native_from
+    keys = urls(200, seed=21)
+    assert sum(seen.add_many(keys)) >= 195
+    client = redis.Redis.from_url(redis_url)
+    store = _store_of(seen)
+    first, second = seen.tree.leaves()[0][0], seen.tree.leaves()[1][0]
+    client.setrange(store._keys(first)[1], 0, b"")  # untouched: still seen
+    client.append(store._keys(first)[1], b"x")  # the bits one byte too long: damaged
+    with pytest.raises(FilterLostError, match="gone or damaged"):
+        seen.add_many(keys)
+    client.delete(*store._keys(second))
+    client.delete(store._keys(first)[1])
+    with pytest.raises(FilterLostError):
+        seen.add_many(keys)
+
+
+@pytest.mark.parametrize("native_from", [0.0, 2.0], ids=["native-reads", "script-only"])
+def test_a_sealed_leaf_sends_its_repeats_to_the_split_either_way(
+    redis_url, redis_name, native_from
+):
+    """A leaf sealed by a splitter that died: a batch of repeats is not answered from it (the
+    script answers "moved"), the writer finishes the split, and the children answer seen."""
+    seen = SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=1 << 13)
+    seen._store.native_from = native_from
+    store = _store_of(seen)
+    keys = urls(300, seed=22)
+    reported = [k for k, new in zip(keys, seen.add_many(keys), strict=True) if new]
+    leaf = seen.tree.leaves()[0][0]
+    assert store.lock(leaf, "dead-splitter", 200)[0] == "ok"
+    assert store.seal(leaf) >= 0
+    assert seen.add_many(reported) == [False] * len(reported)
+    assert leaf in seen.tree.splits
+
+
+def test_native_reads_answer_repeats_without_the_script(private_redis):
+    # a private server: commandstats count only this filter's calls (a shared one counts other
+    # suites' too)
+    redis_url = private_redis.url
+    seen = SplittableBloomFilter(5000, 0.001, redis=redis_url, name="f", leaf_bits=1 << 15)
+    keys = urls(3000, seed=23)
+    keys = [k for k, new in zip(keys, add_in_batches(seen, keys), strict=True) if new]
+    assert len(keys) >= 2990
+    client = redis.Redis.from_url(redis_url)
+    before = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    assert add_in_batches(seen, keys) == [False] * len(keys)
+    after = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    assert after - before < len(keys) // 500, "repeats went to the script"
+
+
+def _one_leaf_store(redis_url, redis_name):
+    """A filter's store with one fresh active leaf of full size, and fingerprints for it."""
+    seen = SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name, leaf_bits=1 << 15)
+    store = _store_of(seen)
+    (leaf,) = store.new_leaf_ids(1)
+    store.make_leaves([leaf], seen._full_bits, seen.tree.params)
+    width = seen.fingerprint_bytes
+    fps = [random.Random(i).randbytes(width) for i in range(300)]
+    return seen, store, leaf, fps
+
+
+@pytest.mark.parametrize("writer", ["add", "copy", "fill"])
+def test_a_leaf_written_between_our_read_and_our_script_makes_the_script_decide(
+    redis_url, redis_name, monkeypatch, writer
+):
+    """Every script that writes a leaf's bits adds to its count (ADD, COPY and dsbf_leaf.lua's
+    fill), so an optimistic batch whose leaf another client wrote after its read is decided by
+    the script from the masks: the other client's keys are seen, never new twice, and the reply
+    says it fell back (the store then pauses the optimistic path)."""
+    seen, store, leaf, fps = _one_leaf_store(redis_url, redis_name)
+    other = RedisLeafStore(redis_url, redis_name)
+    other.load()
+    other._sizes.update(store._sizes)  # the fresh leaf, made by `store`
+    other.native_copy = writer == "fill"
+    theirs = fps[::7]
+    real = store._native
+
+    def read_then_other_writes(*args):
+        got = real(*args)
+        op = LeafOp.ADD if writer == "add" else LeafOp.COPY
+        assert all(other.check_and_add({leaf: theirs}, op)[leaf].new)
+        return got
+
+    monkeypatch.setattr(store, "_native", read_then_other_writes)
+    sent = []
+    real_run = store._run
+    monkeypatch.setattr(store, "_run", lambda calls, *a: sent.append(calls) or real_run(calls, *a))
+    claims = Claims()
+    reply = store.check_and_add({leaf: fps}, LeafOp.ADD, claims.args(claims.priority()))[leaf]
+    assert len(sent[0][leaf][1][4]) == 4, "the optimistic arguments were sent"
+    local, buffer = MemoryLeafStore._bits(seen._full_bits, seen.tree.params)
+    local.add_many(theirs)
+    assert reply.new == local.add_many(fps) and not any(reply.new[::7])
+    assert reply.count == sum(reply.new) + len(theirs)
+    assert store._optimism.fallbacks == 1, "the reply said it fell back"
+    client = redis.Redis.from_url(redis_url)
+    assert client.get(store._keys(leaf)[1]) == bytes(buffer)
+
+
+def test_optimistic_leaves_take_their_answers_and_drop_young_claims(
+    redis_url, redis_name, monkeypatch
+):
+    """A batch of new URLs in several leaves: each leaf gets its snapshot's answers and blocks
+    (and takes them: no fallback), and the acknowledgement deletes the young claims by DROP,
+    while claims older than half a lease go through the checked release."""
+    seen = SplittableBloomFilter(20_000, 0.001, redis=redis_url, name=redis_name, lease=0.4,
+                                 leaf_bits=1 << 15)  # fmt: skip
+    store = _store_of(seen)
+    ops, extras = [], []
+    real_run = store._run
+
+    def spy(calls, op, claim):
+        ops.append(op)
+        extras.extend(len(args[4]) for _, args in calls.values() if op == LeafOp.ADD)
+        return real_run(calls, op, claim)
+
+    monkeypatch.setattr(store, "_run", spy)
+    keys = urls(1000, seed=31)
+    assert sum(seen.add_many(keys)) >= 995
+    assert len(extras) > 1 and set(extras) == {4} and store._optimism.fallbacks == 0
+    assert ops[-1] == LeafOp.DROP and LeafOp.ACK not in ops and seen.claims_held() == 0
+    seen.auto_acknowledge = False
+    more = urls(200, seed=32)
+    assert sum(seen.add_many(more)) >= 195 and seen.claims_held() >= 195
+    time.sleep(0.25)  # older than half a lease: the release reads them first
+    assert seen.acknowledge() == 0 and ops[-1] == LeafOp.ACK and seen.claims_held() == 0
+    assert add_in_batches(seen, keys + more) == [False] * 1200
 
 
 # ---- the fleet ---------------------------------------------------------------------------------

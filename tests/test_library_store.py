@@ -464,41 +464,56 @@ def test_a_rolled_back_batch_leaves_the_stage_as_committed(lib_path):
     lib.close()
 
 
-def _version_1_file(path: Path, fill: bool = True) -> None:
+def _version_1_file(path: Path, fill: bool = True, version: int = 1) -> None:
     """A library as urlseen wrote it before the stage (made here with 50 records, or the one at
-    path): no staged table, format "urlseen-library", user_version 1."""
+    path): one B-tree `fingerprints` holding every record, no staged table, no runs, format
+    "urlseen-library", user_version 1; or, with version=2, as it wrote it before the runs (the
+    same with an empty stage, format "urlseen-library-2")."""
     if fill:
         make_file(path, 50)
     db = sqlite3.connect(path)
     db.execute("BEGIN")
+    assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,), "every record staged"
+    db.execute("DROP VIEW fingerprints")
+    db.execute("DROP TABLE runs")
+    db.execute(
+        "CREATE TABLE fingerprints (fp BLOB PRIMARY KEY, refs INTEGER NOT NULL, "
+        "first_seen INTEGER NOT NULL, last_seen INTEGER NOT NULL) WITHOUT ROWID"
+    )
     for now, fps in db.execute("SELECT now, fps FROM staged WHERE deltas IS NULL").fetchall():
         db.executemany(
             "INSERT INTO fingerprints VALUES (?, 1, ?, ?)",
             [(fps[i : i + 16], now, now) for i in range(0, len(fps), 16)],
         )
-    db.execute("DROP TABLE staged")
-    db.execute("UPDATE meta SET value = 'urlseen-library' WHERE name = 'format'")
-    db.execute("PRAGMA user_version=1")
+    if version == 1:
+        db.execute("DROP TABLE staged")
+    else:
+        db.execute("DELETE FROM staged")
+    name = "urlseen-library" if version == 1 else f"urlseen-library-{version}"
+    db.execute("UPDATE meta SET value = ? WHERE name = 'format'", (name,))
+    db.execute(f"PRAGMA user_version={version}")
     db.commit()
     db.close()
     Path(str(path) + ".seal").unlink()  # the bytes changed
 
 
-def test_a_version_1_library_is_read_and_migrated_by_its_first_writer(lib_path):
-    _version_1_file(lib_path)
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_library_is_read_and_migrated_by_its_first_writer(lib_path, version):
+    _version_1_file(lib_path, version=version)
     before = sha(lib_path)
     reader = SQLiteLibrary(lib_path, readonly=True)
     assert reader.count() == 50 and len(reader.present([fp(i) for i in range(60)])) == 50
     reader.close()
-    assert sha(lib_path) == before, "a reader leaves a version-1 file as it is"
+    assert sha(lib_path) == before, "a reader leaves an older file as it is"
     writer = SQLiteLibrary(lib_path)
     writer.apply(Changes(2.0, inserts=[fp(70)]))
     writer.close()
     db = sqlite3.connect(lib_path)
-    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (2,)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
     assert db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone() == (
-        "urlseen-library-2",
+        "urlseen-library-3",
     )
+    assert db.execute("SELECT id, rows FROM runs").fetchall() == [(1, 50)], "the B-tree"
     db.close()
     lib = SQLiteLibrary(lib_path)
     assert lib.count() == 51 and len(lib.present([fp(i) for i in range(71)])) == 51
@@ -553,18 +568,101 @@ def test_a_reader_sees_what_a_writer_stages_and_merges_after_it_opened(lib_path)
 
 
 def test_a_wrong_known_absent_costs_no_record_and_no_stuck_merge(lib_path):
-    """known_absent skips the look-up of inserts in the B-tree; an insert the B-tree holds
-    after all keeps the B-tree's record at the merge, and the count stays the rows'."""
+    """known_absent skips the look-up of inserts in the runs; an insert a run holds after all
+    is counted until the runs holding it are merged, which keeps the older record and brings
+    the count back to the distinct fingerprints; the rows always agree with the count."""
     lib = SQLiteLibrary(lib_path, create=True, stage_limit=3)
-    lib.apply(Changes(1.0, inserts=[fp(1), fp(2), fp(3)]))  # merged
+    lib.apply(Changes(1.0, inserts=[fp(1), fp(2), fp(3)]))  # run 1
     with pytest.raises(ValueError, match="inconsistent"):
         lib.apply(Changes(2.0, inserts=[fp(1)]))  # looked up: refused
-    lib.apply(Changes(2.0, inserts=[fp(1), fp(4), fp(5)], known_absent=True))  # merged
+    lib.apply(Changes(2.0, inserts=[fp(1), fp(4), fp(5)], known_absent=True))  # run 2
+    assert lib.present([fp(i) for i in range(8)]) == {fp(i) for i in range(1, 6)}
+    assert lib.records([fp(1)]) == {fp(1): Record(1, 1.0, 1.0)}, "the older run's record"
+    assert lib.count() == 6 == stored_records(lib_path), "the repeat is counted, in both"
+    lib.compact()
     assert lib.count() == 5 and lib.records([fp(1)]) == {fp(1): Record(1, 1.0, 1.0)}
     lib.close()
-    db = sqlite3.connect(lib_path)
-    assert db.execute(STORED_RECORDS).fetchone() == (5,)
+    assert stored_records(lib_path) == 5
+
+
+def stored_records(path: Path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute(STORED_RECORDS).fetchone()[0])
+    finally:
+        db.close()
+
+
+def run_sizes(path: Path) -> list[int]:
+    db = sqlite3.connect(path)
+    try:
+        return [rows for _, rows in db.execute("SELECT id, rows FROM runs ORDER BY id")]
+    finally:
+        db.close()
+
+
+def test_runs_are_merged_by_size_tier(lib_path):
+    """Every 4 runs of one tier become one of the next: after 16 stages of 10 records, one run
+    of 160; after 7 more, that run, one of 40 and three of 10 (stores/_runs.py)."""
+    lib = SQLiteLibrary(lib_path, create=True, stage_limit=10)
+    for i in range(16):
+        lib.apply(Changes(float(i), inserts=[fp(i * 10 + j) for j in range(10)]))
+    assert lib.count() == 160
+    lib.close()
+    assert run_sizes(lib_path) == [160]
+    lib = SQLiteLibrary(lib_path, stage_limit=10)
+    for i in range(16, 23):
+        lib.apply(Changes(float(i), inserts=[fp(i * 10 + j) for j in range(10)]))
+    assert lib.present([fp(i) for i in range(300)]) == {fp(i) for i in range(230)}
+    assert lib.records([fp(0), fp(229)]) == {
+        fp(0): Record(1, 0.0, 0.0),
+        fp(229): Record(1, 22.0, 22.0),
+    }
+    lib.close()
+    assert run_sizes(lib_path) == [160, 40, 10, 10, 10]
+    assert stored_records(lib_path) == 230
+
+
+def test_fingerprints_read_across_a_merge_repeat_but_never_lose_one(lib_path):
+    """A caller that writes between the chunks it reads (runs merged meanwhile) gets every
+    fingerprint at least once."""
+    lib = SQLiteLibrary(lib_path, create=True, stage_limit=10)
+    for i in range(3):
+        lib.apply(Changes(float(i), inserts=[fp(i * 10 + j) for j in range(10)]))
+    seen: list[bytes] = []
+    for n, chunk in enumerate(lib.fingerprints(chunk=4)):
+        seen += chunk
+        if n == 1:  # the fourth run: the first four merged into one, the runs read dropped
+            lib.apply(Changes(9.0, inserts=[fp(100 + j) for j in range(10)]))
+            assert run_sizes(lib_path) == [40]
+    assert set(seen) >= {fp(i) for i in range(30)} | {fp(100 + j) for j in range(10)}
+    assert len(seen) > 40, "some repeated"
+    lib.close()
+
+
+def _ten_records_damaged(path: Path, statement: str) -> None:
+    """A library of 10 records in two runs, then `statement` run on its file (seal gone)."""
+    lib = SQLiteLibrary(path, create=True, stage_limit=5)
+    lib.apply(Changes(1.0, inserts=[fp(i) for i in range(10)]))
+    lib.close()
+    db = sqlite3.connect(path)
+    db.execute(statement)
+    db.commit()
     db.close()
+    Path(str(path) + ".seal").unlink()
+
+
+def test_verify_counts_each_run_against_its_catalog(lib_path):
+    _ten_records_damaged(lib_path, "UPDATE runs SET rows = 9")
+    lib = SQLiteLibrary(lib_path, readonly=True)
+    with pytest.raises(FormatError, match="run 1 holds 10 records, its catalog says 9"):
+        lib.verify()
+    lib.close()
+
+
+def test_a_catalog_naming_a_missing_run_is_refused(lib_path):
+    _ten_records_damaged(lib_path, "INSERT INTO runs VALUES (7, 3, x'', x'00')")
+    refused(lib_path, "without its run_7")
 
 
 def test_an_exact_filter_made_before_the_stage_opens_and_answers_the_same(tmp_path):
@@ -579,5 +677,5 @@ def test_an_exact_filter_made_before_the_stage_opens_and_answers_the_same(tmp_pa
     with ExactFilter.open(tmp_path / "state") as seen:
         assert seen.add_many([*urls, "https://new.example/"]) == [False] * 300 + [True]
     db = sqlite3.connect(tmp_path / "state" / "library.sqlite")
-    assert db.execute("PRAGMA user_version").fetchone() == (2,)
+    assert db.execute("PRAGMA user_version").fetchone() == (3,)
     db.close()

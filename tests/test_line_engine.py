@@ -4,14 +4,19 @@ The engine must give exactly what the reference gives: the same keys for every l
 file, and the same output, summary and filter state on generated streams full of odd input
 (CRLF, empty and blank lines, NULs, invalid UTF-8, lines across chunk and batch boundaries,
 lines longer than a chunk, over-long lines), with every filter path the engine has: the C Bloom
-filter, a callback filter (exact) and any other filter (Python, through keys()).
+filter, a callback filter (exact) and any other filter (Python, through keys()); and the same
+from the engine with its worker thread (the default) and without it (URLSEEN_LINE_WORKER=0).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
+import os
+import signal
 import string
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +86,20 @@ def _run(inputs: Any, seen: Any, engine: str, **kwargs: Any) -> tuple[bytes, Ded
     out = io.BytesIO()
     summary = dedup(inputs, seen, out, engine=engine, **kwargs)
     return out.getvalue(), summary
+
+
+@contextlib.contextmanager
+def line_worker(on: bool) -> Iterator[None]:
+    """The engine with its worker thread (dedup's default) or without (all on one thread)."""
+    before = os.environ.get("URLSEEN_LINE_WORKER")
+    os.environ["URLSEEN_LINE_WORKER"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["URLSEEN_LINE_WORKER"]
+        else:
+            os.environ["URLSEEN_LINE_WORKER"] = before
 
 
 def _same(a: DedupSummary, b: DedupSummary) -> None:
@@ -208,9 +227,16 @@ chunkings = st.lists(st.integers(1, 40), min_size=1, max_size=5)
     profile=st.sampled_from(["none", "w3lib"]),
     transactional=st.booleans(),
     kind=st.sampled_from(["bloom", "set", "exact"]),
+    worker=st.booleans(),
 )
 def test_generated_streams_match_the_reference(
-    datas: list[bytes], chunks: list[int], batch: int, profile: str, transactional: bool, kind: str
+    datas: list[bytes],
+    chunks: list[int],
+    batch: int,
+    profile: str,
+    transactional: bool,
+    kind: str,
+    worker: bool,
 ) -> None:
     def make() -> Any:
         if kind == "exact":  # the engine hashes the keys itself (LineEngine.exact_step)
@@ -222,8 +248,9 @@ def test_generated_streams_match_the_reference(
     seen_c, seen_py = make(), make()
     progress_c: list[int] = []
     progress_py: list[int] = []
-    got = _run(inputs, seen_c, "c", keyer=LineKeyer(profile=profile), progress=progress_c.append,
-               **options)  # fmt: skip
+    with line_worker(worker):
+        got = _run(inputs, seen_c, "c", keyer=LineKeyer(profile=profile),
+                   progress=progress_c.append, **options)  # fmt: skip
     want = _run(inputs, seen_py, "python", keyer=LineKeyer(profile=profile),
                 progress=progress_py.append, **options)  # fmt: skip
     assert got[0] == want[0]
@@ -324,3 +351,213 @@ def test_files_and_gz_through_inputs(tmp_path: Path) -> None:
     got = _run(Inputs(names), BloomFilter(100, 1e-6), "c")
     want = _run(Inputs(names), BloomFilter(100, 1e-6), "python")
     assert got[0] == want[0] == b"http://a/\nhttp://b/\nhttp://c/\n"
+
+
+# -- the worker thread ------------------------------------------------------------------------
+
+
+def test_dev_file_through_the_worker_matches_the_engine_alone() -> None:
+    """The dev file read from its .gz (the CLI's path: Inputs, read-ahead, feeder, worker),
+    canonicalizing: the same output, summary and filter bits with and without the worker."""
+    runs = []
+    for worker in (True, False):
+        seen = BloomFilter(2_000_000, 1e-6)
+        with line_worker(worker):
+            out, summary = _run(Inputs((str(require_dev_urls_path()),)), seen, "c")
+        runs.append((out, summary, bytes(seen._store.buffer)))
+    assert runs[0][0] == runs[1][0]
+    _same(runs[0][1], runs[1][1])
+    assert runs[0][2] == runs[1][2]
+    assert runs[0][1].new == 1_022_698
+
+
+def _worker_run(
+    datas: list[bytes], chunk: int, batch: int, hasher: Any = None, failed: bool = False
+) -> list[tuple[int, int, int, list[Any]]]:
+    """(lines, input bytes, empty lines, keys) of each batch the worker builds, fed by a
+    thread (feed waits while the worker is a few blocks behind)."""
+    engine = _core.LineEngine(False, 64 * 1024)
+    engine.start(batch, hasher)
+
+    def feed() -> None:
+        for data in datas:
+            for at in range(0, len(data), chunk):
+                assert engine.feed(data[at : at + chunk])
+            engine.end_input()
+        engine.close_input(failed=failed)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    got = []
+    while n := engine.next_batch(batch):
+        got.append((n, engine.input_bytes, engine.empty, engine.keys()))
+    feeder.join()
+    engine.stop()
+    return got
+
+
+def _serial_run(
+    datas: list[bytes], chunk: int, batch: int
+) -> list[tuple[int, int, int, list[Any]]]:
+    engine = _core.LineEngine(False, 64 * 1024)
+    got = []
+    for data in datas:
+        for at in range(0, len(data), chunk):
+            engine.feed(data[at : at + chunk])
+            while n := engine.next_batch(batch):
+                got.append((n, engine.input_bytes, engine.empty, engine.keys()))
+        engine.end_input()
+    while n := engine.next_batch(batch, final=True):
+        got.append((n, engine.input_bytes, engine.empty, engine.keys()))
+    return got
+
+
+@settings(max_examples=200, deadline=None)
+@given(datas=streams, chunk=st.integers(1, 50), batch=st.integers(1, 9))
+def test_the_worker_builds_the_serial_engines_batches(
+    datas: list[bytes], chunk: int, batch: int
+) -> None:
+    """Batch by batch: the same lines, bytes (an added newline not counted), empty lines and
+    keys, across chunk, batch and input boundaries."""
+    assert _worker_run(datas, chunk, batch) == _serial_run(datas, chunk, batch)
+
+
+def test_big_batches_one_built_ahead() -> None:
+    """Batches over 16,384 lines (the library kinds' 65,536) are built one ahead, in one slot."""
+    data = b"".join(b"http://b.example/%d\r\n" % (i % 5000) for i in range(100_000))
+    data += b"\n \nhttp://last"
+    assert _worker_run([data], 1 << 16, 20_000) == _serial_run([data], 1 << 16, 20_000)
+
+
+def test_a_line_longer_than_the_worker_buffers() -> None:
+    huge = b"http://h.example/" + b"b" * 3_000_000  # beyond a chunk and a batch's first buffer
+    data = b"x\n" + huge + b"\r\n" + huge  # the last line without its newline
+    got = _worker_run([data, b"y\n"], 1 << 20, 2)
+    assert got == _serial_run([data, b"y\n"], 1 << 20, 2)
+    assert [len(k) for _, _, _, keys in got for k in keys] == [1, len(huge), len(huge), 1]
+
+
+def test_a_failed_input_drops_the_unfinished_batch() -> None:
+    """close_input(failed=True): the complete batches only (dedup then raises the error)."""
+    data = b"".join(b"http://f.example/%d\n" % i for i in range(10))
+    got = _worker_run([data + b"http://cut"], 7, 4, failed=True)
+    assert [n for n, *_ in got] == [4, 4]
+
+
+def test_the_worker_hashes_with_the_filters_hash() -> None:
+    """Digests made ahead (XXH3 for a Bloom filter, MD5 for the exact filter's counters) give
+    the answers the engine gives hashing itself; digests of another hash are not used."""
+    data = b"".join(b"http://h.example/%d\n" % (i % 700) for i in range(5000))
+    news = []
+    for hasher_of in (lambda f: f, lambda f: None, lambda f: BloomFilter(10, 0.1, seed=7)):
+        seen = BloomFilter(10_000, 1e-9)
+        engine = _core.LineEngine(False, 64 * 1024)
+        engine.start(512, hasher_of(seen))
+        engine.feed(data)  # one block: the worker holds it whole
+        engine.close_input()
+        new = 0
+        while engine.next_batch(512):
+            new += engine.bloom_add(seen)
+        news.append((new, bytes(seen._store.buffer)))
+    assert news[0] == news[1] == news[2]
+    assert news[0][0] == 700
+
+
+def test_the_exact_filter_through_the_worker(tmp_path: Path) -> None:
+    data = b"".join(b"http://x%d.example/p?b=1&a=%d\n" % (i % 90, i % 3) for i in range(3000))
+    outs = []
+    for worker, engine in ((True, "c"), (False, "c"), (False, "python")):
+        with (
+            line_worker(worker),
+            ExactFilter.create(tmp_path / f"{worker}{engine}", capacity=5000) as seen,
+        ):
+            out, summary = _run(MemoryInputs([data], [777]), seen, engine, batch_size=100)
+            outs.append((out, summary.new, summary.duplicates, _library_of(seen)))
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_start_checks_its_arguments() -> None:
+    engine = _core.LineEngine(False, 100)
+    with pytest.raises(TypeError, match="hasher must be"):
+        engine.start(10, object())
+    with pytest.raises(ValueError, match="batch_size"):
+        engine.start(0)
+    with pytest.raises(RuntimeError, match="close_input needs start"):
+        engine.close_input()
+    engine.start(10)
+    with pytest.raises(RuntimeError, match="started already"):
+        engine.start(10)
+    with pytest.raises(ValueError, match="batch size given to start"):
+        engine.next_batch(11)
+    engine.stop()
+    engine.stop()  # idempotent
+    assert engine.feed(b"x\n") is False  # the worker has stopped: dropped
+    with pytest.raises(RuntimeError, match="stopped"):
+        engine.next_batch(10)
+    fed = _core.LineEngine(False, 100)
+    fed.feed(b"x")
+    with pytest.raises(RuntimeError, match="holds no input"):
+        fed.start(10)
+
+
+class Failing(MemoryInputs):
+    """Inputs whose reading fails after the first chunks (as a damaged .gz does)."""
+
+    def chunks(self) -> Iterator[bytes | None]:
+        for chunk in super().chunks():
+            if chunk is None:
+                raise OSError("the input broke off")
+            yield chunk
+
+
+@pytest.mark.parametrize("worker", [True, False])
+def test_an_input_error_comes_after_the_complete_batches(worker: bool) -> None:
+    data = b"".join(b"http://e.example/%d\n" % i for i in range(1000))
+    out = io.BytesIO()
+    with line_worker(worker), pytest.raises(OSError, match="broke off"):
+        dedup(Failing([data], [300]), BloomFilter(10_000, 1e-6), out, batch_size=64)
+    assert out.getvalue() == b"".join(b"http://e.example/%d\n" % i for i in range(15 * 64))
+    assert not [t for t in threading.enumerate() if t.name == "urlseen-feed"]
+
+
+class Slow(MemoryInputs):
+    """Inputs that give their first chunk, then nothing until `go` is set (a silent pipe)."""
+
+    def __init__(self, datas: list[bytes]) -> None:
+        super().__init__(datas)
+        self.go = threading.Event()
+
+    def chunks(self) -> Iterator[bytes | None]:
+        yield self.datas[0]
+        self.go.wait(30)
+        yield None
+
+
+def test_the_job_stops_the_worker_when_it_fails_and_ctrl_c_reaches_it() -> None:
+    """A filter that fails, and Ctrl-C while the engine waits for a silent input: the error
+    reaches the caller, and the worker and feeder end."""
+    data = b"".join(b"http://s.example/%d\n" % i for i in range(100))
+
+    class Broken(SetFilter):
+        def add_many(self, keys: Iterable[str | bytes]) -> list[bool]:
+            raise ZeroDivisionError("the filter broke")
+
+    slow = Slow([data])
+    with pytest.raises(ZeroDivisionError):
+        dedup(slow, Broken(), io.BytesIO(), batch_size=10)
+    slow.go.set()
+
+    slow = Slow([data])
+    out = io.BytesIO()
+
+    def interrupt_later(nbytes: int) -> None:  # once the first batch is out
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    with pytest.raises(KeyboardInterrupt):
+        dedup(slow, SetFilter(), out, batch_size=60, progress=interrupt_later)
+    slow.go.set()
+    assert out.getvalue() == b"".join(b"http://s.example/%d\n" % i for i in range(60))
+    for thread in threading.enumerate():
+        if thread.name == "urlseen-feed":
+            thread.join(5)
+            assert not thread.is_alive()

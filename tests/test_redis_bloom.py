@@ -12,7 +12,7 @@ import redis
 
 from urlseen import BloomFilter, ConfigError, FormatError
 from urlseen.filters.redis_bloom import RedisBloomFilter
-from urlseen.stores import redis_store
+from urlseen.stores import redis_native, redis_store
 from urlseen.stores.redis_store import RemoteError
 
 
@@ -39,19 +39,26 @@ def test_answers_and_bytes_equal_a_local_filter(redis_url, redis_name):
             shared.destroy()
 
 
-@pytest.mark.parametrize("native_from", [0.0, 2.0], ids=["native-reads", "script-only"])
+MODES = {"optimistic": (True, 0.5), "native-reads": (False, 0.0), "script-only": (False, 2.0)}
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("layout", ["blocked", "standard"])
 @pytest.mark.parametrize(
     "capacity, batch",
     [(2_000_000, 50), (2_000, 4000)],  # bits read per block / per byte, and read whole
     ids=["large-filter-small-batches", "small-filter-large-batches"],
 )
-def test_both_ways_of_reading_the_bits_equal_a_local_filter(
-    redis_url, redis_name, layout, capacity, batch, native_from
+def test_every_way_of_reading_the_bits_equals_a_local_filter(
+    redis_url, redis_name, layout, capacity, batch, mode
 ):
+    """Optimistic (the client decides from a native read, the script checks its blocks and
+    writes them), native reads of repeats only, or the script alone: the same answers and
+    bytes as a local filter."""
     keys = urls(6000) + urls(3000)[:2000]  # repeats across and within batches
     shared = RedisBloomFilter(redis_url, redis_name, capacity=capacity, layout=layout)
-    shared.native_from = native_from
+    optimistic, shared.native_from = MODES[mode]
+    shared.optimistic = optimistic and layout == "blocked"
     local = BloomFilter(capacity, layout=layout)
     try:
         for start in range(0, len(keys), batch):
@@ -123,10 +130,10 @@ def _script_keys(seen: RedisBloomFilter, monkeypatch) -> list[int]:
     sent: list[int] = []
     real = seen._call
 
-    def call(op, masks, fps, claim, what):
+    def call(op, masks, fps, claim, what, *extra):
         if op == "1":
             sent.append(len(fps) // 16)
-        return real(op, masks, fps, claim, what)
+        return real(op, masks, fps, claim, what, *extra)
 
     monkeypatch.setattr(seen, "_call", call)
     return sent
@@ -155,6 +162,7 @@ def test_a_stream_of_new_keys_skips_the_native_read(redis_url, redis_name, monke
     """A batch that found most keys new makes the next go straight to the script (a native
     read would find nothing to answer); one that found most seen makes the next read first."""
     seen = RedisBloomFilter(redis_url, redis_name, capacity=10_000, error_rate=1e-9)
+    seen.optimistic = False  # it reads before every batch
     reads = []
     real = seen._present
     monkeypatch.setattr(seen, "_present", lambda m, n: reads.append(n) or real(m, n))
@@ -203,7 +211,7 @@ def test_a_resent_batch_gets_the_same_answer(redis_url, redis_name, monkeypatch)
 
     def lossy(keys, args):
         answer = real(keys=keys, args=args)
-        if args[1] == "3":  # acknowledging the answers: not the batch
+        if args[1] in ("3", "6"):  # acknowledging the answers: not the batch
             return answer
         calls["n"] += 1
         if calls["n"] == 1:
@@ -419,14 +427,17 @@ def test_info_describes_a_redis_filter(redis_url, redis_name):
     assert invoke("info", "--redis", redis_url).exit_code == 2  # --name missing
 
 
+@pytest.mark.parametrize("optimistic", [True, False], ids=["optimistic", "script-only"])
 def test_a_batch_whose_replies_were_all_lost_is_new_again_to_its_client(
-    redis_url, redis_name, monkeypatch
+    redis_url, redis_name, monkeypatch, optimistic
 ):
     """Every reply of a committed batch is lost (the script ran, claims and bits written), so
     add_many fails: its caller got nothing. The same client asking again gets the URLs new, not
-    "seen" on the strength of claims it never knew it made."""
+    "seen" on the strength of claims it never knew it made (optimistic: its native read sees
+    the bits set, so the script decides them by their abandoned claims)."""
     seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
-    seen.native_from = 2.0  # every batch through the script (a native read would see the bits)
+    seen.optimistic = optimistic
+    seen.native_from = 2.0  # else every batch through the script
     real, lose = seen._script, {"on": True}
 
     def lossy(keys, args):
@@ -444,3 +455,163 @@ def test_a_batch_whose_replies_were_all_lost_is_new_again_to_its_client(
     assert seen.add_many(urls) == [True, True]
     assert seen.add_many(urls) == [False, False]
     seen.close()
+
+
+def test_an_optimistic_batch_sends_its_answers_and_blocks(redis_url, redis_name, monkeypatch):
+    """The blocked layout decides a batch from its native read: the script gets the answers
+    and each block they change (offset, as read, as left), once per block."""
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=100_000)
+    sent = []
+    real = seen._script
+
+    def spy(keys, args):
+        if args[1] == "1":
+            sent.append(args[13:])
+        return real(keys=keys, args=args)
+
+    monkeypatch.setattr(seen, "_script", spy)
+    try:
+        batch = urls(100) + urls(100)[:10]
+        assert seen.add_many(batch) == [True] * 100 + [False] * 10
+        (extra,) = sent
+        assert extra[0] == b"0" and extra[1] == b"1" * 100  # the count read; each key new
+        blocks, olds = extra[2], extra[3]
+        offsets = {seen._masks([k])[1:5] for k in urls(100)}
+        assert len(blocks) == 68 * len(offsets) and len(olds) == 64 * len(offsets)
+        sent_offsets = [blocks[j : j + 4] for j in range(0, len(blocks), 68)]
+        assert set(sent_offsets) == offsets and len(sent_offsets) == len(offsets)
+        for j in range(len(offsets)):
+            old, new = olds[64 * j : 64 * j + 64], blocks[68 * j + 4 : 68 * j + 68]
+            assert old != new and all(o | n == n for o, n in zip(old, new, strict=True))
+    finally:
+        seen.destroy()
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["same-keys", "other-keys"])
+@pytest.mark.parametrize("capacity", [1000, 2_000_000], ids=["whole-bits", "blocks"])
+def test_a_block_written_after_the_read_sends_the_batch_to_the_script(
+    redis_url, redis_name, monkeypatch, capacity, overlap
+):
+    """Another client adds keys between a batch's native read and its script, so the count the
+    batch read is stale and the script compares its blocks. Some of the batch's keys: their
+    blocks changed, so the script decides the batch itself; the other client's keys are seen,
+    the rest new, never one new twice. Other keys: the blocks still agree (in the larger
+    filter) or not; either way the bits equal a local filter's."""
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=capacity)
+    other = RedisBloomFilter(redis_url, redis_name)
+    local = BloomFilter(capacity)
+    batch = urls(200)
+    theirs = batch[::7] if overlap else urls(30, seed=11)
+    real = seen._present
+
+    def read_then_other_writes(masks, n):
+        snapshot = real(masks, n)
+        assert all(other.add_many(theirs))
+        return snapshot
+
+    monkeypatch.setattr(seen, "_present", read_then_other_writes)
+    try:
+        answers = seen.add_many(batch)
+        assert answers == [k not in set(theirs) for k in batch]
+        local.add_many(theirs)
+        local.add_many(batch)
+        stored = redis.Redis.from_url(redis_url).get(redis_store.key(redis_name, "bits"))
+        assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+        assert seen.claims_held() == 0
+    finally:
+        seen.destroy()
+
+
+def test_masks_apply_is_the_scripts_rule_on_a_snapshot():
+    """_core.masks_apply, the client's twin of bloom_batch.lua's blocked check-and-add: on the
+    whole bits or on 64-byte blocks numbered by an index, the answers and bytes of a local
+    filter fed the same keys (repeats inside the batch answered seen)."""
+    import struct
+
+    from urlseen import _core
+
+    local = BloomFilter(2000)  # blocked layout, the default
+    assert local.layout == _core.LAYOUT_BLOCKED
+    keys = [k.encode() for k in urls(1500) + urls(1500)[:300]]
+    masks = _core.byte_masks(keys, local.nbits, local.k, _core.LAYOUT_BLOCKED, local.seed,
+                             local.hash)  # fmt: skip
+    whole = bytearray((local.nbits + 7) // 8)
+    said = _core.masks_apply(masks, whole)
+    assert [b == 1 for b in said] == local.add_many([k.decode() for k in keys])
+    assert bytes(whole) == bytes(local._store.buffer[: len(whole)])
+    bases = _core.mask_blocks(masks)
+    number = {b: i for i, b in enumerate(dict.fromkeys(bases))}
+    blocks = bytearray(64 * len(number))
+    index = struct.pack(f"<{len(bases)}I", *[number[b] for b in bases])
+    assert _core.masks_apply(masks, blocks, index) == said
+    assert all(blocks[64 * i : 64 * i + 64] == whole[b : b + 64] for b, i in number.items())
+    with pytest.raises(ValueError, match="outside"):
+        _core.masks_apply(masks, bytearray(64))
+
+
+def test_fallbacks_in_a_row_pause_the_optimistic_path_for_a_while(
+    redis_url, redis_name, monkeypatch
+):
+    """A script that could not take a batch's answers (a block written after the read) says so
+    in its reply; after STREAK such batches in a row the next PAUSE_FIRST go without the
+    optimistic arguments (the read still answers repeats), then one tries again and, agreeing,
+    keeps it."""
+    streak, pause = redis_native.STREAK, redis_native.PAUSE_FIRST
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
+    other = RedisBloomFilter(redis_url, redis_name)
+    sent, real_call, real_present = [], seen._call, seen._present
+    batches = [urls(50, seed=200 + i) for i in range(streak)]
+    interfere = list(batches)
+
+    def spy(op, masks, fps, claim, what, extra=()):
+        if op == "1":
+            sent.append(len(extra))
+        return real_call(op, masks, fps, claim, what, extra)
+
+    def read_then_other_writes(masks, n):
+        snapshot = real_present(masks, n)
+        if interfere:
+            assert all(other.add_many(interfere.pop(0)[::5]))
+        return snapshot
+
+    monkeypatch.setattr(seen, "_call", spy)
+    monkeypatch.setattr(seen, "_present", read_then_other_writes)
+    try:
+        for batch in batches:
+            assert seen.add_many(batch) == [i % 5 != 0 for i in range(50)]
+        assert sent == [4] * streak and seen._optimism.fallbacks == streak
+        assert seen._optimism.skip == pause
+        for n in range(pause + 2):
+            assert all(seen.add_many(urls(20, seed=100 + n)))
+        assert sent[streak:] == [0] * pause + [4, 4]
+        assert seen._optimism.skip == 0 and seen._optimism.fallbacks == streak
+        assert seen.claims_held() == 0
+    finally:
+        seen.destroy()
+
+
+def test_optimism_pauses_after_fallbacks_in_a_row_and_longer_each_time():
+    optimism = redis_native.Optimism()
+    for _ in range(redis_native.STREAK - 1):
+        optimism.heard(3, 2)  # most of a batch's leaves fell back: once or twice, still trying
+        assert optimism.now()
+    waits = []
+    for _ in range(8):
+        optimism.heard(3, 2)
+        skipped = 0
+        while not optimism.now():
+            skipped += 1
+        waits.append(skipped)
+    assert waits == [4, 8, 16, 32, 64, 128, 256, 256]
+    optimism.heard(3, 1)  # most agreed: the streak and the pause start over
+    optimism.heard(0, 0)  # nothing tried: nothing learnt
+    for _ in range(redis_native.STREAK - 1):
+        optimism.heard(1, 1)
+    assert optimism.skip == 0
+    optimism.heard(1, 1)
+    assert (
+        optimism.skip == redis_native.PAUSE_FIRST
+        and optimism.fallbacks == 8 + 2 * (redis_native.STREAK - 1) + 1
+    )
+    assert redis_native.fell_back(b"0101F") == (b"0101", True)
+    assert redis_native.fell_back(b"0P12") == (b"0P12", False)

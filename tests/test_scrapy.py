@@ -129,6 +129,23 @@ def test_settings_map_to_constructor_arguments(tmp_path: Path) -> None:
     scheduler.close("finished")
 
 
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"URLSEEN_FILTER": "bloom", "URLSEEN_LAYOUT": "standard"}, {"layout": "standard"}),
+        ({"URLSEEN_FILTER": "mdbf", "URLSEEN_GROUPS": "3"}, {"groups": 3}),
+        ({"URLSEEN_FILTER": "rotating", "URLSEEN_GENERATIONS": "2"}, {"generations": 2}),
+    ],
+)
+def test_kind_options_are_read_from_settings(
+    settings: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    scheduler, _ = _scheduler(**settings)
+    details = scheduler.df.seen.stats().details
+    assert {key: details[key] for key in expected} == expected
+    scheduler.close("finished")
+
+
 def test_default_is_exact_and_not_persisted() -> None:
     scheduler, _ = _scheduler()
     assert scheduler.df.kind == "exact"
@@ -174,6 +191,8 @@ def test_redis_default_name_is_the_spiders(redis_url: str) -> None:
         ({"URLSEEN_STATE": "x", "URLSEEN_REDIS_URL": "redis://127.0.0.1:1/0"}, "not both"),
         ({"URLSEEN_CAPACITY": 0}, "capacity"),
         ({"URLSEEN_FILTER": "bloom", "URLSEEN_ERROR_RATE": 2}, "error_rate"),
+        ({"URLSEEN_LAYOUT": "standard"}, "URLSEEN_LAYOUT applies to URLSEEN_FILTER"),
+        ({"URLSEEN_FILTER": "bloom", "URLSEEN_LAYOUT": "wide"}, "layout"),
     ],
 )
 def test_bad_settings_raise_config_error(settings: dict[str, Any], message: str) -> None:

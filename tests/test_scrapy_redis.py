@@ -279,15 +279,24 @@ def test_two_processes_fetch_every_page_exactlyfetched_once(
     more = {k: redis_url if v == "<redis>" else v for k, v in more.items()}
     settings = _redis_settings(redis_url, scheduler, persist, **more)
     server.gate = Gate(2)  # both crawls start together and race for the same links
+    # A process whose start page the other took polls the shared queue only at Scrapy's 5 s
+    # heartbeat: it waits 8 s before closing, and 0.4 s a page keeps the crawl going past it.
+    server.delay = 0.4
     try:
-        one = _job(site, tmp_path, redis_name, "one", settings, idle=2)
-        two = _job(site, tmp_path, redis_name, "two", settings, idle=2, start="intro.html")
-        (first, stats_one), (second, stats_two) = [
-            _finish(one, tmp_path, "one"),
-            _finish(two, tmp_path, "two"),
-        ]
+        one = _job(site, tmp_path, redis_name, "one", settings, idle=8)
+        two = _job(site, tmp_path, redis_name, "two", settings, idle=8, start="intro.html")
+        try:
+            (first, stats_one), (second, stats_two) = [
+                _finish(one, tmp_path, "one"),
+                _finish(two, tmp_path, "two"),
+            ]
+        finally:  # a crawl that did not end is no longer left writing to Redis after the test
+            for job in (one, two):
+                if job.poll() is None:
+                    job.kill()
+                    job.wait()
     finally:
-        server.gate = None
+        server.gate, server.delay = None, 0.0
     assert first and second, "one process fetched nothing: the crawls did not overlap"
     assert fetched_once(first + second) == pages
     both = [stats_one, stats_two]

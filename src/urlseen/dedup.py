@@ -15,6 +15,14 @@ Python keys only the lines the C rules defer (LineKeyer.key, w3lib) and runs the
 on the engine's keys. Given any other iterable of lines, the reference loop runs, one Python
 object per line; the tests hold the two equal (output, summary and filter state).
 
+The engine runs on three threads, so that the filter's thread is not the only one working: a
+feeder thread reads the input (through streams' read-ahead, which inflates gzip) and hands the
+bytes to the engine; the engine's C worker splits, keys and hashes (with the C Bloom filter's or
+the exact filter's hash) the batches a few ahead; the calling thread takes them in order and
+runs the filter, the writes and the flushes, so the output and crash-safety rules are those of
+one thread. URLSEEN_LINE_WORKER=0 in the environment keeps all the engine's work on the calling
+thread (the engine before the worker: for A/B measurements).
+
 A filter that holds its answers until they are acknowledged (a shared one: `acknowledge()`)
 is switched to explicit acknowledgement for the run, and acknowledged once a batch's new lines
 are written and flushed: a process killed before that leaves the answers claimed, and the next
@@ -24,9 +32,10 @@ run (or another process) that meets those URLs after the lease prints them.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
@@ -40,6 +49,9 @@ if TYPE_CHECKING:
     from urlseen.filters.exact import ExactFilter
 
 DEFAULT_BATCH_SIZE = 8192
+# the worker's feeder reads 256 KiB at a time: the ring holds a few such chunks (1 MiB ones put
+# peak RSS 5 MiB above the serial engine's; RESULTS.md, issue 14 part A2)
+WORKER_CHUNK_SIZE = 1 << 18
 
 
 @dataclass
@@ -169,7 +181,7 @@ def dedup(
         raise ConfigError("engine='c' needs a streams.Inputs and a plain LineKeyer")
     job = _Job(seen, out, keyer, transactional, batch_size, progress, summary)
     if engine != "python" and chunks is not None and type(keyer) is LineKeyer:
-        _run_engine(job, chunks())
+        _run_engine(job, lines)
     else:
         _run_python(job, lines)
     out.flush()
@@ -268,7 +280,7 @@ def _c_exact(seen: SeenFilter) -> ExactFilter | None:
 
 def _engine_batches(
     chunks: Iterator[bytes | None], engine: _core.LineEngine, batch_size: int
-) -> Iterator[int]:
+) -> Generator[int, None, None]:
     """Feed the chunks to the engine; yield once per batch it has ready."""
     for chunk in chunks:
         if chunk is None:
@@ -281,7 +293,54 @@ def _engine_batches(
         yield engine.lines
 
 
-def _run_engine(job: _Job, chunks: Iterator[bytes | None]) -> None:
+def _worker_batches(
+    chunks: Iterator[bytes | None],
+    engine: _core.LineEngine,
+    batch_size: int,
+    hasher: _core.BitFilter | _core.CountingFilter | None,
+) -> Generator[int, None, None]:
+    """The same batches as _engine_batches, built ahead by the engine's C worker from the
+    chunks a feeder thread hands it. An error of the chunks is raised here after the batches
+    completed before it (the unfinished one is dropped), as _engine_batches raises it."""
+    from urlseen.streams import pump  # loaded with the Inputs already
+
+    engine.start(batch_size, hasher)
+    failure: list[BaseException] = []
+
+    def take(chunk: bytes | None) -> bool:
+        if chunk is not None:
+            return engine.feed(chunk)  # False: the job has stopped the engine
+        engine.end_input()
+        return True
+
+    def end(error: BaseException | None) -> None:  # an error: raised by the job's thread, in order
+        if error is not None:
+            failure.append(error)
+        engine.close_input(failed=error is not None)
+
+    feeder = pump(chunks, take, end, "urlseen-feed")
+    try:
+        while nlines := engine.next_batch(batch_size):
+            yield nlines
+    finally:
+        engine.stop()
+    feeder.join()
+    if failure:
+        raise failure[0]
+
+
+def _feed_chunks(inputs: Any) -> Iterator[bytes | None]:
+    """The chunks for the worker's feeder thread, which reads (and inflates) them itself: a
+    read-ahead thread's queue in front of the worker's ring would only hold more chunks (peak
+    RSS; Inputs.chunks)."""
+    from urlseen.streams import Inputs  # loaded with the Inputs already
+
+    if isinstance(inputs, Inputs):
+        return inputs.chunks(WORKER_CHUNK_SIZE, ahead=False)
+    return cast("Iterator[bytes | None]", inputs.chunks())
+
+
+def _run_engine(job: _Job, inputs: Any) -> None:
     """The C line engine: lines split, keyed and (for the C Bloom filter) probed in C; Python
     keys the lines the C rules defer, and runs every other filter on the engine's keys."""
     keyer, out, transactional = job.keyer, job.out, job.transactional
@@ -295,28 +354,40 @@ def _run_engine(job: _Job, chunks: Iterator[bytes | None]) -> None:
         return flags
 
     exact = _c_exact(job.seen)
-    for nlines in _engine_batches(chunks, engine, job.batch_size):
-        keyer.counts.empty += engine.empty
-        if engine.ndeferred:
-            engine.set_deferred([keyer.key(line) for line in engine.deferred()])
-        if check_store is not None:  # the engine probes the map: no SIGBUS on a cut file
-            check_store()
-        if exact is not None:  # the keys hashed from the engine's buffers, answers as add_many's
-            new = sum(exact._add_engine_batch(engine, before_commit=write))
-        elif bloom is None:
-            new = job.filter_step(engine.keys(), write)
-        elif transactional:  # tested, written and flushed, then added
-            new = engine.bloom_test(bloom)
-            _write_out(out, engine.output(), True)
-            if new:
-                if check_store is not None:  # (again: the write may have taken a while)
-                    check_store()
-                engine.bloom_commit(bloom)
-        else:
-            new = engine.bloom_add(bloom)
-            _write_out(out, engine.output(), False)
-        job.settle()
-        job.tally(nlines, engine.nkeys, new, engine.input_bytes)
+    if os.environ.get("URLSEEN_LINE_WORKER", "1") == "0":
+        batches: Generator[int, None, None] = _engine_batches(
+            inputs.chunks(), engine, job.batch_size
+        )
+    else:  # the keys hashed ahead with the filter's own hash, where the engine knows it
+        hasher = bloom if exact is None else exact._counters
+        batches = _worker_batches(_feed_chunks(inputs), engine, job.batch_size, hasher)
+    try:
+        for nlines in batches:
+            keyer.counts.empty += engine.empty
+            if engine.ndeferred:
+                engine.set_deferred([keyer.key(line) for line in engine.deferred()])
+            if check_store is not None:  # the engine probes the map: no SIGBUS on a cut file
+                check_store()
+            if (
+                exact is not None
+            ):  # the keys hashed from the engine's buffers, answers as add_many's
+                new = sum(exact._add_engine_batch(engine, before_commit=write))
+            elif bloom is None:
+                new = job.filter_step(engine.keys(), write)
+            elif transactional:  # tested, written and flushed, then added
+                new = engine.bloom_test(bloom)
+                _write_out(out, engine.output(), True)
+                if new:
+                    if check_store is not None:  # (again: the write may have taken a while)
+                        check_store()
+                    engine.bloom_commit(bloom)
+            else:
+                new = engine.bloom_add(bloom)
+                _write_out(out, engine.output(), False)
+            job.settle()
+            job.tally(nlines, engine.nkeys, new, engine.input_bytes)
+    finally:
+        batches.close()  # the worker and the feeder stop now, not when collected
 
 
 def _write_out(out: BinaryIO, data: bytes, flush: bool) -> None:

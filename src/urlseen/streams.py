@@ -6,7 +6,8 @@ command line from destroying its own input.
 What each odd input does:
 - gzip data is decompressed wherever it comes from (a file of any name, stdin, a FIFO): it is
   recognised by its magic bytes, not by a .gz suffix; a .gz file holding plain text is read
-  as text.
+  as text. Lines are inflated by gzip.GzipFile, chunks by zlib directly (inflate.py: less CPU,
+  the same bytes and errors).
 - A gzip stream that is cut short or damaged stops the run at that input: InputError names
   the file and says what is wrong; the lines read before were processed. (gzip checks its CRC
   only at the end of a stream, so a damaged middle is found there, after its lines.)
@@ -31,8 +32,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, Protocol, TextIO, TypeVar
 
 from urlseen.errors import UrlseenError
+from urlseen.inflate import GZIP_MAGIC, inflated
 
-GZIP_MAGIC = b"\x1f\x8b"
 _READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
@@ -93,29 +94,74 @@ class _OwnGzip(gzip.GzipFile):
             self._raw.close()
 
 
-def _sniffed(stream: BinaryIO, owned: bool) -> BinaryIO:
-    """The stream, decompressed if it starts with gzip's magic bytes (read without losing
-    them: peeked, or read and put back in front for a pipe that cannot peek)."""
+def _sniff(stream: BinaryIO, owned: bool) -> tuple[BinaryIO, bool]:
+    """The stream, and whether it starts with gzip's magic bytes (read without losing them:
+    peeked, or read and put back in front for a pipe that cannot peek)."""
     peek = getattr(stream, "peek", None)
     head = peek(2)[:2] if peek is not None else b""
     if len(head) < 2:  # no peek, or a pipe that has given less so far
         head = stream.read(2)
         stream = io.BufferedReader(_Prefixed(head, stream, owned), 1 << 16)
-    if head != GZIP_MAGIC:
+    return stream, head == GZIP_MAGIC
+
+
+def _sniffed(stream: BinaryIO, owned: bool) -> BinaryIO:
+    """The stream, decompressed if it starts with gzip's magic bytes."""
+    stream, packed = _sniff(stream, owned)
+    if not packed:
         return stream
     if owned:
         return _OwnGzip(stream)  # type: ignore[return-value]
     return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]
 
 
+def _stdin() -> BinaryIO:
+    """Standard input through a reader of our own on its descriptor, not sys.stdin.buffer: the
+    read-ahead thread may be blocked in a read when the run ends (Ctrl-C on a silent pipe), and
+    the interpreter's shutdown would then abort on sys.stdin's held lock."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
+        return sys.stdin.buffer
+    return open(fd, "rb", closefd=False)  # never closes the descriptor
+
+
 def open_input(name: str) -> BinaryIO:
     """A file, a FIFO or "-" for stdin; gzip data is decompressed (recognised by its magic
     bytes). Closing what it returns for "-" would close stdin: do not."""
+    return _open(name, _sniffed)
+
+
+class Packed:
+    """An input holding gzip data, not inflated yet (the chunk path inflates it with zlib)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _packed(stream: BinaryIO, owned: bool) -> BinaryIO | Packed:
+    stream, packed = _sniff(stream, owned)
+    return Packed(stream) if packed else stream
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+Opened = TypeVar("Opened", bound=_Closable)
+
+
+def _open(name: str, sniffed: Callable[[BinaryIO, bool], Opened]) -> Opened:
+    """Input `name` ("-": stdin, never closed by what is returned) through sniffed(stream,
+    owned)."""
     if name == "-":
-        return _sniffed(sys.stdin.buffer, owned=False)
+        return sniffed(_stdin(), False)
     raw = open(name, "rb")  # noqa: SIM115 (returned to the caller, who closes it)
     try:
-        return _sniffed(raw, owned=True)
+        return sniffed(raw, True)
     except BaseException:
         raw.close()
         raise
@@ -168,7 +214,7 @@ class InputLines(Iterator[bytes]):
         return next(self._lines)
 
     def _read(self, names: tuple[str, ...]) -> Iterator[bytes]:
-        return _each_input(self, names, iter)
+        return _each_input(self, names, iter, open_input)
 
 
 Item = TypeVar("Item")
@@ -180,15 +226,18 @@ class _Reader(Protocol):
 
 
 def _each_input(
-    reader: _Reader, names: tuple[str, ...], read: Callable[[BinaryIO], Iterator[Item]]
+    reader: _Reader,
+    names: tuple[str, ...],
+    read: Callable[[Opened], Iterator[Item]],
+    opener: Callable[[str], Opened],
 ) -> Iterator[Item]:
-    """read(stream) of every input in turn, each opened and closed here (stdin is not closed);
-    an input that cannot be read to its end raises InputError naming it, or, when the reader
-    stops on errors, ends the items there with the error kept in reader.error."""
+    """read(opener(name)) of every input in turn, each opened and closed here (stdin is not
+    closed); an input that cannot be read to its end raises InputError naming it, or, when the
+    reader stops on errors, ends the items there with the error kept in reader.error."""
     for name in names:
         try:
             with read_errors(name):
-                stream = open_input(name)
+                stream = opener(name)
                 try:
                     yield from read(stream)
                 finally:
@@ -226,22 +275,24 @@ class Inputs:
         self._lines = InputLines(self.names, self._stop)
         return self._lines
 
-    def chunks(self, size: int = CHUNK_SIZE) -> Iterator[bytes | None]:
+    def chunks(self, size: int = CHUNK_SIZE, ahead: bool = True) -> Iterator[bytes | None]:
         """The bytes of every input in turn, in chunks of at most `size`, each input followed
-        by None; read ahead by a thread."""
-        return read_ahead(self._chunks(size))
+        by None; read ahead by a thread, unless the caller reads them on a thread of its own
+        (ahead=False: the line worker's feeder, whose ring is the queue)."""
+        return read_ahead(self._chunks(size)) if ahead else self._chunks(size)
 
     def _chunks(self, size: int) -> Iterator[bytes | None]:
-        def chunks(stream: BinaryIO) -> Iterator[bytes | None]:
-            if isinstance(stream, gzip.GzipFile):
-                yield from _whole_chunks(stream.read1, size)
+        def chunks(stream: BinaryIO | Packed) -> Iterator[bytes | None]:
+            if isinstance(stream, Packed):
+                raw = stream.raw
+                yield from inflated(getattr(raw, "read1", raw.read), size)
             else:  # what a pipe has, without waiting for more
                 read = getattr(stream, "read1", stream.read)
                 while chunk := read(size):
                     yield chunk
             yield None  # the end of this input
 
-        return _each_input(self, self.names or ("-",), chunks)
+        return _each_input(self, self.names or ("-",), chunks, lambda n: _open(n, _packed))
 
     def failed(self) -> InputError | None:
         """The error that stopped the input (stop_on_error), whichever way it was read."""
@@ -250,22 +301,32 @@ class Inputs:
         return self._lines.error if self._lines is not None else None
 
 
-def _whole_chunks(read1: Any, size: int) -> Iterator[bytes]:
-    """Chunks of `size` bytes from a decompressing reader; when it fails (data cut short or
-    damaged), what it gave before the failure first, then the error."""
-    buffer = bytearray()
-    try:
-        while part := read1(size - len(buffer)):
-            buffer += part
-            if len(buffer) >= size:
-                yield bytes(buffer)
-                buffer.clear()
-    except (OSError, EOFError, zlib.error):
-        if buffer:
-            yield bytes(buffer)
-        raise
-    if buffer:
-        yield bytes(buffer)
+def pump(
+    items: Iterator[Item],
+    take: Callable[[Item], bool],
+    end: Callable[[BaseException | None], None],
+    name: str,
+) -> threading.Thread:
+    """Hand every item to take() on a daemon thread, until take() returns False (its consumer
+    has gone); then end(None), or end(error) if the items raised. The items are closed on that
+    thread (an input's files with them)."""
+
+    def run() -> None:
+        try:
+            for item in items:
+                if not take(item):
+                    return
+            end(None)
+        except BaseException as e:  # the consumer's to raise
+            end(e)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def read_ahead(chunks: Iterator[bytes | None], depth: int = 4) -> Iterator[bytes | None]:
@@ -284,21 +345,10 @@ def read_ahead(chunks: Iterator[bytes | None], depth: int = 4) -> Iterator[bytes
                 continue
         return False
 
-    def read() -> None:
-        try:
-            for chunk in chunks:
-                if not put(("chunk", chunk)):
-                    return
-            put(("end", None))
-        except BaseException as e:  # handed to the consumer, which raises it
-            put(("error", e))
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
+    def end(error: BaseException | None) -> None:  # an error: handed to the consumer
+        put(("end", None) if error is None else ("error", error))
 
-    reader = threading.Thread(target=read, name="urlseen-read-ahead", daemon=True)
-    reader.start()
+    pump(chunks, lambda chunk: put(("chunk", chunk)), end, "urlseen-read-ahead")
     try:
         while True:
             what, value = items.get()

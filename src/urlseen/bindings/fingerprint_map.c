@@ -1,8 +1,10 @@
 /* bindings/fingerprint_map.c: FingerprintMap, the Python face of csrc/fpmap.h (the library's
- * staged fingerprints with their batch times, stores/_staging.py). */
+ * staged fingerprints with their batch times, stores/_staging.py), and the run functions, the
+ * face of csrc/runs.h (the runs those become, stores/_runs.py). */
 #include "common.h"
 
 #include "csrc/fpmap.h"
+#include "csrc/runs.h"
 
 #define FPMAP_AHEAD 8 /* fingerprints whose slots are fetched ahead of the one at hand */
 
@@ -159,13 +161,12 @@ static PyObject *FingerprintMap_keys(FingerprintMap *self, PyObject *unused)
     return collect(self, append_key);
 }
 
-PyDoc_STRVAR(fm_sorted_doc,
-             "sorted() -> (fps, values)\n\n"
-             "Every fingerprint in byte order, packed in one bytes object (16 bytes each), and\n"
-             "their values in the same order: a sorted merge's input without a Python object\n"
-             "per fingerprint.");
+PyDoc_STRVAR(fm_sorted_records_doc,
+             "sorted_records() -> bytes\n\n"
+             "Every entry as a new run's record (csrc/runs.h: the fingerprint, refs 1, first and\n"
+             "last seen both the value), in byte order, packed 40 bytes each.");
 
-static PyObject *FingerprintMap_sorted(FingerprintMap *self, PyObject *unused)
+static PyObject *FingerprintMap_sorted_records(FingerprintMap *self, PyObject *unused)
 {
     uint64_t n = self->map.count;
     us_fpmap_slot *all = PyMem_RawMalloc((n ? n : 1) * sizeof *all);
@@ -175,26 +176,21 @@ static PyObject *FingerprintMap_sorted(FingerprintMap *self, PyObject *unused)
         PyMem_RawFree(buckets);
         return PyErr_NoMemory();
     }
-    us_fpmap_sorted(&self->map, all, buckets);
+    us_fpmap_sorted(&self->map, all, buckets); /* byte order, as the runs keep it */
     PyMem_RawFree(buckets);
-    PyObject *fps = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(16 * n));
-    PyObject *values = PyList_New((Py_ssize_t)n);
-    if (fps == NULL || values == NULL) goto fail;
-    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(fps);
-    for (uint64_t i = 0; i < n; i++) {
-        us_store64_le(out + 16 * i, all[i].a);
-        us_store64_le(out + 16 * i + 8, all[i].b);
-        PyObject *value = PyLong_FromUnsignedLongLong(all[i].value);
-        if (value == NULL) goto fail;
-        PyList_SET_ITEM(values, (Py_ssize_t)i, value);
+    PyObject *records = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(US_RUN_RECORD * n));
+    if (records != NULL) {
+        uint8_t *out = (uint8_t *)PyBytes_AS_STRING(records);
+        for (uint64_t i = 0; i < n; i++, out += US_RUN_RECORD) {
+            us_store64_le(out, all[i].a);
+            us_store64_le(out + 8, all[i].b);
+            us_store64_le(out + 16, 1);
+            us_store64_le(out + 24, all[i].value);
+            us_store64_le(out + 32, all[i].value);
+        }
     }
     PyMem_RawFree(all);
-    return Py_BuildValue("(NN)", fps, values);
-fail:
-    PyMem_RawFree(all);
-    Py_XDECREF(fps);
-    Py_XDECREF(values);
-    return NULL;
+    return records;
 }
 
 static int FingerprintMap_contains(FingerprintMap *self, PyObject *fp)
@@ -222,7 +218,8 @@ static PyMethodDef FingerprintMap_methods[] = {
     {"add_many", (PyCFunction)FingerprintMap_add_many, METH_VARARGS, fm_add_many_doc},
     {"get", (PyCFunction)FingerprintMap_get, METH_O, fm_get_doc},
     {"partition", (PyCFunction)FingerprintMap_partition, METH_O, fm_partition_doc},
-    {"sorted", (PyCFunction)FingerprintMap_sorted, METH_NOARGS, fm_sorted_doc},
+    {"sorted_records", (PyCFunction)FingerprintMap_sorted_records, METH_NOARGS,
+     fm_sorted_records_doc},
     {"items", (PyCFunction)FingerprintMap_items, METH_NOARGS,
      "items() -> list[tuple[bytes, int]]\n\nEvery (fingerprint, value), in no useful order."},
     {"keys", (PyCFunction)FingerprintMap_keys, METH_NOARGS,
@@ -248,8 +245,187 @@ static PyTypeObject FingerprintMapType = {
     .tp_as_sequence = &FingerprintMap_as_sequence,
 };
 
+/* ---- the run functions (csrc/runs.h) ---------------------------------------------------- */
+
+/* A buffer of whole records (or keys: size 16), or -1 with ValueError. */
+static int records_of(PyObject *obj, Py_buffer *view, Py_ssize_t size, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
+    if (view->len % size) {
+        PyErr_Format(PyExc_ValueError, "%s must be whole %zd-byte records", what, size);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(run_merge_doc,
+             "run_merge(buffers, bound) -> (bytes, list[int], int)\n\n"
+             "Merge the sorted records of each buffer (40 bytes each), taking those whose key is\n"
+             "<= bound (16 bytes; None: all); a key in several buffers keeps the first buffer's\n"
+             "record. Returns the merged records, the records used of each buffer, and how many\n"
+             "repeats were dropped.");
+
+static PyObject *run_merge(PyObject *module, PyObject *args)
+{
+    PyObject *list, *bound_obj, *result = NULL;
+    if (!PyArg_ParseTuple(args, "O!O:run_merge", &PyList_Type, &list, &bound_obj)) return NULL;
+    Py_ssize_t k = PyList_GET_SIZE(list), ready = 0;
+    Py_buffer bound = {0}, *views = PyMem_Calloc(k ? k : 1, sizeof *views);
+    const uint8_t **in = PyMem_Calloc(k ? k : 1, sizeof *in);
+    size_t *n = PyMem_Calloc(k ? k : 1, sizeof *n), *used = PyMem_Calloc(k ? k : 1, sizeof *used);
+    int has_bound = bound_obj != Py_None;
+    if (views == NULL || in == NULL || n == NULL || used == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (has_bound && records_of(bound_obj, &bound, US_RUN_KEY, "bound") < 0) goto done;
+    if (has_bound && bound.len != US_RUN_KEY) {
+        PyErr_SetString(PyExc_ValueError, "bound must be one 16-byte key");
+        PyBuffer_Release(&bound);
+        goto done;
+    }
+    size_t total = 0;
+    for (; ready < k; ready++) {
+        if (records_of(PyList_GET_ITEM(list, ready), &views[ready], US_RUN_RECORD, "buffers") < 0)
+            goto release;
+        in[ready] = views[ready].buf;
+        n[ready] = (size_t)views[ready].len / US_RUN_RECORD;
+        total += n[ready];
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total * US_RUN_RECORD));
+    if (out == NULL) goto release;
+    size_t repeats = 0, written;
+    Py_BEGIN_ALLOW_THREADS
+    written = us_run_merge(in, n, used, (size_t)k, has_bound ? bound.buf : NULL,
+                           (uint8_t *)PyBytes_AS_STRING(out), &repeats);
+    Py_END_ALLOW_THREADS
+    if (_PyBytes_Resize(&out, (Py_ssize_t)(written * US_RUN_RECORD)) < 0) goto release;
+    PyObject *counts = PyList_New(k);
+    if (counts == NULL) {
+        Py_DECREF(out);
+        goto release;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *c = PyLong_FromSize_t(used[i]);
+        if (c == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(counts);
+            goto release;
+        }
+        PyList_SET_ITEM(counts, i, c);
+    }
+    result = Py_BuildValue("(NNn)", out, counts, (Py_ssize_t)repeats);
+release:
+    for (Py_ssize_t i = 0; i < ready; i++) PyBuffer_Release(&views[i]);
+    if (has_bound) PyBuffer_Release(&bound);
+done:
+    PyMem_Free(views);
+    PyMem_Free(in);
+    PyMem_Free(n);
+    PyMem_Free(used);
+    return result;
+}
+
+PyDoc_STRVAR(run_find_doc, "run_find(records, key) -> int\n\n"
+                           "The index of key's record among sorted records, or -1.");
+
+static PyObject *run_find(PyObject *module, PyObject *args)
+{
+    PyObject *data_obj, *key_obj;
+    if (!PyArg_ParseTuple(args, "OO:run_find", &data_obj, &key_obj)) return NULL;
+    Py_buffer data, key;
+    if (records_of(data_obj, &data, US_RUN_RECORD, "records") < 0) return NULL;
+    if (records_of(key_obj, &key, US_RUN_KEY, "key") < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    int whole = key.len == US_RUN_KEY;
+    ptrdiff_t at = whole ? us_run_find(data.buf, (size_t)data.len / US_RUN_RECORD, key.buf) : -1;
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&key);
+    if (!whole) {
+        PyErr_SetString(PyExc_ValueError, "key must be 16 bytes");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(at);
+}
+
+/* The Bloom filter's bits (writable or not) and its size in bits, or -1 with an exception. */
+static int bloom_of(PyObject *obj, Py_buffer *view, int writable)
+{
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
+    if (view->len == 0 || view->len % US_RUN_BLOCK) {
+        PyErr_SetString(PyExc_ValueError, "a Bloom filter is whole 64-byte blocks");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(run_bloom_add_doc,
+             "run_bloom_add(bits, items, stride) -> None\n\n"
+             "Add the key at the start of each stride-byte item (16: keys; 40: records) to the\n"
+             "Bloom filter bits (a bytearray of whole 64-byte blocks).");
+
+PyDoc_STRVAR(run_bloom_check_doc,
+             "run_bloom_check(bits, keys) -> bytes\n\n"
+             "For each 16-byte key, 1 if the Bloom filter bits may hold it, 0 if it does not.");
+
+static PyObject *run_bloom(PyObject *args, int add)
+{
+    PyObject *bits_obj, *items_obj;
+    Py_ssize_t stride = US_RUN_KEY;
+    if (add ? !PyArg_ParseTuple(args, "OOn:run_bloom_add", &bits_obj, &items_obj, &stride)
+            : !PyArg_ParseTuple(args, "OO:run_bloom_check", &bits_obj, &items_obj))
+        return NULL;
+    if (stride != US_RUN_KEY && stride != US_RUN_RECORD) {
+        PyErr_SetString(PyExc_ValueError, "stride must be 16 or 40");
+        return NULL;
+    }
+    Py_buffer bits, items;
+    if (bloom_of(bits_obj, &bits, add) < 0) return NULL;
+    if (records_of(items_obj, &items, stride, "items") < 0) {
+        PyBuffer_Release(&bits);
+        return NULL;
+    }
+    size_t count = (size_t)items.len / (size_t)stride;
+    uint64_t nblocks = (uint64_t)bits.len / US_RUN_BLOCK;
+    const uint8_t *p = items.buf;
+    PyObject *result = add ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count);
+    if (result != NULL && add) {
+        for (size_t i = 0; i < count; i++) us_run_bloom_add(bits.buf, nblocks, p + i * stride);
+    } else if (result != NULL) {
+        uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+        for (size_t i = 0; i < count; i++)
+            out[i] = (uint8_t)us_run_bloom_has(bits.buf, nblocks, p + i * stride);
+    }
+    PyBuffer_Release(&bits);
+    PyBuffer_Release(&items);
+    return result;
+}
+
+static PyObject *run_bloom_add(PyObject *module, PyObject *args)
+{
+    return run_bloom(args, 1);
+}
+
+static PyObject *run_bloom_check(PyObject *module, PyObject *args)
+{
+    return run_bloom(args, 0);
+}
+
+static PyMethodDef run_functions[] = {
+    {"run_merge", run_merge, METH_VARARGS, run_merge_doc},
+    {"run_find", run_find, METH_VARARGS, run_find_doc},
+    {"run_bloom_add", run_bloom_add, METH_VARARGS, run_bloom_add_doc},
+    {"run_bloom_check", run_bloom_check, METH_VARARGS, run_bloom_check_doc},
+    {NULL},
+};
+
 int us_fingerprint_map_add(PyObject *module)
 {
     if (PyType_Ready(&FingerprintMapType) < 0) return -1;
+    if (PyModule_AddFunctions(module, run_functions) < 0) return -1;
     return PyModule_AddObjectRef(module, "FingerprintMap", (PyObject *)&FingerprintMapType);
 }

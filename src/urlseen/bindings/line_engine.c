@@ -9,10 +9,16 @@
  *
  * A batch lives from next_batch until the next call of next_batch or feed. Heavy loops run
  * without the GIL; `busy` (read and written under the GIL) refuses a second thread meanwhile.
+ *
+ * After start(), a C worker thread (line_worker.h) splits, keys and hashes the batches ahead:
+ * feed and end_input (from any thread, e.g. the one that reads the input) queue bytes for it,
+ * close_input ends the input, and next_batch takes the batches it built, in order, into the
+ * same fields the serial engine fills; every other method works on them unchanged.
  */
 #include "common.h"
 
 #include "csrc/lines.h"
+#include "line_worker.h"
 
 typedef struct {
     PyObject_HEAD
@@ -58,6 +64,14 @@ typedef struct {
     uint8_t *miss_flag;
     size_t miss_cap;
     int deferred_done, flagged, tested;
+    /* the worker thread (start), and the digests it made of the batch's keys (per line, where
+     * line->hashed; made with hash_id/seed of `ldig_hash`, valid when ldig_valid) */
+    us_worker worker;
+    int threaded;
+    us_hash128 *ldig;
+    size_t ldig_cap;
+    int ldig_valid, ldig_hash_id;
+    uint64_t ldig_seed;
 } LineEngine;
 
 static int grow(void **p, size_t *cap, size_t need, size_t size)
@@ -90,6 +104,7 @@ static void drop_batch(LineEngine *self)
     self->arena_used = 0;
     self->batch_bytes = self->batch_empty = self->batch_deferred = self->batch_new = 0;
     self->deferred_done = self->flagged = self->tested = 0;
+    self->ldig_valid = 0;
 }
 
 static int LineEngine_init(LineEngine *self, PyObject *args, PyObject *kwargs)
@@ -105,6 +120,10 @@ static int LineEngine_init(LineEngine *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     if (enter(self) < 0) return -1;
+    if (self->threaded) {
+        PyErr_SetString(PyExc_RuntimeError, "the line engine has started its worker");
+        return -1;
+    }
     self->canonicalize = canonicalize;
     self->max_canonical = (size_t)max_canonical;
     self->len = self->pos = self->scan = self->nscan = self->nsynth = 0;
@@ -114,6 +133,11 @@ static int LineEngine_init(LineEngine *self, PyObject *args, PyObject *kwargs)
 
 static void LineEngine_dealloc(LineEngine *self)
 {
+    if (self->threaded) {
+        us_worker_stop(&self->worker);
+        us_worker_free(&self->worker);
+    }
+    PyMem_RawFree(self->ldig);
     PyMem_RawFree(self->buf);
     PyMem_RawFree(self->synth);
     PyMem_RawFree(self->lines);
@@ -148,13 +172,20 @@ static void compact(LineEngine *self)
 }
 
 PyDoc_STRVAR(feed_doc,
-             "feed(data) -> None\n\n"
-             "Append bytes of the current input (any bytes-like object). Ends the current batch.");
+             "feed(data) -> bool\n\n"
+             "Append bytes of the current input (any bytes-like object). Ends the current batch.\n"
+             "After start: queued for the worker (waiting while it is a few blocks behind), from\n"
+             "any thread; False if the worker has stopped (the bytes are dropped).");
 
 static PyObject *LineEngine_feed(LineEngine *self, PyObject *data)
 {
-    if (enter(self) < 0) return NULL;
     Py_buffer view;
+    if (self->threaded) { /* any thread: the bytes are held until the worker has read them */
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
+        int rc = us_worker_feed(&self->worker, &view);
+        return rc < 0 ? NULL : PyBool_FromLong(rc);
+    }
+    if (enter(self) < 0) return NULL;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
     drop_batch(self);
     /* Compact only when the kept bytes are few or the buffer would have to grow anyway. */
@@ -167,7 +198,7 @@ static PyObject *LineEngine_feed(LineEngine *self, PyObject *data)
     memcpy(self->buf + self->len, view.buf, (size_t)view.len);
     self->len += (size_t)view.len;
     PyBuffer_Release(&view);
-    Py_RETURN_NONE;
+    Py_RETURN_TRUE;
 }
 
 PyDoc_STRVAR(end_input_doc,
@@ -176,6 +207,11 @@ PyDoc_STRVAR(end_input_doc,
 
 static PyObject *LineEngine_end_input(LineEngine *self, PyObject *unused)
 {
+    if (self->threaded) {
+        int rc = us_worker_end_input(&self->worker);
+        if (rc < 0) return NULL;
+        Py_RETURN_NONE;
+    }
     if (enter(self) < 0) return NULL;
     if (self->len > self->pos && self->buf[self->len - 1] != '\n') {
         if (grow((void **)&self->buf, &self->cap, self->len + 1, 1) < 0 ||
@@ -241,11 +277,134 @@ static int recall(LineEngine *self, size_t *deferred)
     return 0;
 }
 
+#define SWAP(type, a, b) \
+    do {                   \
+        type t_ = (a);     \
+        (a) = (b);         \
+        (b) = t_;          \
+    } while (0)
+
+/* next_batch after start: the worker's next batch, its arrays swapped with the current ones
+ * (the worker refills the old ones). */
+static PyObject *next_batch_threaded(LineEngine *self, size_t max_lines)
+{
+    if (max_lines != self->worker.batch_size) {
+        PyErr_Format(PyExc_ValueError, "max_lines must be the batch size given to start (%zu)",
+                     self->worker.batch_size);
+        return NULL;
+    }
+    drop_batch(self);
+    self->busy = 1;
+    us_batch *b = us_worker_next(&self->worker);
+    self->busy = 0;
+    if (b == NULL) return PyErr_Occurred() ? NULL : PyLong_FromLong(0);
+    SWAP(uint8_t *, self->buf, b->buf);
+    SWAP(size_t, self->cap, b->cap);
+    SWAP(us_line *, self->lines, b->lines);
+    SWAP(size_t, self->lines_cap, b->lines_cap);
+    SWAP(uint8_t *, self->arena, b->arena);
+    SWAP(size_t, self->arena_cap, b->arena_cap);
+    SWAP(us_hash128 *, self->ldig, b->ldig);
+    SWAP(size_t, self->ldig_cap, b->ldig_cap);
+    size_t n = b->nlines, deferred = b->deferred;
+    self->nlines = n;
+    self->arena_used = b->arena_used;
+    self->batch_bytes = b->bytes;
+    self->batch_empty = b->empty;
+    us_worker_done(&self->worker, b);
+    self->ldig_valid = self->worker.hashing;
+    self->ldig_hash_id = self->worker.hash_id;
+    self->ldig_seed = self->worker.seed;
+    if (deferred && recall(self, &deferred) < 0) {
+        self->nlines = 0;
+        return NULL;
+    }
+    self->batch_deferred = deferred;
+    self->deferred_done = deferred == 0;
+    return PyLong_FromSize_t(n);
+}
+
+PyDoc_STRVAR(start_doc,
+             "start(batch_size, hasher=None) -> None\n\n"
+             "Start the worker thread: from now on it splits, keys and (with hasher, a BitFilter\n"
+             "or CountingFilter whose hash it uses) hashes batches of batch_size lines ahead of\n"
+             "next_batch, from the bytes feed and end_input queue; close_input ends the input,\n"
+             "stop ends the thread. The engine must hold no input yet.");
+
+static PyObject *LineEngine_start(LineEngine *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"batch_size", "hasher", NULL};
+    Py_ssize_t batch_size;
+    PyObject *hasher = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n|O:start", kwlist, &batch_size, &hasher))
+        return NULL;
+    if (batch_size < 1) {
+        PyErr_SetString(PyExc_ValueError, "batch_size must be >= 1");
+        return NULL;
+    }
+    if (enter(self) < 0) return NULL;
+    if (self->threaded || self->len > self->pos) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        self->threaded ? "the worker has started already"
+                                       : "start needs an engine that holds no input");
+        return NULL;
+    }
+    int hashing = hasher != Py_None, hash_id = 0;
+    uint64_t seed = 0;
+    const void *bits;
+    if (hashing && us_bit_filter_hash_of(hasher, &hash_id, &seed, &bits) < 0 &&
+        us_counting_filter_hash_of(hasher, &hash_id, &seed) < 0) {
+        PyErr_Format(PyExc_TypeError, "hasher must be a BitFilter or CountingFilter, not '%.200s'",
+                     Py_TYPE(hasher)->tp_name);
+        return NULL;
+    }
+    drop_batch(self);
+    if (us_worker_start(&self->worker, (size_t)batch_size, self->canonicalize,
+                        self->max_canonical, hashing, hash_id, seed) < 0) {
+        us_worker_free(&self->worker);
+        return NULL;
+    }
+    self->threaded = 1;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(close_input_doc,
+             "close_input(failed=False) -> None\n\n"
+             "After start: no more input. failed: the input broke off, and the lines of the\n"
+             "unfinished batch are dropped (the serial engine's caller never asks for them).");
+
+static PyObject *LineEngine_close_input(LineEngine *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"failed", NULL};
+    int failed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:close_input", kwlist, &failed))
+        return NULL;
+    if (!self->threaded) {
+        PyErr_SetString(PyExc_RuntimeError, "close_input needs start first");
+        return NULL;
+    }
+    us_worker_close(&self->worker, failed);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(stop_doc,
+             "stop() -> None\n\n"
+             "Stop the worker thread and wait for it (a feed waiting for room returns False).\n"
+             "The current batch stays usable; next_batch raises RuntimeError.");
+
+static PyObject *LineEngine_stop(LineEngine *self, PyObject *unused)
+{
+    if (self->threaded) us_worker_stop(&self->worker);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(next_batch_doc,
              "next_batch(max_lines, final=False) -> int\n\n"
              "Start the next batch: max_lines lines (fewer only with final, at the end of all\n"
              "input), split and keyed. Returns its number of lines; 0 when more input is needed\n"
-             "(or, with final, none is left).");
+             "(or, with final, none is left). After start: the worker's next batch (max_lines\n"
+             "must be its batch size; final is implied by close_input), waiting for it; 0 at\n"
+             "the end of the input.");
 
 static PyObject *LineEngine_next_batch(LineEngine *self, PyObject *args, PyObject *kwargs)
 {
@@ -259,6 +418,7 @@ static PyObject *LineEngine_next_batch(LineEngine *self, PyObject *args, PyObjec
         return NULL;
     }
     if (enter(self) < 0) return NULL;
+    if (self->threaded) return next_batch_threaded(self, (size_t)max_lines);
     drop_batch(self);
     if (grow((void **)&self->lines, &self->lines_cap, (size_t)max_lines, sizeof(us_line)) < 0)
         return NULL;
@@ -508,6 +668,12 @@ static PyObject *LineEngine_set_flags(LineEngine *self, PyObject *flags)
     return PyLong_FromSize_t(fresh);
 }
 
+/* 1 if the worker's digests of the batch (line->hashed) were made with this hash. */
+static int made_with(const LineEngine *self, int hash_id, uint64_t seed)
+{
+    return self->ldig_valid && self->ldig_hash_id == hash_id && self->ldig_seed == seed;
+}
+
 /* Hash the batch's keys with the filter's hash, without the GIL; the known digests are reset
  * when the filter's bits are not the ones they describe. */
 static int hash_keys(LineEngine *self, PyObject *filter)
@@ -543,6 +709,17 @@ static int hash_keys(LineEngine *self, PyObject *filter)
     if (bits != self->known_bits) { /* another filter, or its bits moved: forget */
         memset(self->known, 0, KNOWN_SLOTS * sizeof(us_hash128));
         self->known_bits = bits;
+    }
+    int made = made_with(self, hash_id, seed);
+    if (made) { /* the worker's digests, and the few keys Python gave: no GIL hand-off */
+        for (size_t k = 0; k < self->nkeys; k++) {
+            size_t i = self->key_line[k];
+            const us_line *line = &self->lines[i];
+            self->digests[k] = line->hashed ? self->ldig[i]
+                                            : us_digest(hash_id, key_ptr(self, line),
+                                                        line->key_len, seed);
+        }
+        return 0;
     }
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
@@ -678,34 +855,47 @@ static int digest_keys(LineEngine *self, int hash_id, uint64_t seed)
     size_t n = self->nkeys;
     const uint8_t **data = PyMem_RawMalloc((n + 1) * sizeof *data);
     size_t *len = PyMem_RawMalloc((n + 1) * sizeof *len);
+    size_t *at = PyMem_RawMalloc((n + 1) * sizeof *at);
     uint8_t(*md5)[16] = hash_id == US_HASH_MD5 ? PyMem_RawMalloc((n + 1) * 16) : NULL;
-    if (data == NULL || len == NULL || (hash_id == US_HASH_MD5 && md5 == NULL)) {
+    if (data == NULL || len == NULL || at == NULL || (hash_id == US_HASH_MD5 && md5 == NULL)) {
         PyMem_RawFree(data);
         PyMem_RawFree(len);
+        PyMem_RawFree(at);
         PyMem_RawFree(md5);
         PyErr_NoMemory();
         return -1;
     }
+    /* the keys the worker hashed already are taken as they are; the rest are hashed here */
+    int made = made_with(self, hash_id, seed);
+    size_t m = 0;
     for (size_t k = 0; k < n; k++) {
-        const us_line *line = &self->lines[self->key_line[k]];
-        data[k] = key_ptr(self, line);
-        len[k] = line->key_len;
+        size_t i = self->key_line[k];
+        const us_line *line = &self->lines[i];
+        if (made && line->hashed) {
+            self->digests[k] = self->ldig[i];
+            continue;
+        }
+        data[m] = key_ptr(self, line);
+        len[m] = line->key_len;
+        at[m++] = k;
     }
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     if (md5 != NULL) {
-        us_md5_many(data, len, n, (uint32_t)seed, md5);
-        for (size_t k = 0; k < n; k++) {
-            self->digests[k].h1 = us_load64_le(md5[k]);
-            self->digests[k].h2 = us_load64_le(md5[k] + 8);
+        us_md5_many(data, len, m, (uint32_t)seed, md5);
+        for (size_t j = 0; j < m; j++) {
+            self->digests[at[j]].h1 = us_load64_le(md5[j]);
+            self->digests[at[j]].h2 = us_load64_le(md5[j] + 8);
         }
     } else {
-        for (size_t k = 0; k < n; k++) self->digests[k] = us_digest(hash_id, data[k], len[k], seed);
+        for (size_t j = 0; j < m; j++)
+            self->digests[at[j]] = us_digest(hash_id, data[j], len[j], seed);
     }
     Py_END_ALLOW_THREADS
     self->busy = 0;
     PyMem_RawFree(data);
     PyMem_RawFree(len);
+    PyMem_RawFree(at);
     PyMem_RawFree(md5);
     return 0;
 }
@@ -787,6 +977,11 @@ static PyGetSetDef LineEngine_getset[] = {
 };
 
 static PyMethodDef LineEngine_methods[] = {
+    {"start", (PyCFunction)(void (*)(void))LineEngine_start, METH_VARARGS | METH_KEYWORDS,
+     start_doc},
+    {"close_input", (PyCFunction)(void (*)(void))LineEngine_close_input,
+     METH_VARARGS | METH_KEYWORDS, close_input_doc},
+    {"stop", (PyCFunction)LineEngine_stop, METH_NOARGS, stop_doc},
     {"feed", (PyCFunction)LineEngine_feed, METH_O, feed_doc},
     {"end_input", (PyCFunction)LineEngine_end_input, METH_NOARGS, end_input_doc},
     {"next_batch", (PyCFunction)(void (*)(void))LineEngine_next_batch,

@@ -112,6 +112,23 @@ static PyObject *bad_masks(void)
     return NULL;
 }
 
+/* The byte offset in data of key n's 64-byte block (blocked record at p): the record's own, or
+   with an index (ix->buf set) the block it names; -1 with ValueError if the index is short. */
+static int key_block(const uint8_t *p, size_t n, const Py_buffer *ix, const char *who,
+                     size_t *base)
+{
+    if (ix->buf == NULL) {
+        *base = read_u32(p + 1);
+        return 0;
+    }
+    if ((n + 1) * 4 > (size_t)ix->len) {
+        PyErr_Format(PyExc_ValueError, "%s: index too short", who);
+        return -1;
+    }
+    *base = (size_t)read_u32((const uint8_t *)ix->buf + 4 * n) * US_BLOCK_BYTES;
+    return 0;
+}
+
 PyDoc_STRVAR(mask_blocks_doc,
              "mask_blocks(masks) -> list[int]\n\n"
              "The byte offset of each key's 64-byte block, in order, from blocked-layout\n"
@@ -173,14 +190,8 @@ static PyObject *mod_masks_present(PyObject *mod, PyObject *args)
         unsigned c = p[0];
         int present = 1;
         if (layout == US_LAYOUT_BLOCKED) {
-            size_t base = read_u32(p + 1);
-            if (ix.buf != NULL) {
-                if ((n + 1) * 4 > (size_t)ix.len) {
-                    PyErr_SetString(PyExc_ValueError, "masks_present: index too short");
-                    goto done;
-                }
-                base = (size_t)read_u32((const uint8_t *)ix.buf + 4 * n) * US_BLOCK_BYTES;
-            }
+            size_t base;
+            if (key_block(p, n, &ix, "masks_present", &base) < 0) goto done;
             for (unsigned t = 0; t < c && present; t++) {
                 size_t at = base + p[5 + 2 * t];
                 uint8_t mask = p[6 + 2 * t];
@@ -206,11 +217,70 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(masks_apply_doc,
+             "masks_apply(masks, data, index=None) -> bytes\n\n"
+             "Blocked layout: the keys of byte_masks output in order, each tested against data\n"
+             "as masks_present does and, when a bit is missing, its bits set in data (a writable\n"
+             "buffer, changed in place) so that a later key sees them, as a batch script does.\n"
+             "One byte per key: 1 where it was missing a bit (new), else 0. index as for\n"
+             "masks_present; every byte a key needs must lie inside data.");
+
+static PyObject *mod_masks_apply(PyObject *mod, PyObject *args)
+{
+    Py_buffer m, d, ix = {0};
+    PyObject *index = Py_None, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*w*|O:masks_apply", &m, &d, &index)) return NULL;
+    if (index != Py_None && PyObject_GetBuffer(index, &ix, PyBUF_SIMPLE) < 0) goto done;
+    result = PyBytes_FromStringAndSize(NULL, m.len);
+    if (result == NULL) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result), *data = d.buf;
+    const uint8_t *p = m.buf;
+    size_t left = (size_t)m.len, n = 0, dlen = (size_t)d.len;
+    while (left > 0) {
+        size_t size = record_size(p, left, US_LAYOUT_BLOCKED);
+        if (size == 0) {
+            Py_CLEAR(result);
+            bad_masks();
+            goto done;
+        }
+        unsigned c = p[0];
+        size_t base;
+        if (key_block(p, n, &ix, "masks_apply", &base) < 0) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        if (base + US_BLOCK_BYTES > dlen) {
+            Py_CLEAR(result);
+            PyErr_SetString(PyExc_ValueError, "masks_apply: a block lies outside data");
+            goto done;
+        }
+        int present = 1;
+        for (unsigned t = 0; t < c && present; t++) {
+            uint8_t mask = p[6 + 2 * t];
+            present = (data[base + p[5 + 2 * t] % US_BLOCK_BYTES] & mask) == mask;
+        }
+        if (!present) {
+            for (unsigned t = 0; t < c; t++)
+                data[base + p[5 + 2 * t] % US_BLOCK_BYTES] |= p[6 + 2 * t];
+        }
+        out[n++] = (uint8_t)!present;
+        p += size;
+        left -= size;
+    }
+    if (_PyBytes_Resize(&result, (Py_ssize_t)n) < 0) result = NULL;
+done:
+    if (ix.buf != NULL) PyBuffer_Release(&ix);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&m);
+    return result;
+}
+
 static PyMethodDef redis_masks_functions[] = {
     {"byte_masks", (PyCFunction)(void (*)(void))mod_byte_masks, METH_VARARGS | METH_KEYWORDS,
      byte_masks_doc},
     {"mask_blocks", mod_mask_blocks, METH_VARARGS, mask_blocks_doc},
     {"masks_present", mod_masks_present, METH_VARARGS, masks_present_doc},
+    {"masks_apply", mod_masks_apply, METH_VARARGS, masks_apply_doc},
     {NULL},
 };
 

@@ -4,17 +4,19 @@ clean CLI errors, number formatting."""
 from __future__ import annotations
 
 import contextlib
-import decimal
 import errno
+import os
 import warnings
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from urlseen import kinds
 from urlseen.errors import UrlseenError
-from urlseen.filters.base import SeenFilter
+
+if TYPE_CHECKING:
+    from urlseen.filters.base import SeenFilter
 
 
 class Count(click.ParamType):  # type: ignore[type-arg]
@@ -26,6 +28,8 @@ class Count(click.ParamType):  # type: ignore[type-arg]
         if isinstance(value, int):
             number = value
         else:
+            import decimal  # here, not at the top: only a --capacity given pays its import
+
             try:
                 exact = decimal.Decimal(str(value).replace("_", ""))
             except decimal.InvalidOperation:
@@ -93,6 +97,39 @@ def sizing_options(command: Callable[..., Any]) -> Callable[..., Any]:
         help="Distinct URLs the filter is sized for (1e9 is 10**9) "
         f"[default: {kinds.DEFAULT_CAPACITY}].",
     )(command)
+
+
+def kind_options(
+    offered: Iterable[kinds.Kind],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """One option per entry of kinds.OPTIONS that an offered kind takes, its help naming the
+    kinds that take it; each left None unless given."""
+    offered = list(offered)
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(kinds.OPTIONS.values()):
+            takers = "/".join(k.name for k in offered if option.name in k.options)
+            if not takers:
+                continue
+            low, high = (None if b is None else int(b) for b in (option.low, option.high))
+            kind_of_value: Any = {
+                int: click.IntRange(low, high),
+                float: click.FloatRange(option.low, option.high, min_open=True),
+                os.PathLike: click.Path(dir_okay=False),
+            }.get(option.type, str)
+            default = "" if option.default is None else f" [default: {option.default}]"
+            takers += " with --redis" if option.shared else ""
+            value: dict[str, Any] = (
+                {"is_flag": True, "default": None}  # a flag: None unless given
+                if option.type is bool
+                else {"type": click.Choice(option.choices) if option.choices else kind_of_value}
+            )
+            command = click.option(
+                flag(option.name), option.name, help=f"{takers}: {option.help}{default}", **value
+            )(command)
+        return command
+
+    return decorate
 
 
 def human(n: float) -> str:

@@ -12,8 +12,23 @@ from urllib.parse import urlsplit
 import click
 
 from urlseen import kinds
-from urlseen.cli._common import cli_errors, human, sizing_options
+from urlseen.cli._common import cli_errors, flag, human, kind_options, sizing_options
 from urlseen.errors import MissingDependencyError
+
+# The kinds a crawl can use: those keyed by the request's fingerprint, not by URL features.
+CRAWL_KINDS = [k for k in kinds.KINDS.values() if not k.url_keys]
+
+
+def _given_options(kind: str, redis_url: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The kind options given on the command line, refused (as flags) where the kind or the
+    absence of --redis makes them meaningless."""
+    given = {name: value for name, value in options.items() if value is not None}
+    for name in given:
+        if kind == "scrapy" or name not in kinds.KINDS[kind].options:
+            raise click.UsageError(f"{flag(name)} does not apply to --filter {kind}")
+        if kinds.OPTIONS[name].shared and redis_url is None:
+            raise click.UsageError(f"{flag(name)} applies to a filter shared through --redis")
+    return given
 
 
 def _prefix(start_url: str, prefix: str | None) -> str:
@@ -122,6 +137,7 @@ def _report(report: Any, as_json: bool) -> None:
 )
 @click.option("-v", "--verbose", is_flag=True, help="Show Scrapy's log at INFO level.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@kind_options(CRAWL_KINDS)
 def crawl_command(
     start_url: str,
     filter_name: str | None,
@@ -140,6 +156,7 @@ def crawl_command(
     progress: bool | None,
     verbose: bool,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Crawl START_URL's site with Scrapy and a urlseen filter; print how the filter did.
 
@@ -157,6 +174,8 @@ def crawl_command(
         raise click.UsageError("--filter scrapy takes no --redis, --state or --audit")
     if redis_url is not None and state is not None:
         raise click.UsageError("--redis and --state exclude each other: the state is in Redis")
+    kind = filter_name or kinds.DEFAULT_KIND
+    given = _given_options(kind, redis_url, options)
     with cli_errors():
         try:
             from urlseen.integrations._crawl import crawl
@@ -164,8 +183,7 @@ def crawl_command(
             raise MissingDependencyError(
                 f"urlseen crawl needs Scrapy ({exc}): pip install 'urlseen[scrapy]'"
             ) from exc
-        kind = filter_name or kinds.DEFAULT_KIND
-        dupefilter: dict[str, Any] = {"filter": kind}
+        dupefilter: dict[str, Any] = {"filter": kind, **given}
         if kind != "scrapy":
             dupefilter |= {
                 "capacity": capacity,

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
-from urlseen.cli._common import cli_errors, flag, human, open_filter, sizing_options
-from urlseen.dedup import DedupSummary, dedup
+from urlseen.cli._common import cli_errors, human, kind_options, open_filter, sizing_options
+from urlseen.dedup import dedup
 from urlseen.errors import UrlseenError
 from urlseen.linekeys import LineKeyer
 from urlseen.streams import Inputs, input_lines, open_output, refuse_clobbering, total_bytes
+
+if TYPE_CHECKING:
+    from urlseen.dedup import DedupSummary
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
 
@@ -64,6 +65,8 @@ def _forget(seen: Any, remove: str | None, older_than: float | None, profile: st
 
 def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
     if as_json:
+        import json  # here: a run without --json does not pay for its import
+
         click.echo(json.dumps(summary.as_dict()), err=True)
         return
     s, skipped = summary, summary.skipped
@@ -107,29 +110,6 @@ def _naming_output(output: str) -> Iterator[None]:
         if mute and output != "-" and exc.errno != errno.EPIPE:
             exc.filename = output
         raise
-
-
-def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """One option per entry of kinds.OPTIONS, its help naming the kinds that take it."""
-    for option in reversed(kinds.OPTIONS.values()):
-        takers = "/".join(k.name for k in kinds.KINDS.values() if option.name in k.options)
-        low, high = (None if b is None else int(b) for b in (option.low, option.high))
-        kind_of_value: Any = {
-            int: click.IntRange(low, high),
-            float: click.FloatRange(option.low, option.high, min_open=True),
-            Path: click.Path(dir_okay=False),
-        }.get(option.type, str)
-        default = "" if option.default is None else f" [default: {option.default}]"
-        takers += " with --redis" if option.shared else ""
-        value: dict[str, Any] = (
-            {"is_flag": True, "default": None}  # a flag: None unless given
-            if option.type is bool
-            else {"type": click.Choice(option.choices) if option.choices else kind_of_value}
-        )
-        command = click.option(
-            flag(option.name), option.name, help=f"{takers}: {option.help}{default}", **value
-        )(command)
-    return command
 
 
 @click.command("dedup")
@@ -184,7 +164,7 @@ def _kind_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="exact: before the run, forget URLs first seen before AGE (30d, 12h, Unix "
     "seconds or an ISO date): expiry for re-crawl.",
 )
-@_kind_options
+@kind_options(kinds.KINDS.values())
 @click.option(
     "--canonicalize",
     "profile",

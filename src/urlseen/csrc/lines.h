@@ -38,6 +38,7 @@ typedef struct {
     uint8_t terminated; /* the line had its "\n" in the input */
     uint8_t key_text;   /* the key is text (UTF-8): canonicalized, not the raw line */
     uint8_t memo;       /* deferred, and its key may be remembered (us_key_memo) */
+    uint8_t hashed;     /* its key's digest is already made (the line engine's worker) */
 } us_line;
 
 /* Split up to max_lines complete lines of buf[*pos, len) into out[]; *pos moves past them.

@@ -19,14 +19,15 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import FormatError
 from urlseen.filters._hashes import HASHES, require_stored_hash, require_stored_seed
-from urlseen.stores import _format
-from urlseen.stores._format import Header
 from urlseen.stores.base import BufferStore
 from urlseen.stores.memory import MemoryStore
-from urlseen.stores.mmapfile import MappedFile, save_copy
 
+# The state file's modules (mmapfile, _format, and json, uuid, pathlib under them) are imported
+# by the methods that touch a file: a filter in memory (`urlseen dedup`) starts without them.
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+    from urlseen.stores._format import Header
 
 
 class StoreBacked(Closeable):
@@ -75,6 +76,8 @@ class StoreBacked(Closeable):
         size = cls._data_bytes(params)
         if path is None:
             return MemoryStore(size, params)
+        from urlseen.stores.mmapfile import MappedFile
+
         return MappedFile.create(path, params, size, overwrite=overwrite)
 
     @classmethod
@@ -96,6 +99,8 @@ class StoreBacked(Closeable):
             OSError: the file cannot be opened (for writing: a read-only file or disk), or its
                 blocks cannot be reserved (a full disk).
         """
+        from urlseen.stores.mmapfile import MappedFile
+
         return cls.from_store(MappedFile.open(path, readonly=readonly, check=cls._check_header))
 
     @classmethod
@@ -121,6 +126,8 @@ class StoreBacked(Closeable):
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Write this filter to a new state file (atomically: temp file, then link or rename)."""
+        from urlseen.stores.mmapfile import save_copy
+
         store = self._live_store()
         count: int = self.count  # type: ignore[attr-defined]
         save_copy(store, self._data_bytes(store.params()), count, path, overwrite)
@@ -174,6 +181,8 @@ class StoreBacked(Closeable):
         opened for writing (the checksum is rewritten only when it is closed), or one that was
         not closed cleanly. Raises FormatError if it does not match.
         """
+        from urlseen.stores.mmapfile import MappedFile
+
         store = self._live_store()
         return store.verify() if isinstance(store, MappedFile) else False
 
@@ -216,6 +225,8 @@ def stored_params(
     """A state file's params if it holds a `kind` filter (`name` in the error) whose fields have
     the given types, an error_rate, a seed in range and a hash this code knows; else
     FormatError."""
+    from urlseen.stores import _format
+
     params = header.params
     if params.get("kind") != kind:
         raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not {name}")

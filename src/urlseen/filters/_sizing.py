@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 
+from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError
 
 # The exact filter's cache of hot fingerprints, in entries. 4 MiB: on the whole dev file it
@@ -27,14 +27,18 @@ MAX_BITS = 1 << 46  # 8 TiB of bits: far beyond one machine, small enough to cat
 LAYOUTS = ("blocked", "standard")
 
 
-@dataclass(frozen=True)
-class BloomSize:
+class BloomSize(Frozen):
     """A sized filter: nbits bits, k probes, and the false-positive rate at capacity."""
 
+    # the fields, in order (not sorted): eq, hash, repr and __init__ follow it
+    __slots__ = ("nbits", "k", "layout", "error_rate_at_capacity")  # noqa: RUF023
     nbits: int
     k: int
     layout: str
     error_rate_at_capacity: float
+
+    def __init__(self, nbits: int, k: int, layout: str, error_rate_at_capacity: float) -> None:
+        self._init(nbits, k, layout, error_rate_at_capacity)
 
     @property
     def nbytes(self) -> int:
@@ -106,7 +110,7 @@ def _candidate_ks(error_rate: float, spread: int) -> range:
     return range(max(1, math.floor(k_opt) - spread), min(MAX_K, math.ceil(k_opt) + spread) + 1)
 
 
-def _smallest(predicate_ok: Callable[[int], bool], lo: int, hi: int) -> int:
+def smallest(predicate_ok: Callable[[int], bool], lo: int, hi: int) -> int:
     """Smallest x in [lo, hi] with predicate_ok(x), which is monotone (False..False, True..)."""
     while lo < hi:
         mid = (lo + hi) // 2
@@ -142,15 +146,30 @@ def size_standard(capacity: int, error_rate: float) -> BloomSize:
     return best
 
 
+# (capacity, error_rate) -> (blocks, k) that search_blocked answers: the default filter of
+# `urlseen dedup` (10M URLs at 1e-6), sized at every start, where the search is 11.6M of ~271M
+# instructions (benchmarks/callgrind_startup.py). tests/test_sizing_memo.py compares each entry
+# with the search, so an entry cannot drift from it.
+KNOWN_BLOCKED: dict[tuple[int, float], tuple[int, int]] = {(10_000_000, 1e-6): (752_207, 16)}
+
+
 @lru_cache(maxsize=256)
 def size_blocked(capacity: int, error_rate: float) -> BloomSize:
-    """Fewest 512-bit blocks, over a range of k, keeping the blocked rate at capacity <= target
-    (ties: the smallest k).
+    """The blocked layout's size: a known answer, else search_blocked's. The rate at capacity
+    is always computed here (one evaluation), so it is this platform's own float."""
+    known = KNOWN_BLOCKED.get((capacity, error_rate))
+    blocks, k = known if known is not None else search_blocked(capacity, error_rate)
+    return BloomSize(blocks * BLOCK_BITS, k, "blocked", blocked_error_rate(capacity, blocks, k))
+
+
+def search_blocked(capacity: int, error_rate: float) -> tuple[int, int]:
+    """(blocks, k): fewest 512-bit blocks, over a range of k, keeping the blocked rate at
+    capacity <= target (ties: the smallest k).
 
     The k with the lowest rate at the standard layout's size is searched first (it is nearly
     always the winner); every other k is first asked whether it fits in the best size so far at
     all, which one rate evaluation answers (the rate falls as blocks grow), so most ks cost one
-    evaluation instead of a search: this runs at every `urlseen dedup` start.
+    evaluation instead of a search: it runs whenever a filter is sized for other values.
     """
     std_blocks = size_standard(capacity, error_rate).nbits // BLOCK_BITS + 1
     lo, hi = max(1, std_blocks // 2), std_blocks * 8
@@ -165,13 +184,12 @@ def size_blocked(capacity: int, error_rate: float) -> BloomSize:
         top = hi if best is None else best[0]
         if not fits(top):
             continue  # this k needs more blocks than the best so far (or than a sane size)
-        blocks = _smallest(fits, min(lo, top), top)
+        blocks = smallest(fits, min(lo, top), top)
         if best is None or (blocks, k) < best:
             best = (blocks, k)
     if best is None:
         raise ConfigError(f"error_rate {error_rate!r} is too low for the blocked layout")
-    blocks, k = best
-    return BloomSize(blocks * BLOCK_BITS, k, "blocked", blocked_error_rate(capacity, blocks, k))
+    return best
 
 
 def size_filter(capacity: object, error_rate: object, layout: object = "blocked") -> BloomSize:
@@ -203,103 +221,3 @@ def error_rate_at(size_layout: str, nbits: int, k: int, count: int) -> float:
     if size_layout == "blocked":
         return blocked_error_rate(count, nbits // BLOCK_BITS, k)
     return standard_error_rate(count, nbits, k)
-
-
-@dataclass(frozen=True)
-class CountingSize:
-    """A sized counting filter: m counters, k per key, the filter stage's rate at capacity."""
-
-    ncounters: int
-    k: int
-    error_rate_at_capacity: float
-
-
-def size_counting(
-    capacity: int, error_rate: float, k: int | None = None, counters_per_key: float | None = None
-) -> CountingSize:
-    """Counters and k for a counting filter: the standard formulas with counters for bits, or
-    explicit k and/or m / n (the IMP-CBFilter paper's experiment: k = 8, m / n = 20)."""
-    capacity, error_rate = check_target(capacity, error_rate)
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K):
-        raise ConfigError(f"k must be an int in [1, {MAX_K}], not {k!r}")
-    if counters_per_key is not None:
-        if isinstance(counters_per_key, bool) or not isinstance(counters_per_key, (int, float)):
-            raise ConfigError(f"counters_per_key must be a number, not {counters_per_key!r}")
-        if not 1 <= counters_per_key <= 1024:
-            raise ConfigError(f"counters_per_key must be in [1, 1024], not {counters_per_key!r}")
-        m = math.ceil(counters_per_key * capacity)
-        kk = k if k is not None else max(1, min(MAX_K, round(counters_per_key * math.log(2))))
-    else:
-        std = size_standard(capacity, error_rate)
-        m, kk = std.nbits, std.k
-        if k is not None and k != kk:  # keep k, find the m that meets the rate with it
-            inv = -math.expm1(math.log1p(-(error_rate ** (1.0 / k))) / (k * capacity))
-            m, kk = math.ceil(1.0 / inv), k
-    if m > MAX_BITS:
-        raise ConfigError(f"capacity {capacity} needs {m} counters, more than {MAX_BITS}")
-    return CountingSize(m, kk, standard_error_rate(capacity, m, kk))
-
-
-@dataclass(frozen=True)
-class SplittableSize:
-    """A dynamic splittable Bloom filter's shape: k probes per leaf, the most URLs a leaf holds
-    at the error rate (leaf_capacity: reaching it, a leaf splits), and the first layer's leaves
-    for the expected URLs."""
-
-    k: int
-    leaf_capacity: int
-    first_leaves: int
-
-
-def size_splittable(
-    capacity: int, leaf_bits: int, error_rate: float, layout: str = "standard"
-) -> SplittableSize:
-    """The shape of a splittable filter expecting `capacity` URLs in leaves of `leaf_bits` bits
-    that each keep false-positive rate <= error_rate.
-
-    k is floor or ceil of log2(1 / error_rate), whichever lets a leaf hold more URLs; the leaf
-    capacity is the exact largest load within the rate (standard_capacity: never the closed
-    form, which overshoots); first_leaves = ceil(capacity / leaf_capacity).
-
-    For the blocked layout the leaf capacity is the largest count whose blocked false-positive
-    rate stays <= error_rate (a blocked leaf holds fewer URLs than a standard one at the same
-    rate), and k is searched a little wider, since the blocked optimum sits below
-    log2(1 / error_rate).
-    """
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ConfigError(f"capacity (expected URLs) must be a positive int, not {capacity!r}")
-    if (
-        isinstance(leaf_bits, bool)
-        or not isinstance(leaf_bits, int)
-        or not 64 <= leaf_bits <= 1 << 32
-    ):
-        raise ConfigError(f"leaf_bits must be an int in [64, 2**32], not {leaf_bits!r}")
-    check_target(capacity, error_rate)
-    ideal_k = math.log2(1.0 / error_rate)
-    if layout == "blocked":
-        candidates = {
-            min(MAX_K, max(1, k)) for k in range(math.floor(ideal_k) - 4, math.ceil(ideal_k) + 1)
-        }
-
-        def holds(k: int) -> int:
-            top = standard_capacity(leaf_bits, k, error_rate)
-            blocks = leaf_bits // BLOCK_BITS
-            over = _smallest(lambda n: blocked_error_rate(n, blocks, k) > error_rate, 1, top + 1)
-            return over - 1
-
-    else:
-        candidates = {
-            min(MAX_K, max(1, math.floor(ideal_k))),
-            min(MAX_K, max(1, math.ceil(ideal_k))),
-        }
-
-        def holds(k: int) -> int:
-            return standard_capacity(leaf_bits, k, error_rate)
-
-    best = max(candidates, key=lambda k: (holds(k), -k))
-    leaf_capacity = holds(best)
-    if leaf_capacity < 1:
-        raise ConfigError(
-            f"a leaf of {leaf_bits} bits cannot hold one URL at error_rate {error_rate}"
-        )
-    return SplittableSize(best, leaf_capacity, -(-capacity // leaf_capacity))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import inspect
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 Key = str | bytes
 """A key: a str (hashed as UTF-8) or bytes. URLs are canonicalized before they become keys."""
@@ -130,6 +130,10 @@ def in_temporary_folder(make: Callable[[Path], Made]) -> Made:
     """make(folder) in a new temporary folder (removed at once if make fails), kept by what it
     made as `_temporary`, which removes it on close: a filter that persists nothing but keeps
     its library on disk, so memory stays bounded however many URLs come."""
+    import shutil  # these three here: a filter in memory (`urlseen dedup`) does not pay for them
+    import tempfile
+    from pathlib import Path
+
     folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
     try:
         made = make(folder)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
@@ -12,8 +12,10 @@ from urlseen.filters import _sizing
 from urlseen.filters._hashes import BLOOM_HASH, HASHES, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters.base import FilterStats, creator
-from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
+
+if TYPE_CHECKING:
+    from urlseen.stores import _format
 
 __all__ = ["DEFAULT_HASH", "HASHES", "BloomFilter"]
 

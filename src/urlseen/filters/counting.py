@@ -17,6 +17,7 @@ from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
+from urlseen.filters._sizing_counting import size_counting
 from urlseen.filters.base import FilterStats, creator
 from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
@@ -138,7 +139,7 @@ def make_params(
         raise ConfigError(f"counter_bits must be 2, 4 or 8, not {counter_bits!r}")
     check_hash(hash)
     check_seed(seed)
-    size = _sizing.size_counting(capacity, error_rate, k, counters_per_key)  # type: ignore[arg-type]
+    size = size_counting(capacity, error_rate, k, counters_per_key)  # type: ignore[arg-type]
     return {
         "kind": "counting",
         "ncounters": size.ncounters,

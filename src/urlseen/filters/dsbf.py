@@ -57,6 +57,7 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
+from urlseen.filters._sizing_splittable import size_splittable
 from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.stores import _space
 from urlseen.stores.redis_claims import Claimant, Claims, Patience
@@ -361,6 +362,12 @@ class SplittableBloomFilter(Claimant):
             return 0
         return self._each_leaf(digests, LeafOp[how.upper()], 0).count(False)
 
+    def acknowledge(self) -> int:
+        """As Claimant.acknowledge; claims younger than half a lease (each batch's, just
+        before add_many returns) are deleted unread (LeafOp.DROP: one HDEL per leaf, no Lua
+        work per key), as RedisBloomFilter does."""
+        return self._acknowledge_by(lambda digests: self._release(digests, "drop"))
+
     # -- splitting --------------------------------------------------------------------------
 
     def _split(self, leaf: str) -> bool:
@@ -542,7 +549,7 @@ def _params(
     full = _stored_bits(leaf_bits)
     _, rate = _sizing.check_target(capacity, error_rate)
     leaf_rate = rate * (1 - COLLISION_SHARE)  # the rest is for equal fingerprints
-    size = _sizing.size_splittable(capacity, full, leaf_rate, layout)  # type: ignore[arg-type]
+    size = size_splittable(capacity, full, leaf_rate, layout)  # type: ignore[arg-type]
     if size.first_leaves * leaf_bits > _sizing.MAX_BITS:
         raise ConfigError(
             f"capacity {capacity} needs a first layer of {size.first_leaves:,} leaves of "

@@ -19,23 +19,23 @@ last batch found most keys new, the read would answer little, so the next batch 
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters.base import FilterStats, Key, key_batch
 from urlseen.filters.bloom import DEFAULT_HASH, HASHES, _params
-from urlseen.stores import redis_store
+from urlseen.stores import redis_native, redis_store
 from urlseen.stores.redis_claims import (
+    RELEASE_CHUNK,
     Claimant,
     Claims,
     ask_each_once,
-    claim_seen,
     settle,
 )
+from urlseen.stores.redis_native import BitsRead, seen_by_claims, server_ms
 from urlseen.stores.redis_store import LOST_HELP, FilterLostError, retrying
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
@@ -43,13 +43,24 @@ MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB
 FORMAT = "urlseen-redis-bloom/2"  # /1: no kind record, no instance id, no claims
 KIND = "bloom"
 FP_BYTES = 16  # a claim's field: the key's digest
-RELEASE_CHUNK = 65536  # fingerprints per acknowledging call
 _CONTAINS, _ADD = "0", "1"  # bloom_batch.lua's operations
 _RELEASE = {"ack": "3", "abandon": "4", "renew": "5"}
+_DROP = "6"
 NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
 # (native_from on a filter: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
-WHOLE_PER_KEY = 1024  # a native read GETs the whole bits up to this many bytes per key: a
-# GETRANGE in MULTI costs the server ~0.75 us, a GET ~0.4-0.75 ns per byte (measured, 7.0.15)
+
+
+class _Snapshot(NamedTuple):
+    """A native read of a batch's bits: per key 1 if its bits were all set; the claims held;
+    the bits read (the whole string, or 64-byte blocks in the order of `number`: block
+    offset -> its place); the filter's count (bloom_batch.lua adds to it whenever it writes
+    bits)."""
+
+    present: bytes
+    held: int
+    bits: bytes
+    number: dict[int, int] | None
+    written: bytes  # the filter's count
 
 
 class RedisBloomFilter(Claimant):
@@ -131,6 +142,12 @@ class RedisBloomFilter(Claimant):
         self.seed = int(stored["seed"])
         self.native_from = NATIVE_FROM
         self._seen_share = 1.0
+        # The blocked layout reads every batch's blocks first and sends the script its own
+        # answers and blocks to write, checked unchanged (bloom_batch.lua, agreed()).
+        # A script that had to fall back (blocks written since the read) says so: the next
+        # batches go without (Optimism).
+        self.optimistic = self._layout == _core.LAYOUT_BLOCKED
+        self._optimism = redis_native.Optimism()
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -152,15 +169,15 @@ class RedisBloomFilter(Claimant):
 
     # -- the seen-test ------------------------------------------------------------------
 
-    def _call(self, op: str, masks: bytes, fps: bytes, claim: list[Any], what: str) -> bytes:
-        """One bloom_batch.lua call (KEYS[3], the receipt, is unused by these operations)."""
+    def _call(
+        self, op: str, masks: bytes, fps: bytes, claim: list[Any], what: str, extra: Any = ()
+    ) -> Any:
+        """One bloom_batch.lua call (KEYS[3], the receipt, is unused by these operations);
+        extra: ARGV[14..]."""
         keys = [self._bits, self._meta, self._meta, self._claims_key]
         args = [masks, op, 0, self._params["layout"], fps, FP_BYTES, "", self._instance,
-                self._nbytes, *claim]  # fmt: skip
-        answer: bytes = retrying(
-            lambda: self._script(keys=keys, args=args), f"{self._what}: {what}"
-        )
-        return answer
+                self._nbytes, *claim, *extra]  # fmt: skip
+        return retrying(lambda: self._script(keys=keys, args=args), f"{self._what}: {what}")
 
     def _masks(self, keys: list[Key]) -> bytes:
         return _core.byte_masks(keys, self.nbits, self.k, self._layout, self.seed, self._hash)
@@ -184,14 +201,26 @@ class RedisBloomFilter(Claimant):
         answers = [False] * len(keys)
         with claims.batch(self._abandon, fps) as priority:
             todo = list(range(len(keys)))
-            if self._seen_share >= self.native_from:
-                todo = self._undecided(masks, fps, priority)
+            snapshots: list[_Snapshot] = []
+            hopeful = self.optimistic and self._optimism.now()
+            if hopeful or self._seen_share >= self.native_from:
+                snapshot = self._present(masks, len(keys))
+                if snapshot is not None:
+                    todo = self._undecided(snapshot, fps, priority)
+                    snapshots = [snapshot] if hopeful else []
 
             def ask(idx: list[int]) -> bytes:
                 whole = len(idx) == len(keys)
                 part = masks if whole else self._masks([keys[i] for i in idx])
-                answer = self._call(_ADD, part, b"".join(fps[i] for i in idx),
-                                    claims.args(priority), "check-and-add")  # fmt: skip
+                extra: list[bytes] = []
+                if snapshots:  # the first ask only
+                    s = snapshots.pop()
+                    extra = redis_native.optimistic_args(part, s.bits, s.number, s.written)
+                reply = self._call(_ADD, part, b"".join(fps[i] for i in idx),
+                                   claims.args(priority), "check-and-add", extra)  # fmt: skip
+                answer, fell = redis_native.fell_back(reply)
+                if extra:
+                    self._optimism.heard(1, fell)
                 claims.hold([fps[i] for i, c in zip(idx, answer, strict=True) if c == 0x31],
                             priority)  # fmt: skip
                 return answer
@@ -214,38 +243,29 @@ class RedisBloomFilter(Claimant):
         redis_store.check_alive(self._what, self._meta, found, self._instance, self._bits,
                                 int(length), self._nbytes)  # fmt: skip
 
-    def _present(self, masks: bytes, n: int) -> tuple[bytes, int] | None:
-        """Whether each of n keys finds its bits set, and how many claims the filter holds, in
-        one MULTI/EXEC (atomic: no script or command runs between its reads), which also checks
-        that the filter is still the one opened. The whole bits in one GET when small next to
-        the batch, else (blocked layout) one GETRANGE per distinct block; None for a large
-        filter of the standard layout (its bytes are scattered: the script reads them)."""
-        whole = self._nbytes <= WHOLE_PER_KEY * n
-        if not whole and self._layout != _core.LAYOUT_BLOCKED:
+    def _present(self, masks: bytes, n: int) -> _Snapshot | None:
+        """Whether each of n keys finds its bits set, how many claims the filter holds, and the
+        bits read, in one MULTI/EXEC (atomic: no script or command runs between its reads),
+        which also checks that the filter is still the one opened. The whole bits in one GET
+        when small next to the batch, else (blocked layout) one GETRANGE per distinct block;
+        None for a large filter of the standard layout (its bytes are scattered: the script
+        reads them)."""
+        plan = BitsRead(masks, self._nbytes, self._layout, n)
+        if not plan.possible:
             return None
-        number: dict[int, int] = {}
-        index = None
-        if not whole:
-            bases = _core.mask_blocks(masks)
-            for base in bases:
-                number.setdefault(base, len(number))
-            index = struct.pack(f"<{len(bases)}I", *[number[b] for b in bases])
 
         def read() -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
-            pipe.hget(self._meta, "instance")
+            pipe.hmget(self._meta, "instance", "count")
             pipe.strlen(self._bits)
             pipe.hlen(self._claims_key)
-            if whole:
-                pipe.get(self._bits)
-            for base in number:
-                pipe.getrange(self._bits, base, base + 63)
+            plan.queue(pipe, self._bits)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        found, length, held, *data = retrying(read, f"{self._what}: read")
+        (found, count), length, held, *data = retrying(read, f"{self._what}: read")
         self._alive(found, length)
-        bits = data[0] if whole else b"".join(d.ljust(64, b"\0") for d in data)
-        return _core.masks_present(masks, self._layout, bits or b"", index), int(held)
+        bits = plan.bits(data)
+        return _Snapshot(plan.present(bits), int(held), bits, plan.number, count or b"")
 
     def _claims_of(self, fps: list[bytes]) -> tuple[list[bytes | None], int | None]:
         """The claims of fps and the server's time (ms; None on a Redis Cluster, whose
@@ -263,26 +283,30 @@ class RedisBloomFilter(Claimant):
 
         replies = retrying(read, f"{self._what}: read claims")
         self._alive(replies[0], replies[1])
-        now = replies[2][0] * 1000 + replies[2][1] // 1000 if clock else None
+        now = server_ms(replies[2]) if clock else None
         return replies[-1], now
 
-    def _undecided(self, masks: bytes, fps: list[bytes], priority: int) -> list[int]:
+    def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> list[int]:
         """The keys a native read cannot answer seen, for the script to decide: those with a
         bit missing, or a claim that is not plainly seen (claim_seen). The others are seen:
         their bits are set and stay set (bits are never cleared while the instance lives), so
         the answer holds at the moment their claims were read."""
-        snapshot = self._present(masks, len(fps))
-        if snapshot is None:
-            return list(range(len(fps)))
-        present, held = snapshot
-        found = [i for i, bit in enumerate(present) if bit]
-        if held and found:
+        found = [i for i, bit in enumerate(snapshot.present) if bit]
+        if snapshot.held and found:
             values, now = self._claims_of([fps[i] for i in found])
-            owner = self._claims.owner
-            found = [i for i, v in zip(found, values, strict=True)
-                     if claim_seen(v, owner, priority, now)]  # fmt: skip
+            found = seen_by_claims(found, values, self._claims.owner, priority, now)
         seen = set(found)
         return [i for i in range(len(fps)) if i not in seen]
+
+    def acknowledge(self) -> int:
+        """As Claimant.acknowledge; claims younger than half a lease (the usual case: each
+        batch's, just before add_many returns) are deleted unread, one script call with one
+        argument each and no per-key Lua work (none can have been taken over)."""
+
+        def drop(fps: list[bytes]) -> int:
+            return len(fps) - int(self._call(_DROP, b"", b"", self._claims.args(0), "ack", fps))
+
+        return self._acknowledge_by(drop)
 
     def _release(self, fps: list[bytes], how: str) -> int:
         op, lost = _RELEASE[how], 0
@@ -308,7 +332,7 @@ class RedisBloomFilter(Claimant):
         masks = self._masks(keys)
         snapshot = self._present(masks, len(keys))
         if snapshot is not None:
-            return [bit == 1 for bit in snapshot[0]]
+            return [bit == 1 for bit in snapshot.present]
         answer = self._call(_CONTAINS, masks, b"", self._claims.args(0), "contains")
         return [c == 0x30 for c in answer]  # b"0": every bit was set
 

@@ -19,6 +19,8 @@ Settings (all optional)::
     URLSEEN_FLUSH_SECONDS = 1.0       # commit grouped adds at least this often while crawling
     URLSEEN_LEASE = None              # with Redis: seconds an answer stays claimed (default 10)
     URLSEEN_ALLOW_EVICTION = False    # with Redis: use a server that may evict keys (refused)
+    URLSEEN_LAYOUT = None             # any other kind option by its name (urlseen.kinds.OPTIONS):
+                                      # LAYOUT, LEAF_BITS, GROUPS, GENERATIONS, WINDOW, ...
 
 Keys are the crawler's own request fingerprints (`crawler.request_fingerprinter`, 20 raw
 bytes by default), so the filter agrees with Scrapy's HTTP cache and REQUEST_FINGERPRINTER_*
@@ -225,11 +227,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
             None if rate is None else settings.getfloat("URLSEEN_ERROR_RATE"),
         )
         capacity, rate, options = _translate_bloomfilter(settings, kind, *sizing)
-        for option in kinds.SHARED:  # URLSEEN_LEASE, URLSEEN_ALLOW_EVICTION
-            setting = _setting(option)
-            if settings.get(setting) not in (None, False):
-                read = settings.getbool if kinds.OPTIONS[option].type is bool else settings.getfloat
-                options[option] = read(setting)
+        options |= _kind_settings(settings)
         debug = settings.get("URLSEEN_DEBUG")
         return cls(
             kind,
@@ -359,6 +357,19 @@ class UrlseenDupeFilter(BaseDupeFilter):
 
 
 _SETTINGS = {"filter": "URLSEEN_FILTER", "redis": "URLSEEN_REDIS_URL", "name": "URLSEEN_REDIS_NAME"}
+
+
+def _kind_settings(settings: BaseSettings) -> dict[str, Any]:
+    """The kind options given as settings (URLSEEN_LAYOUT, URLSEEN_LEASE, ...), typed; a flag
+    set False counts as not given."""
+    read = {bool: settings.getbool, int: settings.getint, float: settings.getfloat}
+    given: dict[str, Any] = {}
+    for name, option in kinds.OPTIONS.items():
+        setting = _setting(name)
+        if settings.get(setting) in (None, False):
+            continue
+        given[name] = read.get(option.type, settings.get)(setting)
+    return given
 
 
 def _setting(name: str) -> str:

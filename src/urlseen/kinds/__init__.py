@@ -10,39 +10,63 @@ with. Adding a kind is one row here plus its class (and its opener in `_openers`
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError
-from urlseen.filters.base import SeenFilter
 from urlseen.kinds import _describers as describers
 from urlseen.kinds import _openers as openers
 from urlseen.kinds._openers import OptionError, ParameterConflict, Request, Spell, plain
+
+# pathlib is imported where a path is made, not here: `urlseen dedup` in memory makes none, and
+# pathlib (with urllib.parse) is ~5% of its start-up (benchmarks/callgrind_startup.py).
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from urlseen.filters.base import SeenFilter
 
 DEFAULT_CAPACITY = 10_000_000
 SMALL_BATCH = 8192  # lines per batch for in-memory kinds: the most a killed run prints again
 LIBRARY_BATCH = 65536  # kinds with a library commit per batch: larger batches amortize it
 
 
-@dataclass(frozen=True)
-class Option:
-    """A parameter that only some kinds take (a CLI option, a setting)."""
+class Option(Frozen):
+    """A parameter that only some kinds take (a CLI option, a setting).
 
+    type: str, int, float, bool, or os.PathLike for a file's path. low, high: bounds (whole
+    numbers for every option so far). default None: the filter chooses (the help says how).
+    shared: only for a filter shared through Redis.
+    """
+
+    # the fields, in order (not sorted): eq, hash, repr and __init__ follow it
+    __slots__ = ("name", "help", "type", "choices", "low", "high", "default", "shared")  # noqa: RUF023
     name: str
     help: str
-    type: type = str
-    choices: tuple[str, ...] = ()
-    low: int | None = None  # bounds: whole numbers for every option so far
-    high: int | None = None
-    default: Any = None  # None: the filter chooses (the help says how)
-    shared: bool = False  # only for a filter shared through Redis
+    type: type
+    choices: tuple[str, ...]
+    low: int | None
+    high: int | None
+    default: Any
+    shared: bool
+
+    def __init__(
+        self,
+        name: str,
+        help: str,
+        type: builtins.type = str,
+        choices: tuple[str, ...] = (),
+        low: int | None = None,
+        high: int | None = None,
+        default: Any = None,
+        shared: bool = False,
+    ) -> None:
+        self._init(name, help, type, choices, low, high, default, shared)
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(Frozen):
     """One kind of filter: what it is, where its state lives, its defaults, how it opens.
 
     state: "file" (one state file), "folder" (a folder of files) or "" (none: in memory, or in
@@ -51,6 +75,20 @@ class Kind:
     do. shared/describe_shared: None when the kind cannot live in Redis.
     """
 
+    # the fields, in order (not sorted): eq, hash, repr and __init__ follow it
+    __slots__ = (  # noqa: RUF023
+        "name",
+        "summary",
+        "state",
+        "error_rate",
+        "batch_size",
+        "options",
+        "open_local",
+        "open_shared",
+        "describe_shared",
+        "marker",
+        "url_keys",
+    )
     name: str
     summary: str
     state: str
@@ -58,10 +96,27 @@ class Kind:
     batch_size: int
     options: tuple[str, ...]
     open_local: Callable[[Request], SeenFilter]
-    open_shared: Callable[[Request], SeenFilter] | None = None
-    describe_shared: Callable[[str, str], dict[str, Any] | None] | None = None
-    marker: str = ""
-    url_keys: bool = False
+    open_shared: Callable[[Request], SeenFilter] | None
+    describe_shared: Callable[[str, str], dict[str, Any] | None] | None
+    marker: str
+    url_keys: bool
+
+    def __init__(
+        self,
+        name: str,
+        summary: str,
+        state: str,
+        error_rate: float | None,
+        batch_size: int,
+        options: tuple[str, ...],
+        open_local: Callable[[Request], SeenFilter],
+        open_shared: Callable[[Request], SeenFilter] | None = None,
+        describe_shared: Callable[[str, str], dict[str, Any] | None] | None = None,
+        marker: str = "",
+        url_keys: bool = False,
+    ) -> None:
+        self._init(name, summary, state, error_rate, batch_size, options, open_local,
+                   open_shared, describe_shared, marker, url_keys)  # fmt: skip
 
     def defaults(self) -> dict[str, Any]:
         """The values a new filter of this kind is created with when none is given."""
@@ -101,7 +156,7 @@ def _options() -> dict[str, Option]:
                    "prime <= M, or one region per feature.",
                    choices=("shared", "prime", "regions"), default="shared"),
             Option("url_db", "Record every decision (URL, features, new or similar) in this "
-                   "SQLite file.", Path),
+                   "SQLite file.", os.PathLike),
             Option("lease", "Seconds a URL answered new stays claimed until its output is "
                    "written: if this process dies first, the next process that meets it after "
                    "the lease prints it [default: 10].", float, low=0, high=86400, shared=True),
@@ -208,11 +263,15 @@ def open_filter(
         )
     if redis is not None and name is None:
         raise OptionError(f"{spell('redis')} needs a {spell('name')} for the shared filter")
+    if state is not None:
+        from pathlib import Path
+
+        state = Path(state)
     request = Request(
         kind=row.name,
         capacity=capacity,
         error_rate=error_rate,
-        state=None if state is None else Path(state),
+        state=state,
         redis=redis,
         name=name or "",
         given=given,
@@ -244,6 +303,8 @@ def shared_key(name: str, part: str) -> str:
 def state_in(folder: str | os.PathLike[str], kind_name: str) -> Path:
     """Where a kind keeps its state inside a folder of the caller's (Scrapy's JOBDIR/urlseen):
     the folder itself for folder kinds, a file named after the kind in it for file kinds."""
+    from pathlib import Path
+
     return Path(folder) if kind(kind_name).state != "file" else Path(folder, f"seen.{kind_name}")
 
 
@@ -266,6 +327,8 @@ def describe(
         raise OptionError(f"no urlseen filter named {name!r} in {redis}")
     if path is None:
         raise OptionError("give a state's path, or a Redis URL and a name")
+    from pathlib import Path
+
     where = Path(path)
     if not where.is_dir():
         return describers.describe_file(where, verify)

@@ -4,17 +4,18 @@ per form of state (a state file, a rotating folder, an exact folder, a filter in
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from urlseen.stores._format import FLAG_DATA_CRC, FLAG_OPEN, FORMAT_VERSION
-from urlseen.stores.mmapfile import MappedFile, read_header
+if TYPE_CHECKING:  # the kinds table names these functions; their imports wait for a call
+    from pathlib import Path
 
 
 def describe_file(path: Path, verify: bool) -> dict[str, Any]:
     """A state file (bloom, mdbf, similarity, counting): its header, and with verify its data
     checked against the checksum of its last clean close (None: nothing to check yet)."""
     from urlseen.filters import _sizing
+    from urlseen.stores._format import FLAG_OPEN, FORMAT_VERSION
+    from urlseen.stores.mmapfile import read_header
 
     header = read_header(path)
     params = header.params
@@ -39,6 +40,9 @@ def describe_file(path: Path, verify: bool) -> dict[str, Any]:
 def _verify_file(path: Path) -> bool | None:
     """True if the data matches its checksum, None if there is none yet (a writer has it open,
     or did not close it); FormatError if not. (Opening a cleanly closed file checks it.)"""
+    from urlseen.stores._format import FLAG_DATA_CRC
+    from urlseen.stores.mmapfile import MappedFile, read_header
+
     if not read_header(path).flags & FLAG_DATA_CRC:
         return None
     with MappedFile.open(path, readonly=True) as store:

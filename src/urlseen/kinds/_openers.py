@@ -7,12 +7,15 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError, FormatError
-from urlseen.filters.base import SeenFilter
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from urlseen.filters.base import SeenFilter
 
 Spell = Callable[[str], str]
 """How a front end writes a parameter's name in messages: "--leaf-bits", "URLSEEN_CAPACITY"."""
@@ -30,20 +33,39 @@ class ParameterConflict(OptionError):
     """A value given that contradicts the one an existing filter was created with."""
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(Frozen):
     """What a front end asked for. None means "not given": the stored value if the filter
-    exists, else `defaults` (the kind's)."""
+    exists, else `defaults` (the kind's). given: the kind's options that were given (not
+    None); defaults: capacity, error_rate and options ({} when left out)."""
 
+    # the fields, in order (not sorted): eq, hash, repr and __init__ follow it
+    __slots__ = (  # noqa: RUF023
+        "kind", "capacity", "error_rate", "state", "redis", "name", "given", "defaults", "spell"
+    )  # fmt: skip
     kind: str
     capacity: int | None
     error_rate: float | None
     state: Path | None
     redis: str | None
     name: str
-    given: Mapping[str, Any]  # the kind's options that were given (not None)
-    defaults: Mapping[str, Any] = field(default_factory=dict)  # capacity, error_rate, options
-    spell: Spell = plain
+    given: Mapping[str, Any]
+    defaults: Mapping[str, Any]
+    spell: Spell
+
+    def __init__(
+        self,
+        kind: str,
+        capacity: int | None,
+        error_rate: float | None,
+        state: Path | None,
+        redis: str | None,
+        name: str,
+        given: Mapping[str, Any],
+        defaults: Mapping[str, Any] | None = None,
+        spell: Spell = plain,
+    ) -> None:
+        self._init(kind, capacity, error_rate, state, redis, name, given,
+                   {} if defaults is None else defaults, spell)  # fmt: skip
 
     def value(self, name: str) -> Any:
         """The value to create with: given, else the kind's default."""

@@ -8,10 +8,12 @@ import contextlib
 import errno
 import os
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from urlseen.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: a filter in memory starts without pathlib
+    from pathlib import Path
 
 _NOT_SUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
 

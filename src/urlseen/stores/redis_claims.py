@@ -38,6 +38,7 @@ from urlseen.errors import ConfigError
 
 LEASE_SECONDS = 10.0
 MAX_LEASE_SECONDS = 86_400.0
+RELEASE_CHUNK = 65536  # fingerprints per acknowledging call
 
 
 def check_lease(lease: object) -> float:
@@ -69,6 +70,8 @@ class Claims:
         self._oldest: int | None = None
         self._calls = itertools.count(1)
         self._renewed = time.monotonic()
+        self._started = -math.inf  # the current batch's start (monotonic)
+        self._since: float | None = None  # the start of the oldest batch whose claims are held
 
     def priority(self) -> int:
         """The priority of a new batch: its start (Unix ms), or that of the oldest batch whose
@@ -85,10 +88,18 @@ class Claims:
         if fps:
             self.unacked.extend(fps)
             self._oldest = priority if self._oldest is None else min(self._oldest, priority)
+            if self._since is None:
+                self._since = self._started
+
+    def young(self) -> bool:
+        """Whether every claim held was made less than half a lease ago (timed from before its
+        batch began): none can have been taken over yet, for a takeover needs its lease to end.
+        Then a release need not read them first."""
+        return self._since is not None and time.monotonic() - self._since < self.lease / 2
 
     def take(self) -> list[bytes]:
         """Every fingerprint held, forgotten here (the caller releases them in Redis)."""
-        fps, self.unacked, self._oldest = self.unacked, [], None
+        fps, self.unacked, self._oldest, self._since = self.unacked, [], None, None
         return fps
 
     def renewal(self) -> list[bytes]:
@@ -116,14 +127,14 @@ class Claims:
         batch, which a call whose every reply was lost may have claimed unknown to it (an
         abandoned claim is new again to every client, this one included)."""
         mark = len(self.unacked)
-        self._renewed = time.monotonic()
+        self._renewed = self._started = time.monotonic()
         try:
             yield self.priority()
         except BaseException:
             failed = self.unacked[mark:]
             del self.unacked[mark:]
             if not self.unacked:
-                self._oldest = None
+                self._oldest = self._since = None
             held = set(self.unacked)
             failed = list(dict.fromkeys([*failed, *(fp for fp in fps if fp not in held)]))
             if failed:
@@ -185,6 +196,16 @@ class Claimant(Closeable):
         meanwhile (their lease had ended: those URLs were answered new twice)."""
         self._usable()
         return self._release(self._claims.take(), "ack")
+
+    def _acknowledge_by(self, drop: Callable[[list[bytes]], int]) -> int:
+        """acknowledge() for a filter that deletes claims younger than half a lease unread
+        (bloom_batch.lua's DROP; none can have been taken over): drop(fps), at most
+        RELEASE_CHUNK at a time, returns how many of fps it did not find."""
+        self._usable()
+        if not self._claims.young():
+            return self._release(self._claims.take(), "ack")
+        fps = list(dict.fromkeys(self._claims.take()))
+        return sum(drop(fps[s : s + RELEASE_CHUNK]) for s in range(0, len(fps), RELEASE_CHUNK))
 
     def _abandon(self, fps: list[bytes]) -> None:
         self._release(fps, "abandon")

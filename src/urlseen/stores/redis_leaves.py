@@ -13,6 +13,14 @@ Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its le
 claims answer a call sent again after a lost reply as the first time, and a split's copies
 leave receipts. Every call checks the filter's instance id: a leaf or tree that vanished is
 an error (FilterLostError), never a leaf made anew.
+
+Server CPU (issue 17, benchmarks/REDIS.md "Part E"): a batch's repeats are answered from a
+native snapshot of its leaves (stores/redis_native.py), the rest go in one script call for all
+leaves on a single server (dsbf_batch.lua), and a split's copies are computed in the client and
+written with one `fill` per child (dsbf_leaf.lua), not a Lua loop per copied URL. As for
+RedisBloomFilter, the snapshot also decides each leaf's new keys (blocked layout: the script
+checks and takes the answers, redis_native.optimistic_args) and young claims are acknowledged
+by DROP (one HDEL per leaf).
 """
 
 from __future__ import annotations
@@ -22,11 +30,20 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
 from typing import Any
 
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
+from urlseen.stores.redis_native import (
+    BitsRead,
+    Optimism,
+    fell_back,
+    optimistic_args,
+    seen_by_claims,
+    server_ms,
+)
 from urlseen.stores.redis_store import RECEIPT_SECONDS, retrying
 from urlseen.stores.splittable import (
     MISSING,
@@ -42,6 +59,10 @@ from urlseen.stores.splittable import (
 )
 
 _LAYOUTS = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
+_MASKED = (LeafOp.CONTAINS, LeafOp.ADD, LeafOp.COPY)  # the operations that read or set bits
+_Read = tuple[bytes, "dict[int, int] | None", bytes]  # a leaf's bits as read, placed, its count
+NATIVE_FROM = 0.5  # an ADD reads natively first when this share of the last one was seen
+# (native_from on a store: 0 always reads first, above 1 never), as RedisBloomFilter does
 CLUSTER_THREADS = 8  # per-leaf script calls in flight at once on a Redis Cluster
 KIND = "dsbf"
 
@@ -63,6 +84,12 @@ class RedisLeafStore:
         self._tree_script = redis_store.load_script(self.client, "dsbf_tree.lua")
         self._leaf_script = redis_store.load_script(self.client, "dsbf_leaf.lua")
         self._batch_script = redis_store.load_script(self.client, "bloom_batch.lua", claims=True)
+        self._multi_script = self.client.register_script(_multi_source())
+        self.native_from = NATIVE_FROM
+        self.native_copy = True  # a split's copies set the bits in the client (_fill)
+        self.optimistic = True  # (blocked layout) the snapshot decides new keys too
+        self._optimism = Optimism()
+        self._seen_share = 1.0
         self._params: dict[str, Any] | None = None
         self._instance = ""
         self._sizes: dict[str, int] = {}  # leaf -> bits (a leaf id never changes size)
@@ -159,60 +186,299 @@ class RedisLeafStore:
         last = int(self._tree("ids", count))
         return [str(i) for i in range(last - count + 1, last + 1)]
 
-    def _leaf_call(
-        self, leaf: str, fps: list[bytes], op: LeafOp, claim: Sequence[Any]
-    ) -> tuple[list[str], list[Any]]:
+    def _masks(self, leaf: str, fps: list[bytes]) -> bytes:
         p = self._params
         assert p is not None, "load or create the tree first"
         nbits = self._sizes.get(leaf, p["leaf_bits"])
-        masks = b""
-        if op in (LeafOp.CONTAINS, LeafOp.ADD, LeafOp.COPY):
-            masks = _core.byte_masks(
-                fps, nbits, p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"]
-            )
+        return _core.byte_masks(fps, nbits, p["k"], _LAYOUTS[p["layout"]], p["seed"], p["hash_id"])
+
+    def _leaf_call(
+        self, leaf: str, fps: list[bytes], op: LeafOp, masks: bytes | None, extra: list[Any]
+    ) -> tuple[list[str], list[Any]]:
+        """One leaf's KEYS and its own ARGV of bloom_batch.lua (masks, fingerprints, write
+        limit, length of the bits, and its ARGV[14..] `extra`: DROP's are the fingerprints);
+        the ARGV every leaf shares are _shared_args."""
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        nbits = self._sizes.get(leaf, p["leaf_bits"])
+        if masks is None:
+            masks = self._masks(leaf, fps) if op in _MASKED else b""
         meta, bits, fps_key, claims = self._keys(leaf)
         # A receipt only for COPY: claims answer a resent ADD; the others write nothing to keep
         receipt = redis_store.tagged(f"{self._escaped}:leaf:{leaf}", f"receipt:{uuid.uuid4().hex}")
-        ttl = self.receipt_seconds if op == LeafOp.COPY else 0
-        args = [masks, int(op), ttl, p["layout"], b"".join(fps), p["fp_bytes"],
-                write_limit(p, nbits), self._instance, nbits // 8, *claim]  # fmt: skip
+        if op == LeafOp.DROP:
+            fps, extra = [], fps
+        args = [masks, b"".join(fps), write_limit(p, nbits), nbits // 8, extra]
         return [bits, meta, receipt, claims, fps_key], args
+
+    def _shared_args(self, op: LeafOp, claim: Sequence[Any]) -> list[Any]:
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        ttl = self.receipt_seconds if op == LeafOp.COPY else 0
+        return [int(op), ttl, p["layout"], p["fp_bytes"], self._instance, *claim]
 
     def check_and_add(
         self, groups: Mapping[str, list[bytes]], op: LeafOp, claim: Sequence[Any] = ("", 0, 0, 1)
     ) -> dict[str, LeafReply]:
-        calls = {leaf: self._leaf_call(leaf, fps, op, claim) for leaf, fps in groups.items() if fps}
-        what = f"{self._what}: {op.name.lower()}"
-        if len(calls) == 1:
-            ((keys, args),) = calls.values()
-            replies = [retrying(functools.partial(self._batch_script, keys=keys, args=args), what)]
-        elif self._cluster:  # one script per leaf on its own node: the calls run side by side
-            replies = list(
-                self._pool().map(
-                    lambda call: retrying(
-                        functools.partial(self._batch_script, keys=call[0], args=call[1]), what
-                    ),
-                    calls.values(),
-                )
-            )
-        else:
-
-            def pipelined() -> list[Any]:
-                pipe = self.client.pipeline(transaction=False)
-                for keys, args in calls.values():
-                    self._batch_script(keys=keys, args=args, client=pipe)
-                return list(pipe.execute())
-
-            replies = retrying(pipelined, what)
-        out: dict[str, LeafReply] = {}
-        for (leaf, fps), reply in zip(((k, groups[k]) for k in calls), replies, strict=True):
+        """The op on each leaf's fingerprints. An ADD first answers, from one native snapshot,
+        the keys found seen (_native); the rest go to the scripts: on a single server one
+        call for all leaves (dsbf_batch.lua), on a Cluster one per leaf, side by side. With
+        the blocked layout each leaf's call carries the snapshot's answers and blocks
+        (optimistic_args), unless most leaves of a recent batch fell back (Optimism)."""
+        groups = {leaf: fps for leaf, fps in groups.items() if fps}
+        filled: dict[str, LeafReply] = {}
+        if op == LeafOp.COPY and self.native_copy:
+            filled = self._fill(groups)
+            groups = {leaf: fps for leaf, fps in groups.items() if leaf not in filled}
+        masks = {}
+        if op in _MASKED:
+            masks = {leaf: self._masks(leaf, fps) for leaf, fps in groups.items()}
+        seen: dict[str, LeafAnswer] = {}
+        reads: dict[str, _Read] = {}
+        ask = {leaf: list(range(len(fps))) for leaf, fps in groups.items()}
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        hopeful = op == LeafOp.ADD and self.optimistic and p["layout"] == "blocked"
+        hopeful = hopeful and self._optimism.now()
+        if op == LeafOp.ADD and (hopeful or self._seen_share >= self.native_from):
+            seen, reads = self._native(groups, masks, str(claim[0]), int(claim[1]))
+            for leaf, answer in seen.items():
+                ask[leaf] = [j for j, new in enumerate(answer.new) if new]
+        calls = {}
+        for leaf, idx in ask.items():
+            if not idx:
+                continue
+            whole = len(idx) == len(groups[leaf])
+            fps = groups[leaf] if whole else [groups[leaf][j] for j in idx]
+            part = masks.get(leaf) if whole else None
+            extra: list[Any] = []
+            if hopeful and leaf in reads:
+                part = part or self._masks(leaf, fps)
+                extra = optimistic_args(part, *reads[leaf])
+            calls[leaf] = self._leaf_call(leaf, fps, op, part, extra)
+        replies = dict(zip(calls, self._run(calls, op, claim), strict=True))
+        out: dict[str, LeafReply] = dict(filled)
+        tried = fell = 0
+        for leaf, fps in groups.items():
+            if leaf not in replies:  # every key answered seen by the snapshot
+                out[leaf] = seen[leaf]
+                continue
+            reply = replies[leaf]
             if reply in (b"M", b"X"):
                 out[leaf] = MOVED if reply == b"M" else MISSING
                 continue
-            n = len(fps)
-            answers = reply[:n]
-            pending = [j for j, c in enumerate(answers) if c == PENDING]
-            out[leaf] = LeafAnswer([c == 0x31 for c in answers], int(reply[n:] or 0), pending)
+            if op == LeafOp.DROP:  # how many claims it deleted: the rest were not there
+                deleted = int(reply)
+                out[leaf] = LeafAnswer([j < deleted for j in range(len(fps))], 0)
+                continue
+            if calls[leaf][1][4] and op == LeafOp.ADD:
+                reply, back = fell_back(reply)
+                tried, fell = tried + 1, fell + back
+            idx, n = ask[leaf], len(ask[leaf])
+            new = [False] * len(fps)
+            for j, c in zip(idx, reply[:n], strict=True):
+                new[j] = c == 0x31
+            pending = [idx[j] for j, c in enumerate(reply[:n]) if c == PENDING]
+            out[leaf] = LeafAnswer(new, int(reply[n:] or 0), pending)
+        if op == LeafOp.ADD:
+            self._optimism.heard(tried, fell)
+            answers = [a.new for a in out.values() if isinstance(a, LeafAnswer)]
+            total = sum(len(a) for a in answers)
+            self._seen_share = sum(a.count(False) for a in answers) / total if total else 1.0
+        return out
+
+    def _run(
+        self, calls: Mapping[str, tuple[list[str], list[Any]]], op: LeafOp, claim: Sequence[Any]
+    ) -> list[Any]:
+        """The scripts' answers for each leaf's call, in order."""
+        if not calls:
+            return []
+        what = f"{self._what}: {op.name.lower()}"
+        shared = self._shared_args(op, claim)
+        if not self._cluster:
+            keys = [k for leaf_keys, _ in calls.values() for k in leaf_keys]
+            args = list(shared)
+            for _, (*own, extra) in calls.values():
+                args += [*own, len(extra), *extra]
+            return list(retrying(functools.partial(self._multi_script, keys=keys, args=args), what))
+
+        def one(call: tuple[list[str], list[Any]]) -> Any:
+            keys, (masks, fps, limit, nbytes, extra) = call
+            args = [masks, shared[0], shared[1], shared[2], fps, shared[3], limit, shared[4],
+                    nbytes, *shared[5:], *extra]  # fmt: skip
+            return retrying(functools.partial(self._batch_script, keys=keys, args=args), what)
+
+        if len(calls) == 1:
+            return [one(next(iter(calls.values())))]
+        # one script per leaf on its own node: the calls run side by side
+        return list(self._pool().map(one, calls.values()))
+
+    def _fill(self, groups: Mapping[str, list[bytes]]) -> dict[str, LeafReply]:
+        """A split's COPY without a loop in Lua (it cost ~3.4 us of server CPU per copied URL,
+        a third of all on a growing filter): one snapshot reads each child's state, count and
+        bits, the client sets the copied fingerprints' bits (the same bytes bloom_batch.lua
+        would set) and dsbf_leaf.lua's fill writes them back with the fingerprints, if the
+        child has not changed since (a child is written only by its splitter until the swap;
+        else, and for a child whose bits are not as made, the script copies). A resent fill
+        is answered by its token, as a COPY by its receipt."""
+        p = self._params
+        assert p is not None, "load or create the tree first"
+
+        def queue(pipe: Any, leaf: str) -> int:
+            meta, bits, _, _ = self._keys(leaf)
+            pipe.hmget(meta, "instance", "state", "count")
+            pipe.get(bits)
+            return 2
+
+        out: dict[str, LeafReply] = {}
+        for leaf, ((instance, state, count), bits) in self._snapshot(
+            list(groups), queue, "read child"
+        ).items():
+            nbits = self._sizes.get(leaf, p["leaf_bits"])
+            if instance is None or instance.decode() != self._instance:
+                out[leaf] = MISSING
+                continue
+            if state != b"active" or count is None or bits is None or len(bits) != nbits // 8:
+                continue  # the script answers it (moved, or lost)
+            buffer = bytearray(bits)
+            layout = _LAYOUTS[p["layout"]]
+            _core.BitFilter(
+                buffer, 0, nbits, p["k"], layout, p["seed"], 0, -1, p["hash_id"]
+            ).update(groups[leaf])
+            meta, bits_key, fps_key, _ = self._keys(leaf)
+            fps = b"".join(groups[leaf])
+            args = ["fill", self._instance, int(count), uuid.uuid4().hex, bytes(buffer), fps,
+                    p["fp_bytes"]]  # fmt: skip
+            reply = retrying(
+                functools.partial(self._leaf_script, keys=[meta, bits_key, fps_key], args=args),
+                f"{self._what}: copy",
+            )
+            if reply == b"X":
+                out[leaf] = MISSING
+            elif reply == 1:
+                out[leaf] = LeafAnswer([True] * len(groups[leaf]), int(count) + len(groups[leaf]))
+        return out
+
+    def _native(
+        self,
+        groups: Mapping[str, list[bytes]],
+        masks: Mapping[str, bytes],
+        owner: str,
+        priority: int,
+    ) -> tuple[dict[str, LeafAnswer], dict[str, _Read]]:
+        """The leaves whose keys a snapshot can answer: per leaf, its answer with the keys
+        found seen False and the others True (still to ask), and what it read (the bits, where
+        each block sits in them, the count: what optimistic_args decides from). One MULTI/EXEC
+        reads every leaf (on a Cluster one per leaf, each in its own slot), the same checks as
+        the script first: a leaf missing, of another instance, sealed, at its write limit or
+        damaged is left to the script, which answers it as before (FilterLostError, or ask the
+        tree). A key found set is seen unless its claim says otherwise (claim_seen): then a second
+        snapshot reads those claims (and the leaf's instance again, so that a leaf gone
+        meanwhile is not read as one without claims)."""
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        plans: dict[str, BitsRead] = {}
+        for leaf, fps in groups.items():
+            nbits = self._sizes.get(leaf, p["leaf_bits"])
+            plan = BitsRead(masks[leaf], nbits // 8, _LAYOUTS[p["layout"]], len(fps))
+            if plan.possible:
+                plans[leaf] = plan
+
+        def queue(pipe: Any, leaf: str) -> int:
+            meta, bits, fps_key, claims = self._keys(leaf)
+            pipe.hmget(meta, "instance", "state", "count")
+            pipe.strlen(bits)
+            pipe.strlen(fps_key)
+            pipe.hlen(claims)
+            plans[leaf].queue(pipe, bits)
+            return 4 + plans[leaf].replies
+
+        replies = self._snapshot(list(plans), queue, "read")
+        found: dict[str, list[int]] = {}
+        counts: dict[str, int] = {}
+        reads: dict[str, _Read] = {}
+        claimed: list[str] = []
+        for leaf, reply in replies.items():
+            (instance, state, count), length, fps_length, held, *data = reply
+            nbits = self._sizes.get(leaf, p["leaf_bits"])
+            ok = instance is not None and instance.decode() == self._instance
+            ok = ok and state == b"active" and length == nbits // 8 and count is not None
+            ok = ok and int(count) < write_limit(p, nbits)
+            if not ok or int(count) * p["fp_bytes"] > fps_length:
+                continue
+            plan = plans[leaf]
+            bits = plan.bits(data)
+            present = plan.present(bits)
+            found[leaf] = [j for j, bit in enumerate(present) if bit]
+            counts[leaf] = int(count)
+            reads[leaf] = (bits, plan.number, count)
+            if held and found[leaf]:
+                claimed.append(leaf)
+        if claimed:
+            self._judge_claims(claimed, groups, found, owner, priority)
+        out = {}
+        for leaf, keys in found.items():
+            new = [True] * len(groups[leaf])
+            for j in keys:
+                new[j] = False
+            out[leaf] = LeafAnswer(new, counts[leaf])
+        return out, reads
+
+    def _judge_claims(
+        self,
+        leaves: list[str],
+        groups: Mapping[str, list[bytes]],
+        found: dict[str, list[int]],
+        owner: str,
+        priority: int,
+    ) -> None:
+        """Keep in found[leaf] only the keys whose claims answer them seen (claim_seen), from
+        one more snapshot of the leaves' claims and instances and the server's clock (none on a
+        Cluster, whose transactions take keyed commands only: a claim then goes to the
+        script)."""
+        clock = not self._cluster
+
+        def queue(pipe: Any, leaf: str) -> int:
+            meta, _, _, claims = self._keys(leaf)
+            if clock:
+                pipe.time()
+            pipe.hget(meta, "instance")
+            pipe.hmget(claims, [groups[leaf][j] for j in found[leaf]])
+            return 3 if clock else 2
+
+        replies = self._snapshot(leaves, queue, "read claims")
+        for leaf, reply in replies.items():
+            now = server_ms(reply[0]) if clock else None
+            instance, values = reply[-2:]
+            if instance is None or instance.decode() != self._instance:
+                found[leaf] = []
+                continue
+            found[leaf] = seen_by_claims(found[leaf], values, owner, priority, now)
+
+    def _snapshot(
+        self, leaves: list[str], queue: Callable[[Any, str], int], what: str
+    ) -> dict[str, list[Any]]:
+        """Each leaf's replies to the commands queue(pipe, leaf) adds (it returns how many),
+        all read in one MULTI/EXEC on a single server, in one per leaf (its slot) on a
+        Cluster."""
+
+        def read(part: list[str]) -> dict[str, list[Any]]:
+            pipe = self.client.pipeline(transaction=True)
+            counts = [queue(pipe, leaf) for leaf in part]
+            flat, out, at = pipe.execute(), {}, 0
+            for leaf, n in zip(part, counts, strict=True):
+                out[leaf] = flat[at : at + n]
+                at += n
+            return out
+
+        label = f"{self._what}: {what}"
+        if not leaves:
+            return {}
+        if not self._cluster:
+            return retrying(lambda: read(leaves), label)
+        out: dict[str, list[Any]] = {}
+        for part in self._pool().map(lambda leaf: retrying(lambda: read([leaf]), label), leaves):
+            out.update(part)
         return out
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -322,3 +588,14 @@ class RedisLeafStore:
         leaves = [] if tree is None else [leaf for leaf, _ in tree.leaves()]
         self.drop(leaves)
         retrying(lambda: self.client.delete(self.tree_key, self.kind_key), f"{self._what}: destroy")
+
+
+def _multi_source() -> str:
+    """dsbf_batch.lua's source: claims.lua, bloom_batch.lua as the function leaf_batch, then
+    the loop over the leaves (one leaf's rules stay in bloom_batch.lua alone)."""
+    folder = resources.files("urlseen.stores").joinpath("lua")
+    claims, batch, multi = (
+        folder.joinpath(name).read_text()
+        for name in ("claims.lua", "bloom_batch.lua", "dsbf_batch.lua")
+    )
+    return f"{claims}\nlocal function leaf_batch(KEYS, ARGV)\n{batch}\nend\n{multi}"

@@ -48,6 +48,10 @@ class LeafOp(IntEnum):
     """End the lease of the caller's claims now (its caller never got the answers)."""
     RENEW = 5
     """Start a new lease for the caller's claims (it is still waiting inside its batch)."""
+    DROP = 6
+    """ACK of claims younger than half a lease (none can have been taken over), deleted
+    unread: as many True as were deleted (Redis leaves only: a store without claims never
+    gets a release)."""
 
 
 def loc_hash(fingerprint: int, seed: int) -> int:

@@ -5,32 +5,33 @@ every Python. Settings, and why:
 - WAL journal, synchronous=NORMAL: a commit survives a killed process; an OS crash or power loss
   may lose the last commits (those URLs are new again: a re-crawl, never a lost page).
   durable=True uses synchronous=FULL (every commit on disk before add_many returns).
-- `fingerprints` is a WITHOUT ROWID table keyed by the 16-byte fingerprint: one B-tree, no rowid
-  index beside it; look-ups of a batch are sorted (IRLbot's DRUM lesson: touch the B-tree in
-  key order, never one random page per URL).
+- Records live in sorted runs (stores/_runs.py): WITHOUT ROWID tables keyed by the 16-byte
+  fingerprint, written once in key order and merged by size tier, so each record is rewritten
+  O(log N) times; look-ups of a batch are sorted (IRLbot's DRUM lesson: touch a B-tree in key
+  order, never one random page per URL). The `fingerprints` view is their union.
 - New records and reference changes are staged first (stores/_staging.py): one row per batch,
-  mirrored in memory, merged into the B-tree in one sorted pass when `stage_limit`
-  fingerprints are staged (DRUM's lesson again, across many batches): a random insert into a
-  large B-tree costs a page write, a staged one 16 bytes (benchmarks/EXACT.md).
+  mirrored in memory, written as a new run when `stage_limit` fingerprints are staged (DRUM's
+  lesson again, across many batches): a random insert into a large B-tree costs a page write,
+  a staged one 16 bytes (benchmarks/EXACT.md).
 - A batch's look-ups, reference updates and deletes are one statement each, the fingerprints
-  packed in one blob (`_ROWS`).
+  packed in one blob (`_runs.ROWS`).
 - 16 KiB pages and a WAL auto-checkpoint every 10,000 pages: fewer, larger writes for the
   random inserts that dominate (benchmarks/EXACT.md); the price is 16 KiB read per random
   look-up and a WAL that can grow to about 160 MiB before a checkpoint.
 - The page cache is bounded (`cache_kib`, default 4 MiB): the library may be much larger than
   memory.
 - application_id and user_version mark the file; a foreign or newer file is refused, a damaged
-  one raises FormatError. Version 1 (format "urlseen-library", no stage) is read as it is and
-  migrated by the first writer that opens it; urlseen releases before the stage refuse
-  version 2 ("written by a newer urlseen"). One writer at a time (an flock beside SQLite's own
-  locks; readers take none).
+  one raises FormatError. Versions 1 (format "urlseen-library", no stage) and 2
+  ("urlseen-library-2": one B-tree behind the stage) are read as they are and migrated by the
+  first writer that opens them (the B-tree becomes the first run); older urlseen releases
+  refuse version 3 ("written by a newer urlseen"). One writer at a time (an flock beside
+  SQLite's own locks; readers take none).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import sqlite3
 import uuid
@@ -38,7 +39,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from urlseen.errors import FormatError
-from urlseen.stores import _sqlite
+from urlseen.stores import _runs, _sqlite
+from urlseen.stores._runs import packed as _packed
 from urlseen.stores._staging import STAGE_TABLE, Stage, pack_deltas
 from urlseen.stores.library_protocol import (
     Changes,
@@ -50,53 +52,30 @@ from urlseen.stores.library_protocol import (
 )
 
 APPLICATION_ID = 0x75726C73  # "urls"
-SCHEMA_VERSION = 2
-FORMAT = "urlseen-library-2"
-FORMATS = ("urlseen-library", FORMAT)  # version 1 had no stage
+SCHEMA_VERSION = 3
+FORMAT = "urlseen-library-3"
+# version 1 had no stage, version 2 one B-tree behind it: both migrate to runs
+FORMATS = ("urlseen-library", "urlseen-library-2", FORMAT)
 DEFAULT_CACHE_KIB = 4096
-# Staged fingerprints before a merge: this many, or as many as the B-tree holds up to twice
-# this many (a merge rewrites most of the B-tree's pages, so it waits longer as the B-tree
-# grows; the stage's memory, ~24-48 bytes a fingerprint, stays bounded).
+# Staged fingerprints that make a new run (the stage's memory, ~24-48 bytes a fingerprint,
+# stays bounded; runs of this size are the smallest tier, stores/_runs.py).
 DEFAULT_STAGE_LIMIT = 2_000_000
 PAGE_SIZE = 16384
 WAL_CHECKPOINT_PAGES = 10000
 FP_BYTES = 16
-# A batch of fingerprints travels as one blob, cut back into rows inside SQLite: no Python work
-# per row (executemany builds and binds a tuple per row), and one prepared statement for any
-# batch size.
-_ROWS = (
-    "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :count), "
-    "batch(fp) AS (SELECT substr(:fps, i * 16 + 1, 16) FROM n) "
-)
 
 # The records a library file holds, counted from its rows (not its `records` meta row): the
-# B-tree's rows and the fingerprints of the staged inserts. For checks from outside.
+# runs' rows (the `fingerprints` view, or a version-1 or -2 file's B-tree) and the fingerprints
+# of the staged inserts. For checks from outside.
 STORED_RECORDS = (
     "SELECT (SELECT COUNT(*) FROM fingerprints) + "
     "(SELECT COALESCE(SUM(length(fps)), 0) / 16 FROM staged WHERE deltas IS NULL)"
 )
 
-_SCHEMA = (
-    """
+_SCHEMA = """
 CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE fingerprints (
-    fp BLOB PRIMARY KEY,
-    refs INTEGER NOT NULL,
-    first_seen INTEGER NOT NULL,
-    last_seen INTEGER NOT NULL
-) WITHOUT ROWID;
 CREATE TABLE overflow (counter INTEGER PRIMARY KEY, count INTEGER NOT NULL);
-"""
-    + STAGE_TABLE
-)
-
-
-def _packed(fps: Sequence[bytes]) -> dict[str, object]:
-    """The :fps and :count parameters of a batch statement (_ROWS)."""
-    blob = b"".join(fps)
-    if len(blob) != FP_BYTES * len(fps):
-        raise ValueError(f"fingerprints must be {FP_BYTES} bytes each")
-    return {"fps": blob, "count": len(fps)}
+""" + ";\n".join((_runs.CATALOG, _runs.EMPTY_VIEW, STAGE_TABLE))
 
 
 class SQLiteLibrary(_sqlite.SQLiteStore):
@@ -124,14 +103,14 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         """Open the library at path, or create it (`meta`: more first meta rows). A library
         whose writer closed it is read whole and checked against its seal, unless a reader
         says check_seal=False (stores/_sqlite.py). stage_limit: staged fingerprints (in
-        memory) that trigger a merge into the B-tree (up to twice as many once the B-tree
-        holds more: DEFAULT_STAGE_LIMIT)."""
+        memory) that make a new run (DEFAULT_STAGE_LIMIT)."""
         self.io = LibraryIO()
         self._depth = 0
         self._stage_limit = stage_limit
         self._staged: Stage | None = None  # read from the file at first use
-        self._has_stage = True  # False for a version-1 file opened read-only
-        self._main_empty: bool | None = None  # the B-tree holds no record (known, or None)
+        self._runs: _runs.Runs | _runs.Legacy | None = None  # likewise
+        self._known: list[_runs.Run] = []  # runs a reader read before a writer's commit
+        self._version = SCHEMA_VERSION  # of the file as opened (1 or 2: migrated by a writer)
         self._read_version = -1  # a reader's PRAGMA data_version when it read the stage
         first_meta = {
             "format": FORMAT,
@@ -150,7 +129,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             path, create=create, readonly=readonly, durable=durable, new_meta=first_meta,
             pragmas=pragmas, page_size=PAGE_SIZE, check_seal=check_seal,
         )  # fmt: skip
-        if not self._has_stage and not readonly:
+        if self._version < SCHEMA_VERSION and not readonly:
             self._migrate()
 
     def _check_tables(self) -> None:
@@ -163,36 +142,78 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             ) from exc
         if fmt not in FORMATS or records is None:
             raise FormatError(f"{self.path}: a urlseen library without its metadata")
-        table = "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'staged'"
-        self._has_stage = self._db.execute(table).fetchone() is not None
-        if fmt == FORMAT and not self._has_stage:
+        self._version = FORMATS.index(fmt) + 1
+        kinds = dict(self._db.execute("SELECT name, type FROM sqlite_schema").fetchall())
+        if self._version > 1 and kinds.get("staged") != "table":
             raise FormatError(f"{self.path}: a urlseen library without its staging table")
+        if self._version < SCHEMA_VERSION:
+            if kinds.get(_runs.VIEW) != "table":
+                raise FormatError(f"{self.path}: a urlseen library without its records")
+            return
+        if kinds.get("runs") != "table" or kinds.get(_runs.VIEW) != "view":
+            raise FormatError(f"{self.path}: a urlseen library without its catalog of runs")
+        missing = [name for _, name in self._catalog.named() if kinds.get(name) != "table"]
+        if missing:
+            raise FormatError(f"{self.path}: a urlseen library without its {missing[0]}")
 
     def _migrate(self) -> None:
-        """A version-1 library becomes version 2: an empty stage, the new format name."""
+        """A version-1 or -2 library becomes version 3: its B-tree the first run (read once in
+        key order), a stage if it had none, the new format name."""
         with self.transaction(), self._errors():
-            self._db.execute(STAGE_TABLE)
-            self._db.execute("UPDATE meta SET value = ? WHERE name = 'format'", (FORMAT,))
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        self._has_stage = True
+            db = self._db
+            if self._version == 1:
+                db.execute(STAGE_TABLE)
+            db.execute(_runs.CATALOG)
+            _runs.Legacy(db).into_run()
+            db.execute("UPDATE meta SET value = ? WHERE name = 'format'", (FORMAT,))
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._version = SCHEMA_VERSION
+        self._staged = self._runs = None
 
-    # -- the stage ----------------------------------------------------------------------------
+    # -- the stage and the runs ---------------------------------------------------------------
+
+    def _current(self) -> None:
+        """A reader forgets what it read of the stage and the runs once a writer beside it
+        has committed since (it may have staged, written runs or merged them; the runs it
+        knows keep their fences and Bloom filters, `_catalog`)."""
+        if self.readonly:
+            (version,) = self._db.execute("PRAGMA data_version").fetchone()
+            if version != self._read_version:
+                self._staged, self._read_version = None, version
+                self._known = self._runs.runs if self._runs is not None else []
+                self._runs = None
 
     @property
     def _stage(self) -> Stage:
         """The staged rows in memory (read from the file at first use, and again after a
         rolled-back transaction)."""
-        if self.readonly:  # a writer beside it may have staged or merged since: read again
-            (version,) = self._db.execute("PRAGMA data_version").fetchone()
-            if version != self._read_version:
-                self._staged, self._main_empty, self._read_version = None, None, version
+        self._current()
         if self._staged is None:
             self._staged = self._read_stage()
         return self._staged
 
+    @property
+    def _catalog(self) -> _runs.Runs | _runs.Legacy:
+        """The runs (read from the file at first use, and again after a rolled-back
+        transaction); a version-1 or -2 file's B-tree for a reader."""
+        self._current()
+        if self._runs is None:
+            with self._errors():
+                if self._version < SCHEMA_VERSION:
+                    self._runs = _runs.Legacy(self._db)
+                else:
+                    self._runs = _runs.Runs(self._db, self._known)
+        return self._runs
+
+    @property
+    def _writable_runs(self) -> _runs.Runs:
+        runs = self._catalog
+        assert isinstance(runs, _runs.Runs), "a writer migrates an older file first"
+        return runs
+
     def _read_stage(self) -> Stage:
         stage = Stage()
-        if self._has_stage:
+        if self._version > 1:
             with self._errors():
                 rows = self._db.execute("SELECT now, fps, deltas FROM staged ORDER BY batch")
                 for now, fps, deltas in rows:
@@ -203,63 +224,42 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         return stage
 
     def _in_main(self, fps: Sequence[bytes]) -> set[bytes]:
-        """Which of fps the B-tree holds: one sorted statement (none if it is empty)."""
-        if not fps:
-            return set()
-        if self._main_empty is None:
-            self._main_empty = (
-                self._db.execute("SELECT 1 FROM fingerprints LIMIT 1").fetchone() is None
-            )
-        if self._main_empty:
-            return set()
-        sql = _ROWS + "SELECT fp FROM fingerprints WHERE fp IN (SELECT fp FROM batch)"
-        return {row[0] for row in self._db.execute(sql, _packed(sorted(set(fps))))}
+        """Which of fps the runs hold (sorted statements; none if there is no run)."""
+        return self._catalog.present(fps) if fps else set()
 
     def merge(self) -> None:
-        """Move every staged change into the B-tree, in key order, in one transaction.
+        """Write every staged insert as a new run and every staged delta into the runs, in
+        one transaction, then merge runs by size tier (stores/_runs.py).
 
-        A staged insert the B-tree holds already (a caller's known_absent was wrong) keeps the
-        B-tree's record and leaves the record count right: nothing is stuck on it."""
+        A staged insert that a run holds already (a caller's known_absent was wrong) is counted
+        until the runs holding it are merged: the older record stays, the count comes right."""
         stage = self._stage
         if not stage.rows:
             return
-        db = self._db
+        db, runs = self._db, self._writable_runs
         with self.transaction(), self._errors():
             if stage.new:
-                fps, times = stage.new.sorted()
-                before = db.total_changes
-                db.execute(
-                    "INSERT OR IGNORE INTO fingerprints SELECT substr(:fps, j.key * 16 + 1, 16), "
-                    "1, j.value, j.value FROM json_each(:times) AS j",
-                    {"fps": fps, "times": json.dumps(times)},
-                )
-                if (repeated := len(times) - (db.total_changes - before)) > 0:
-                    db.execute(
-                        "UPDATE meta SET value = CAST(value AS INTEGER) - ? WHERE name = 'records'",
-                        (repeated,),
-                    )
+                runs.write(stage.new.sorted_records())
             if stage.deltas:
                 order = sorted(stage.deltas)
-                self._update_refs(order, [stage.deltas[fp] for fp in order])
+                runs.update_refs(order, [stage.deltas[fp] for fp in order])
             db.execute("DELETE FROM staged")
             self._staged = Stage()
-            self._main_empty = False
+            self._repeats_gone(runs.compact(self._stage_limit))
 
-    def _merge_threshold(self) -> int:
-        """Staged fingerprints that call for a merge (see DEFAULT_STAGE_LIMIT)."""
-        in_btree = self.count() - len(self._stage.new)
-        return max(self._stage_limit, min(in_btree, 2 * self._stage_limit))
+    def compact(self) -> None:
+        """Merge the stage and every run into one run (a library at rest: one look-up per key;
+        the tiers make this unnecessary while it grows)."""
+        with self.transaction(), self._errors():
+            self.merge()
+            self._repeats_gone(self._writable_runs.merge_all())
 
-    def _update_refs(self, order: list[bytes], pairs: list[list[int]]) -> None:
-        """Add [delta, last seen ms] to the records of the sorted fingerprints `order`."""
-        self._db.execute(
-            "UPDATE fingerprints SET refs = refs + u.delta, "
-            "last_seen = max(last_seen, u.seen) "
-            "FROM (SELECT substr(:fps, j.key * 16 + 1, 16) AS fp, "
-            "json_extract(j.value, '$[0]') AS delta, json_extract(j.value, '$[1]') AS seen "
-            "FROM json_each(:pairs) AS j) AS u WHERE fingerprints.fp = u.fp",
-            {**_packed(order), "pairs": json.dumps(pairs)},
-        )
+    def _repeats_gone(self, repeats: int) -> None:
+        if repeats:
+            self._db.execute(
+                "UPDATE meta SET value = CAST(value AS INTEGER) - ? WHERE name = 'records'",
+                (repeats,),
+            )
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -270,13 +270,11 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
         inside, rest = self._stage.new.partition(fps)
         found = set(inside)
         with self._errors():
-            if not batched:
-                one = "SELECT 1 FROM fingerprints WHERE fp = ?"
+            if not batched:  # the paper's baseline: a look-up (of each run) per key
                 self.io.round_trips += len(fps) - len(rest)
                 for fp in rest:
                     self.io.round_trips += 1
-                    if self._db.execute(one, (fp,)).fetchone() is not None:
-                        found.add(fp)
+                    found |= self._in_main([fp])
                 return found
             found |= self._in_main(rest)
             self.io.round_trips += 1
@@ -284,13 +282,11 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
 
     def records(self, fps: Iterable[bytes]) -> dict[bytes, Record]:
         out = {}
-        sql = "SELECT refs, first_seen, last_seen FROM fingerprints WHERE fp = ?"
-        stage = self._stage
+        stage, runs = self._stage, self._catalog
         with self._errors():
             for fp in sorted(set(fps)):
                 self.io.lookups += 1
-                row = None if fp in stage.new else self._db.execute(sql, (fp,)).fetchone()
-                rec = stage.record(fp, row)
+                rec = stage.record(fp, None if fp in stage.new else runs.record(fp))
                 if rec is not None:
                     out[fp] = Record(rec[0], from_millis(rec[1]), from_millis(rec[2]))
         return out
@@ -301,22 +297,21 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
     def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
         staged = self._stage.new.keys()  # first: a merge in between repeats, never loses one
         with self._errors():
-            cursor = self._db.execute("SELECT fp FROM fingerprints")
-            rows = (row[0] for row in iter(cursor.fetchone, None))
-            every = itertools.chain(rows, staged)
-            while batch := list(itertools.islice(every, chunk)):
+            yield from _runs.scan(lambda: self._catalog, chunk)
+            rest = iter(staged)
+            while batch := list(itertools.islice(rest, chunk)):
                 yield batch
 
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
         column = time_index(by)  # a checked column name, and its place in a record
         limit = to_millis(timestamp)
         stage = self._stage
-        sql = f"SELECT fp, refs, first_seen, last_seen FROM fingerprints WHERE {by} < ?"
         with self._errors():
-            rows = self._db.execute(sql, (limit,)).fetchall()
+            rows = self._catalog.older_than(by, limit)
         records = [(fp, stage.record(fp, (refs, first, last))) for fp, refs, first, last in rows]
         records += [(fp, stage.record(fp, None)) for fp, _ in stage.new.items()]
-        return [fp for fp, rec in records if rec is not None and rec[column] < limit]
+        old = (fp for fp, rec in records if rec is not None and rec[column] < limit)
+        return list(dict.fromkeys(old))  # a repeat in two runs (see merge) once
 
     def overflow(self, counters: Iterable[int]) -> dict[int, int]:
         sql = "SELECT count FROM overflow WHERE counter = ?"
@@ -356,8 +351,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
                 self._db.execute("COMMIT")
         except BaseException:
             self._depth = 0
-            self._staged = None  # the stage in memory may be ahead: read it again
-            self._main_empty = None
+            self._staged = self._runs = None  # may be ahead of the file: read them again
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
             raise
@@ -392,14 +386,9 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
                         (now, fps_blob, deltas),
                     )
                     stage.add_deltas(fps_blob, deltas)
-            if changes.deletes:  # in the B-tree alone: a record is never staged and deleted
+            if changes.deletes:  # in the runs alone: a record is never staged and deleted
                 self.merge()
-                before = db.total_changes  # rowcount is -1 for a statement that starts WITH
-                db.execute(
-                    _ROWS + "DELETE FROM fingerprints WHERE fp IN (SELECT fp FROM batch)",
-                    _packed(sorted(set(changes.deletes))),
-                )
-                grown -= db.total_changes - before
+                grown -= self._writable_runs.delete(changes.deletes)
             drop = [(c,) for c, v in changes.overflow.items() if v is None]
             keep = [(c, v) for c, v in changes.overflow.items() if v is not None]
             if drop:
@@ -413,7 +402,7 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
                 )
             if changes.meta:
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.meta.items())
-            if self._stage.rows >= self._merge_threshold():
+            if self._stage.rows >= self._stage_limit:
                 self.merge()
         self.io.writes += len(changes.inserts) + len(changes.refs) + len(changes.deletes)
         self.io.round_trips += 1
@@ -425,18 +414,27 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
 
     def verify(self) -> bool:
-        """Run SQLite's integrity check over the whole file, read every staged row and count
-        the records against the library's count and, if it was closed cleanly,
-        compare its bytes with its seal; FormatError if either fails. True if the seal was
-        compared (every byte checked), False if there is none (its writer did not close it,
-        or a writer has it open)."""
+        """Run SQLite's integrity check over the whole file, read every staged row, count each
+        run's records against its catalog row and all records against the library's count
+        and, if it was closed cleanly, compare its bytes with its seal; FormatError if either
+        fails. True if the seal was compared (every byte checked), False if there is none (its
+        writer did not close it, or a writer has it open)."""
         with self._errors():
             result = self._db.execute("PRAGMA integrity_check").fetchall()
         if result != [("ok",)]:
             raise FormatError(f"{self.path}: damaged library ({result[0][0]})")
         self._staged = self._read_stage()  # every staged row read and checked again
         with self._errors():
-            (stored,) = self._db.execute(STORED_RECORDS).fetchone()
+            self._runs, self._known = None, []  # the catalog read again, checked against the runs
+            runs = self._catalog
+            try:
+                runs.check()
+            except ValueError as exc:
+                raise FormatError(f"{self.path}: damaged library ({exc})") from exc
+            if isinstance(runs, _runs.Runs):  # the runs' counts, just checked, and the stage
+                stored = sum(run.rows for run in runs.runs) + len(self._staged.new)
+            else:
+                (stored,) = self._db.execute(STORED_RECORDS).fetchone()
         if stored != self.count():
             raise FormatError(
                 f"{self.path}: damaged library (it holds {stored} records, its count says "

@@ -7,6 +7,12 @@
 --   seal  instance width -> the fingerprints' length in bytes (width * count), final from now on (the
 --                 leaf takes no more writes: check-and-add answers "M"); -1 if the leaf does not
 --                 exist or belongs to another instance
+--   fill  instance count token bits fps width -> a split's copy into a fresh child without a
+--                 loop in Lua: the client read the child (count URLs) and set the copied
+--                 fingerprints' bits itself; this replaces the bits, appends fps and counts them.
+--                 1 when done (or done already by this token: a resent fill), "X" when the child
+--                 is gone or another instance's, "M" when it changed since it was read (the
+--                 client copies through bloom_batch.lua instead)
 local op = ARGV[1]
 if op == 'make' then
   local instance = redis.call('HGET', KEYS[1], 'instance')
@@ -19,5 +25,23 @@ elseif op == 'seal' then
   if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] then return -1 end
   redis.call('HSET', KEYS[1], 'state', 'retired')
   return tonumber(ARGV[3]) * tonumber(redis.call('HGET', KEYS[1], 'count'))
+elseif op == 'fill' then
+  local meta = redis.call('HMGET', KEYS[1], 'instance', 'state', 'count', 'filled')
+  if meta[1] ~= ARGV[2] then return 'X' end
+  if meta[4] == ARGV[4] then return 1 end
+  if meta[2] ~= 'active' or meta[3] ~= ARGV[3] then return 'M' end
+  if redis.call('STRLEN', KEYS[2]) ~= #ARGV[5] then
+    return redis.error_reply('URLSEEN-LOST ' .. KEYS[2] .. ' is gone or damaged')
+  end
+  local used = tonumber(ARGV[3]) * tonumber(ARGV[7])
+  local old = used > 0 and redis.call('GETRANGE', KEYS[3], 0, used - 1) or ''
+  if #old ~= used then
+    return redis.error_reply('URLSEEN-LOST ' .. KEYS[3] .. ' is gone or damaged')
+  end
+  redis.call('SET', KEYS[2], ARGV[5])
+  redis.call('SET', KEYS[3], old .. ARGV[6])
+  redis.call('HSET', KEYS[1], 'count', tonumber(ARGV[3]) + #ARGV[6] / tonumber(ARGV[7]),
+             'filled', ARGV[4])
+  return 1
 end
 return redis.error_reply('dsbf_leaf.lua: unknown operation ' .. tostring(op))
