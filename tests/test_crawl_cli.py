@@ -142,8 +142,8 @@ def test_tiny_bloom_filter_completes_and_reports_the_pages_it_lost(
         (["http://a.test/x", "--prefix", "http://b.test/"], "not a prefix"),
         (["http://a.test/", "--filter", "scrapy", "--redis", "redis://x"], "takes no --redis"),
         (["http://a.test/", "--redis", "redis://x", "--state", "s"], "exclude each other"),
-        (["http://a.test/", "--layout", "standard"], "--layout does not apply to --filter exact"),
-        (["http://a.test/", "--filter", "scrapy", "--groups", "2"], "does not apply to --filter"),
+        (["http://a.test/", "--layout", "standard"], "--layout applies to --filter bloom"),
+        (["http://a.test/", "--filter", "scrapy", "--groups", "2"], "takes no --redis"),
         (["http://a.test/", "--filter", "bloom", "--lease", "3"], "shared through --redis"),
     ],
 )

@@ -7,7 +7,7 @@ import contextlib
 import errno
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -99,18 +99,13 @@ def sizing_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def kind_options(
-    offered: Iterable[kinds.Kind],
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def kind_options(offered: list[kinds.Kind]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """One option per entry of kinds.OPTIONS that an offered kind takes, its help naming the
     kinds that take it; each left None unless given."""
-    offered = list(offered)
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(kinds.OPTIONS.values()):
             takers = "/".join(k.name for k in offered if option.name in k.options)
-            if not takers:
-                continue
             low, high = (None if b is None else int(b) for b in (option.low, option.high))
             kind_of_value: Any = {
                 int: click.IntRange(low, high),
@@ -118,15 +113,14 @@ def kind_options(
                 os.PathLike: click.Path(dir_okay=False),
             }.get(option.type, str)
             default = "" if option.default is None else f" [default: {option.default}]"
-            takers += " with --redis" if option.shared else ""
+            text = f"{takers}{' with --redis' if option.shared else ''}: {option.help}{default}"
             value: dict[str, Any] = (
                 {"is_flag": True, "default": None}  # a flag: None unless given
                 if option.type is bool
                 else {"type": click.Choice(option.choices) if option.choices else kind_of_value}
             )
-            command = click.option(
-                flag(option.name), option.name, help=f"{takers}: {option.help}{default}", **value
-            )(command)
+            if takers:
+                command = click.option(flag(option.name), option.name, help=text, **value)(command)
         return command
 
     return decorate

@@ -19,18 +19,6 @@ from urlseen.errors import MissingDependencyError
 CRAWL_KINDS = [k for k in kinds.KINDS.values() if not k.url_keys]
 
 
-def _given_options(kind: str, redis_url: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """The kind options given on the command line, refused (as flags) where the kind or the
-    absence of --redis makes them meaningless."""
-    given = {name: value for name, value in options.items() if value is not None}
-    for name in given:
-        if kind == "scrapy" or name not in kinds.KINDS[kind].options:
-            raise click.UsageError(f"{flag(name)} does not apply to --filter {kind}")
-        if kinds.OPTIONS[name].shared and redis_url is None:
-            raise click.UsageError(f"{flag(name)} applies to a filter shared through --redis")
-    return given
-
-
 def _prefix(start_url: str, prefix: str | None) -> str:
     parts = urlsplit(start_url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -170,20 +158,21 @@ def crawl_command(
         urlseen crawl http://127.0.0.1:8000/ --redis redis://127.0.0.1:6379/0 --name site
     """
     follow = _prefix(start_url, prefix)
-    if filter_name == "scrapy" and (redis_url or state or audit):
-        raise click.UsageError("--filter scrapy takes no --redis, --state or --audit")
+    if filter_name == "scrapy" and (redis_url or state or audit or any(options.values())):
+        raise click.UsageError("--filter scrapy takes no --redis, --state, --audit or kind option")
     if redis_url is not None and state is not None:
         raise click.UsageError("--redis and --state exclude each other: the state is in Redis")
     kind = filter_name or kinds.DEFAULT_KIND
-    given = _given_options(kind, redis_url, options)
     with cli_errors():
+        if kind != "scrapy":
+            options = kinds.given_options(kind, options, shared=bool(redis_url), spell=flag)
         try:
             from urlseen.integrations._crawl import crawl
         except ImportError as exc:
             raise MissingDependencyError(
                 f"urlseen crawl needs Scrapy ({exc}): pip install 'urlseen[scrapy]'"
             ) from exc
-        dupefilter: dict[str, Any] = {"filter": kind, **given}
+        dupefilter: dict[str, Any] = {"filter": kind, **options}
         if kind != "scrapy":
             dupefilter |= {
                 "capacity": capacity,

@@ -18,8 +18,9 @@ from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, human, kind_options, open_filter, sizing_options
 from urlseen.dedup import dedup
 from urlseen.errors import UrlseenError
+from urlseen.forget import forget
 from urlseen.linekeys import LineKeyer
-from urlseen.streams import Inputs, input_lines, open_output, refuse_clobbering, total_bytes
+from urlseen.streams import Inputs, open_output, refuse_clobbering, total_bytes
 
 if TYPE_CHECKING:
     from urlseen.dedup import DedupSummary
@@ -46,21 +47,6 @@ def _parse_age(text: str) -> float:
             param_hint="--forget-older-than",
         )
     return cutoff
-
-
-def _forget(seen: Any, remove: str | None, older_than: float | None, profile: str) -> None:
-    """Apply --remove and --forget-older-than before the run (exact filters, local or
-    shared): those URLs become new again."""
-    keyer = LineKeyer(profile=profile)  # --remove's lines are not the run's
-    forgotten = 0
-    if remove is not None:
-        lines = input_lines((remove,))
-        keys = [k for line in lines if (k := keyer.key(line.rstrip(b"\n"))) is not None]
-        forgotten += sum(seen.forget_many(keys))
-    if older_than is not None:
-        forgotten += seen.forget_older_than(older_than)
-    if remove is not None or older_than is not None:
-        click.echo(f"urlseen dedup: forgot {forgotten:,} URLs (they are new again)", err=True)
 
 
 def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
@@ -164,7 +150,7 @@ def _naming_output(output: str) -> Iterator[None]:
     help="exact: before the run, forget URLs first seen before AGE (30d, 12h, Unix "
     "seconds or an ISO date): expiry for re-crawl.",
 )
-@kind_options(kinds.KINDS.values())
+@kind_options(list(kinds.KINDS.values()))
 @click.option(
     "--canonicalize",
     "profile",
@@ -231,7 +217,10 @@ def dedup_command(
                            redis=redis_url, name=name, **options)  # fmt: skip
         with seen, contextlib.ExitStack() as stack:
             if remove is not None or cutoff is not None:
-                _forget(seen, remove, cutoff, profile)
+                forgotten = forget(seen, remove, cutoff, profile)
+                click.echo(
+                    f"urlseen dedup: forgot {forgotten:,} URLs (they are new again)", err=True
+                )
             out = sys.stdout.buffer
             if output != "-":
                 out, cut = open_output(output, append)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -362,7 +363,11 @@ _SETTINGS = {"filter": "URLSEEN_FILTER", "redis": "URLSEEN_REDIS_URL", "name": "
 def _kind_settings(settings: BaseSettings) -> dict[str, Any]:
     """The kind options given as settings (URLSEEN_LAYOUT, URLSEEN_LEASE, ...), typed; a flag
     set False counts as not given."""
-    read = {bool: settings.getbool, int: settings.getint, float: settings.getfloat}
+    read: dict[type, Callable[[str], Any]] = {
+        bool: settings.getbool,
+        int: settings.getint,
+        float: settings.getfloat,
+    }
     given: dict[str, Any] = {}
     for name, option in kinds.OPTIONS.items():
         setting = _setting(name)

@@ -241,21 +241,12 @@ def open_filter(
         raise ConfigError(
             f"the capacity ({spell('capacity')}) must be a positive int, not {capacity!r}"
         )
-    given = {key: value for key, value in options.items() if value is not None}
-    for key in given:
-        if key not in row.options:
-            takers = [k.name for k in KINDS.values() if key in k.options] or ["no kind"]
-            raise OptionError(
-                f"{spell(key)} applies to {spell('filter')} {' or '.join(takers)}, not {row.name}"
-            )
+    given = given_options(row.name, options, shared=redis is not None, spell=spell)
     if redis is not None and state is not None:
         raise OptionError(
             f"{spell('redis')} and {spell('state')} exclude each other: a filter is either "
             "shared through Redis or kept in a state, not both"
         )
-    for key in given:
-        if OPTIONS[key].shared and redis is None:
-            raise OptionError(f"{spell(key)} applies to a filter shared through {spell('redis')}")
     if redis is not None and row.open_shared is None:
         shared = [k.name for k in KINDS.values() if k.open_shared is not None]
         raise OptionError(
@@ -282,6 +273,24 @@ def open_filter(
         assert row.open_shared is not None
         return row.open_shared(request)
     return row.open_local(request)
+
+
+def given_options(
+    kind_name: str, options: dict[str, Any], *, shared: bool, spell: Spell = plain
+) -> dict[str, Any]:
+    """The options given (not None), each checked to be one the kind takes, and a shared-only
+    one to come with a shared filter: an OptionError otherwise, before anything is opened."""
+    row = kind(kind_name, spell)
+    given = {key: value for key, value in options.items() if value is not None}
+    for key in given:
+        if key not in row.options:
+            takers = [k.name for k in KINDS.values() if key in k.options] or ["no kind"]
+            raise OptionError(
+                f"{spell(key)} applies to {spell('filter')} {' or '.join(takers)}, not {row.name}"
+            )
+        if OPTIONS[key].shared and not shared:
+            raise OptionError(f"{spell(key)} applies to a filter shared through {spell('redis')}")
+    return given
 
 
 def shared_client(url: str) -> Any:
@@ -354,6 +363,7 @@ __all__ = [
     "OptionError",
     "ParameterConflict",
     "describe",
+    "given_options",
     "kind",
     "open_filter",
     "shared_client",
