@@ -17,13 +17,17 @@ Designs (--designs; default all):
 * today: LocHash routing, fingerprints of 8 * fp_bytes bits packed in one string per leaf.
 * ef: the same fingerprints, sorted and Elias-Fano coded per leaf (plus a raw tail of recent
   appends, compacted when it reaches 1/8 of the coded part).
-* prefix-ef: below the root, depth d routes by bit d of a W-bit fingerprint (its top bits
-  first), so a leaf at depth d knows d bits of each fingerprint and keeps only the other W - d,
+* prefix-ef: below the root, depth d routes by bit d of a W-bit fingerprint (from its top
+  bit down), so a leaf at depth d knows d bits of each fingerprint and keeps only the other W - d,
   Elias-Fano coded; W = ceil(log2(GROWTH_ALLOWANCE * leaf_capacity / (0.1 f))) bits, the
   filter's own collision rule without the rounding to bytes.
 * prefix-ef-fit: prefix-ef with leaves sized to what they hold: the size chain steps by sqrt 2
   (not 4) and a split's children start at the smallest size holding 1.25 x their URLs (not
   at full size, half empty).
+* prefix-ef-fit-30: prefix-ef-fit with 30% of f for equal fingerprints (not 10%): leaves at
+  0.7 f, W 2 bits shorter.
+* prefix-ef-fine-30: prefix-ef-fit-30 with the size chain stepping by 2^(1/4), children fit to
+  1.15 x their URLs: fuller leaves, more copies.
 
 Measured per design: bits per distinct URL of the live leaves (Bloom bits, fingerprint store,
 the store's room to grow in Redis modelled by bloom_batch.lua's own rule, and a per-leaf key
@@ -260,6 +264,9 @@ DESIGNS = {
     "prefix-ef-fit-30": Design(
         "prefix-ef-fit-30", "prefix", "ef", True, math.sqrt(2), 1.25, collision_share=0.3
     ),
+    "prefix-ef-fine-30": Design(
+        "prefix-ef-fine-30", "prefix", "ef", True, 2**0.25, 1.15, collision_share=0.3
+    ),
 }
 
 
@@ -331,13 +338,11 @@ class Model:
 
     def keys(self, digests: Sequence[bytes]) -> tuple[np.ndarray, list[str]]:
         """Fingerprint values (W bits) and root children of a batch of 16-byte digests: the
-        root routes by bytes 8-15 as the filter does; today's fingerprint is the first bytes
-        (little-endian), a prefix design's the top W bits of the first 8."""
+        root routes by bytes 8-15 as the filter does; the fingerprint is the low W bits of the
+        first 8 (little-endian): today's first fp_bytes bytes, a prefix design's a part of them
+        (so a format-4 leaf's fingerprints hold a prefix design's when W <= 8 fp_bytes)."""
         words = np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 2)
-        if self.design.routing == "prefix":
-            fps = words[:, 0] >> np.uint64(64 - self.width)
-        else:
-            fps = words[:, 0] & np.uint64((1 << self.width) - 1)
+        fps = words[:, 0] & np.uint64((1 << self.width) - 1)
         return fps.astype(np.uint64), [self.root.child(int(v)) for v in words[:, 1]]
 
     def bloom_keys(self, fps: np.ndarray) -> list[bytes]:
@@ -606,8 +611,8 @@ def report(results: list[dict[str, Any]]) -> str:
     lines = [
         "| set | design | W bits | leaves (fill) | bits/URL at 10x | Bloom / fp / room / keys | "
         "fp bound | bits/URL 5x-15x (min-max) | FP at 10x | collisions | splits+grows | "
-        "split CPU µs/URL copied (coding) | compaction µs/URL |",
-        "|---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---|---:|",
+        "copies/URL | split CPU µs/URL copied (coding) | compaction µs/URL |",
+        "|---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|---:|",
     ]
     for r in results:
         if "design" not in r:
@@ -620,6 +625,7 @@ def report(results: list[dict[str, Any]]) -> str:
             f"{t['room']:.1f} / {t['leaf_overhead']:.1f} | {t['fingerprint_bound']:.1f} | "
             f"{min(totals):.1f}-{max(totals):.1f} | {r['fp_rate']:.5f} | "
             f"{r['collision_rate']:.1e} | {r['splits']}+{r['grows']} | "
+            f"{r['copied'] / r['inserted']:.2f} | "
             f"{1e6 * r['split_seconds'] / max(1, r['copied']):.2f} "
             f"({1e6 * r['code_seconds'] / max(1, r['copied']):.2f}) | "
             f"{1e6 * r['compact_seconds'] / r['inserted']:.2f} |"
