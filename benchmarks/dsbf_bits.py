@@ -118,7 +118,7 @@ def ef_encode(values: np.ndarray, universe_bits: int) -> tuple[bytes, int]:
     """Elias-Fano code of sorted distinct values < 2**universe_bits: (bytes, size in bits).
 
     Each value's low L bits packed, its high part in unary (bit high + i set). numpy does the
-    packing; no maintained coder is on PyPI here (ppef, sbits: young one-author packages)."""
+    packing; the Elias-Fano coders on PyPI here (ppef, sbits) are young."""
     n = len(values)
     if n == 0:
         return b"", 0
