@@ -297,7 +297,14 @@ class Model:
     """A splittable filter's tree in one process: the filter's routing and sizing, a Design's
     fingerprint store, routing below the root and split rule."""
 
-    def __init__(self, design: Design, capacity: int, error_rate: float, leaf_bits: int) -> None:
+    def __init__(
+        self,
+        design: Design,
+        capacity: int,
+        error_rate: float,
+        leaf_bits: int,
+        width: int | None = None,
+    ) -> None:
         self.design = design
         p = dsbf._params(capacity, error_rate, leaf_bits, 2, "blocked", 0)
         self.p, self.k = p, p["k"]
@@ -307,7 +314,9 @@ class Model:
         else:
             self.chain = _chain(leaf_bits, design.grow, self.k, p["error_rate"] * (1 - share))
         self.full = len(self.chain) - 1
-        if design.exact_width:
+        if width is not None:  # a given W (tests of the collision rate)
+            self.width = width
+        elif design.exact_width:
             need = dsbf.GROWTH_ALLOWANCE * self.chain[-1][1] / (share * error_rate)
             self.width = math.ceil(math.log2(need))
         else:

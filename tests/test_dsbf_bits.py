@@ -112,3 +112,21 @@ def test_prefix_leaves_keep_only_the_bits_below_their_prefix() -> None:
         assert int(leaf.store.take().max()) < 1 << (model.width - leaf.depth)
     row = model.bits(12 * CAPACITY, 0)
     assert row["fingerprints"] <= row["fingerprint_bound"] + 2.5
+
+
+def test_prefix_collisions_are_urls_under_the_root_child_over_2_to_the_w() -> None:
+    """With a short W the FP rate is the collision rate the design counts on, (URLs under a
+    child of the root) / 2^W, whatever the depth: a leaf keeping W - d bits loses nothing that
+    its d routing bits do not give back."""
+    width, n = 20, 12 * CAPACITY
+    model = bits.Model(bits.DESIGNS["prefix-ef"], CAPACITY, F, LEAF_BITS, width=width)
+    digests = bits._core.digests(_urls(n), bits._core.HASH_XXH3_128, 0)
+    for start in range(0, n, bits.BATCH):
+        model.add(*model.keys(digests[start : start + bits.BATCH]))
+    assert max(leaf.depth for leaf in model.leaves.values()) >= 2
+    assert len(model.root.children) == 1  # so the estimate is exact: every URL under one child
+    probes = _urls(40_000, start=n)
+    fps, roots = model.keys(bits._core.digests(probes, bits._core.HASH_XXH3_128, 0))
+    expected = model.collision_rate() + model.leaf_error_rate()  # an upper bound on the second
+    measured = model.contains(fps, roots) / len(probes)
+    assert 0.75 * model.collision_rate() <= measured <= 1.25 * expected
