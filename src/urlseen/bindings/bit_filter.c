@@ -11,6 +11,7 @@
 #include "common.h"
 
 #include <pythread.h>
+#include <sys/mman.h>
 
 #include "csrc/bloom.h"
 
@@ -188,6 +189,20 @@ static int BitFilter_contains(BitFilter *self, PyObject *key)
 
 enum batch_mode { BATCH_ADD_LIST, BATCH_ADD_COUNT, BATCH_TEST_LIST };
 
+/* Ask for transparent huge pages on a large allocation that nothing has written yet (a list's
+ * calloc'd item array: 160 MB at 20M keys). Its first writes then fault 2 MiB at a time, not
+ * 4 KiB (~40,000 faults at 20M keys, a few microseconds each on a VM). Only whole 2 MiB pages
+ * inside the block are advised; where there is no THP this does nothing. */
+static void want_huge_pages(void *p, size_t nbytes)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t end = ((uintptr_t)p + nbytes) & ~(huge - 1);
+    if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#endif
+}
+
 static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode)
 {
     int write = mode != BATCH_TEST_LIST;
@@ -210,7 +225,10 @@ static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode
         PyErr_NoMemory();
         goto fail;
     }
-    if (mode != BATCH_ADD_COUNT && (result = PyList_New(n)) == NULL) goto fail;
+    if (mode != BATCH_ADD_COUNT) {
+        if ((result = PyList_New(n)) == NULL) goto fail;
+        want_huge_pages(((PyListObject *)result)->ob_item, (size_t)n * sizeof(PyObject *));
+    }
 
     acquire(self);
     if (us_bound_usable(&self->base, write) < 0) { /* closed while we waited */
