@@ -247,15 +247,27 @@ static void store_free(digest_store *st)
     st->mem = NULL;
 }
 
+/* Keys ahead whose objects the hash pass prefetches (header and first data line): the objects
+ * of a fresh list sit in memory in order, but a key's hash waits on its object otherwise. */
+#define KEY_AHEAD 16
+
 /* Hash all n keys of the batch into the store. 0, or -1 with the first failing key's error. */
 static int store_hash(digest_store *st, PyObject *seq, Py_ssize_t n, int hash_id, uint64_t seed)
 {
-    if (!st->narrow) return batch_hash(seq, 0, n, hash_id, seed, st->mem);
-    uint64_t *h1 = st->mem;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
+        /* The size is read again: hashing a non-ASCII str can run code that shrinks the list. */
+        if (i + KEY_AHEAD < PySequence_Fast_GET_SIZE(seq)) {
+            const char *next = (const char *)items[i + KEY_AHEAD];
+            __builtin_prefetch(next);
+            __builtin_prefetch(next + 64);
+        }
         us_hash128 h;
         if (batch_key_hash(seq, i, hash_id, seed, &h) < 0) return -1;
-        h1[i] = h.h1;
+        if (st->narrow)
+            ((uint64_t *)st->mem)[i] = h.h1;
+        else
+            ((us_hash128 *)st->mem)[i] = h;
     }
     return 0;
 }
