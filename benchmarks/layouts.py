@@ -32,7 +32,9 @@ LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCK
 
 
 def make_filter(size: _sizing.BloomSize, huge: bool) -> _core.BitFilter:
-    buf = mmap.mmap(-1, size.nbytes)
+    # Private, as urlseen's MemoryStore maps it: mmap(-1)'s default, MAP_SHARED, is shmem, where
+    # MADV_HUGEPAGE does nothing unless /sys/kernel/mm/transparent_hugepage/shmem_enabled allows.
+    buf = mmap.mmap(-1, size.nbytes, flags=mmap.MAP_PRIVATE)
     if huge:
         buf.madvise(mmap.MADV_HUGEPAGE)
     return _core.BitFilter(buf, 0, size.nbits, size.k, LAYOUT_CODES[size.layout])

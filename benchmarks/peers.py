@@ -339,6 +339,7 @@ class Result:
     answers: str
     n: int = 0
     runs: list[float] = field(default_factory=list)  # seconds per run
+    cpu: list[float] = field(default_factory=list)  # process CPU seconds per run (user + sys)
     bits: int | None = None
     probes: int = 0
     fp_hits: int | None = None
@@ -353,6 +354,11 @@ class Result:
         return self.n / min(self.runs) / 1e6 if self.runs else None
 
     @property
+    def cpu_mps(self) -> float | None:
+        """Per CPU second: on a shared machine, time other processes ran here is not counted."""
+        return self.n / min(self.cpu) / 1e6 if self.cpu else None
+
+    @property
     def bits_per_url(self) -> float | None:
         return self.bits / self.n if self.bits is not None and self.n else None
 
@@ -362,21 +368,24 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items()}
-        d.update(mps=self.mps, bits_per_url=self.bits_per_url, fp_rate=self.fp_rate)
+        d.update(
+            mps=self.mps, cpu_mps=self.cpu_mps, bits_per_url=self.bits_per_url, fp_rate=self.fp_rate
+        )
         return d
 
 
-def timed_run(row: Row, keys: list[str]) -> tuple[float, Any]:
+def timed_run(row: Row, keys: list[str]) -> tuple[float, float, Any]:
+    """Wall and process CPU seconds of creating the filter and inserting the keys."""
     gc.collect()
     gc.disable()
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         f = row.make(len(keys))
         row.insert(f, keys)
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
     finally:
         gc.enable()
-    return dt, f
+    return dt, dc, f
 
 
 def check_filter(row: Row, res: Result, f: Any, keys: list[str], probes: list[str]) -> None:
@@ -420,12 +429,14 @@ def run_size(
             n = min(wl.n, row.cap) if row.cap else wl.n
             keys = wl.fresh(n)
             try:
-                dt, f = timed_run(row, keys)
+                dt, dc, f = timed_run(row, keys)
                 res.n = n
                 res.runs.append(dt)
+                res.cpu.append(dc)
                 log(
                     f"  N={wl.n:,} {row.peer}, {row.api}: run {run + 1}/{runs} "
-                    f"{n / dt / 1e6:.2f} M/s"
+                    f"{n / dt / 1e6:.2f} M/s, {n / dc / 1e6:.2f} per CPU s, "
+                    f"load {os.getloadavg()[0]:.1f}"
                 )
                 if last:
                     probes = probes_all[:SLOW_CAP] if row.cap else probes_all
@@ -463,15 +474,15 @@ def markdown(size: int, results: list[Result]) -> str:
     out = [
         f"### N = {size:,} distinct URLs",
         "",
-        "| peer | API | per-key answer | N timed | M URLs/s | bits/URL | FP measured "
-        "| false neg. | urlseen ÷ row |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| peer | API | per-key answer | N timed | M URLs/s | urlseen ÷ row "
+        "| M URLs/CPU s | urlseen ÷ row (CPU) | bits/URL | FP measured | false neg. |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         if r.mps is None:
             out.append(
                 f"| {r.peer} | {r.api} | {r.answers} | "
-                f"| {(r.error or 'no result').replace('|', '/')} | | | | |"
+                f"| {(r.error or 'no result').replace('|', '/')} | | | | | | |"
             )
             continue
         capped = "*" if r.n != size else ""
@@ -481,9 +492,12 @@ def markdown(size: int, results: list[Result]) -> str:
         )
         fn = f"{r.false_negatives}" if r.false_negatives is not None else "n/a"
         ratio = f"{ref.mps / r.mps:.2f}×" if ref else "n/a"
+        both = ref and ref.cpu_mps and r.cpu_mps
+        cpu_ratio = f"{ref.cpu_mps / r.cpu_mps:.2f}×" if both else "n/a"
+        cpu = f"{r.cpu_mps:.2f}" if r.cpu_mps else "n/a"
         out.append(
             f"| {r.peer} | {r.api} | {r.answers} | {fmt_n(r.n)}{capped} "
-            f"| {r.mps:.2f} | {bpu} | {fp} | {fn} | {ratio}{capped} |"
+            f"| {r.mps:.2f} | {ratio}{capped} | {cpu} | {cpu_ratio}{capped} | {bpu} | {fp} | {fn} |"
         )
 
     # One line per peer: its fastest API against urlseen's reference row.
@@ -573,7 +587,9 @@ def header(args: argparse.Namespace, meta: dict[str, Any], versions: dict[str, s
         f"classic Bloom filter: {NOMINAL_BITS:.2f} bits/URL",
         "- time: filter creation + inserting all N fresh `str` keys (new objects every "
         "run, so no cached hashes); GC off while timed; "
-        f"best of 3 for N <= {BEST_OF_LIMIT:,}, 1 run above",
+        f"best of 3 for N <= {BEST_OF_LIMIT:,}, 1 run above (or --runs); wall time, and "
+        "the process's CPU time (user + sys, page faults included), which time other "
+        "processes of a shared machine held the core does not count",
         "- FP measured: after inserting N, never-inserted keys (distinct URLs + `#q`) "
         "queried; false neg.: inserted keys (a 100k sample) that test absent",
         "- bits/URL: the size each peer reports (urlseen `stats().bits`, rbloom "

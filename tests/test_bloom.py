@@ -22,6 +22,7 @@ from urlseen import (
     ClosedError,
     FilterStats,
     IncompatibleFiltersError,
+    InvalidKeyError,
     ReadOnlyError,
     SeenFilter,
     StateInUseError,
@@ -611,3 +612,20 @@ def test_real_urls_persist_as_str_and_as_bytes(dev_urls, state_path):
         assert len(g) == count
         assert all(g.contains_many(sample))
         assert all(g.contains_many(u.encode("utf-8") for u in sample))
+
+
+@pytest.mark.parametrize(("hash", "n"), [("xxh3_64", 4_300_000), ("xxh3_128", 2_200_000)])
+def test_a_batch_whose_digests_outgrow_malloc_answers_as_single_calls(hash, n):
+    # Over 32 MiB of digests (8 bytes a key under XXH3-64, 16 otherwise) a batch keeps them in a
+    # private map of its own (bindings/bit_filter.c): its answers must be those of one add() at
+    # a time, and a bad last key must leave every bit as it was.
+    keys = [f"https://example.com/{i}" for i in range(n)]
+    batch = BloomFilter(n, 0.01, hash=hash)
+    with pytest.raises(InvalidKeyError, match=f"key {n} of the batch"):
+        batch.add_many([*keys, "\ud800"])
+    assert batch.popcount() == 0 and len(batch) == 0
+    flags = batch.add_many(keys)
+    single = BloomFilter(n, 0.01, hash=hash)
+    assert flags == [single.add(k) for k in keys]
+    assert len(batch) == len(single) and batch.popcount() == single.popcount()
+    assert all(batch.contains_many(keys))

@@ -11,6 +11,7 @@
 #include "common.h"
 
 #include <pythread.h>
+#include <sys/mman.h>
 
 #include "csrc/bloom.h"
 
@@ -176,17 +177,110 @@ static int BitFilter_contains(BitFilter *self, PyObject *key)
     return present;
 }
 
-/* Keys per chunk: hashed with the GIL, then probed without it. 64K digests are 1 MiB (they stay
- * in L2/L3 between the two passes) and a 20M-key batch gives the GIL back ~300 times, not
- * thousands: re-taking it can wait a whole switch interval when other threads run. */
-#define CHUNK 65536
-/* Up to this many keys a batch is one chunk: all hashed, then all probed, so the hash pass itself
- * proves every key valid before any bit changes, and no separate validation pass re-reads the
- * objects (at 1M fresh strings that second pass of cache misses cost ~20%). 32 MiB of digests:
- * glibc serves a freed block of that size again from its heap, without fresh page faults. */
-#define WHOLE_MAX (1 << 21)
-
 enum batch_mode { BATCH_ADD_LIST, BATCH_ADD_COUNT, BATCH_TEST_LIST };
+
+/* Ask for transparent huge pages on a large block that nothing has written yet (a list's
+ * calloc'd item array: 160 MB at 20M keys; the batch's digests). Its first writes then fault
+ * 2 MiB at a time, not 4 KiB (~40,000 faults for 160 MB, a few microseconds each on a VM).
+ * Only whole 2 MiB pages inside the block are advised; where there is no THP this does nothing. */
+static void want_huge_pages(void *p, size_t nbytes)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t end = ((uintptr_t)p + nbytes) & ~(huge - 1);
+    if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#endif
+}
+
+/* A batch is hashed whole before any bit changes: the hash pass itself proves every key valid
+ * (a bad key at position 900000 must not leave the first 899999 applied, since the caller would
+ * never learn which were new), and the keys' objects are read once. Earlier versions hashed in
+ * chunks after a validation pass over every object: at 20M keys (~2.4 GB of str objects, far
+ * beyond the cache) that pass was 13% of a batch's CPU samples (perf, benchmarks/RESULTS.md,
+ * batch-20m). The digests are kept at 8 bytes a key for XXH3-64 (h2 is derived from h1, so only
+ * h1 is stored: 160 MB at 20M keys) and 16 for the others, in a private map with huge pages when
+ * large (fresh 4 KiB pages cost a fault each). Then the bits are probed a chunk at a time
+ * without the GIL: CHUNK digests are 1 MiB, so a 20M-key batch gives the GIL back ~300 times. */
+#define CHUNK 65536
+/* Smaller blocks come from malloc, which hands a freed block back to the next batch without
+ * fresh page faults (glibc raises its mmap threshold up to 32 MiB as blocks are freed). */
+#define MAP_MIN ((size_t)32 << 20)
+
+typedef struct {
+    void *mem;
+    size_t nbytes;
+    int mapped; /* mem is our own mmap (else PyMem_RawMalloc) */
+    int narrow; /* 8 bytes a key: h1 of an XXH3-64 digest */
+} digest_store;
+
+static int store_alloc(digest_store *st, size_t n, int hash_id)
+{
+    st->narrow = hash_id == US_HASH_XXH3_64;
+    st->nbytes = (n ? n : 1) * (st->narrow ? sizeof(uint64_t) : sizeof(us_hash128));
+    st->mapped = 0;
+#ifdef MAP_ANONYMOUS
+    if (st->nbytes >= MAP_MIN) {
+        st->mem = mmap(NULL, st->nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (st->mem != MAP_FAILED) {
+            want_huge_pages(st->mem, st->nbytes);
+            st->mapped = 1;
+            return 0;
+        }
+    }
+#endif
+    st->mem = PyMem_RawMalloc(st->nbytes);
+    return st->mem ? 0 : -1;
+}
+
+static void store_free(digest_store *st)
+{
+    if (st->mem == NULL) return;
+#ifdef MAP_ANONYMOUS
+    if (st->mapped) {
+        munmap(st->mem, st->nbytes);
+        st->mem = NULL;
+        return;
+    }
+#endif
+    PyMem_RawFree(st->mem);
+    st->mem = NULL;
+}
+
+/* Keys ahead whose objects the hash pass prefetches (header and first data line): the objects
+ * of a fresh list sit in memory in order, but a key's hash waits on its object otherwise. */
+#define KEY_AHEAD 16
+
+/* Hash all n keys of the batch into the store. 0, or -1 with the first failing key's error. */
+static int store_hash(digest_store *st, PyObject *seq, Py_ssize_t n, int hash_id, uint64_t seed)
+{
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* The size is read again: hashing a non-ASCII str can run code that shrinks the list. */
+        if (i + KEY_AHEAD < PySequence_Fast_GET_SIZE(seq)) {
+            const char *next = (const char *)items[i + KEY_AHEAD];
+            __builtin_prefetch(next);
+            __builtin_prefetch(next + 64);
+        }
+        us_hash128 h;
+        if (batch_key_hash(seq, i, hash_id, seed, &h) < 0) return -1;
+        if (st->narrow)
+            ((uint64_t *)st->mem)[i] = h.h1;
+        else
+            ((us_hash128 *)st->mem)[i] = h;
+    }
+    return 0;
+}
+
+/* The digests of keys [start, start + m), m <= CHUNK: in place, or expanded into scratch. */
+static const us_hash128 *store_chunk(const digest_store *st, Py_ssize_t start, Py_ssize_t m,
+                                     us_hash128 *scratch)
+{
+    if (!st->narrow) return (const us_hash128 *)st->mem + start;
+    const uint64_t *h1 = (const uint64_t *)st->mem + start;
+    for (Py_ssize_t j = 0; j < m; j++) scratch[j] = us_digest_of_64(h1[j]);
+    return scratch;
+}
 
 static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode)
 {
@@ -195,47 +289,33 @@ static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode
     PyObject *seq = batch_sequence(keys);
     if (seq == NULL) return NULL;
     PyObject *result = NULL;
-    us_hash128 *digests = NULL;
+    digest_store st = {NULL, 0, 0, 0};
+    us_hash128 *scratch = NULL;
     uint8_t *flags = NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    Py_ssize_t chunk = n <= WHOLE_MAX ? (n ? n : 1) : CHUNK;
-    /* Every key must be hashable before any bit changes. One chunk's hash pass proves that; for
-     * more, a pass that reads only each object's type and flags replaces a 16-bytes-per-key
-     * digest array for the whole batch, whose fresh pages cost more than the pass (6.5 us per
-     * 4 KiB page fault on the benchmark VM: 0.5 s for 20M keys). */
-    if (chunk < n && batch_check_keys(seq) < 0) goto fail;
-    digests = PyMem_RawMalloc((size_t)chunk * sizeof(us_hash128));
-    flags = PyMem_RawMalloc((size_t)chunk);
-    if (digests == NULL || flags == NULL) {
+    Py_ssize_t chunk = n < CHUNK ? (n ? n : 1) : CHUNK;
+    if (store_alloc(&st, (size_t)n, self->hash_id) < 0 ||
+        (st.narrow && (scratch = PyMem_RawMalloc((size_t)chunk * sizeof(us_hash128))) == NULL) ||
+        (flags = PyMem_RawMalloc((size_t)chunk)) == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
-    if (mode != BATCH_ADD_COUNT && (result = PyList_New(n)) == NULL) goto fail;
+    if (store_hash(&st, seq, n, self->hash_id, self->seed) < 0) goto fail; /* nothing applied */
+    if (mode != BATCH_ADD_COUNT) {
+        if ((result = PyList_New(n)) == NULL) goto fail;
+        want_huge_pages(((PyListObject *)result)->ob_item, (size_t)n * sizeof(PyObject *));
+    }
 
     acquire(self);
-    if (us_bound_usable(&self->base, write) < 0) { /* closed while we waited */
+    if (us_bound_usable(&self->base, write) < 0) { /* closed while we hashed or waited */
         PyThread_release_lock(self->lock);
         goto fail;
     }
     self->busy = 1;
     size_t hits = 0;
-    Py_ssize_t done = 0;
-    for (; done < n; done += chunk) {
+    for (Py_ssize_t done = 0; done < n; done += chunk) {
         Py_ssize_t m = n - done < chunk ? n - done : chunk;
-        /* Another thread may have changed a list while we probed without the GIL: then only
-         * the chunks before this one are applied, and the error says how many keys that is. */
-        int broken = PySequence_Fast_GET_SIZE(seq) < done + m ||
-                     batch_hash(seq, done, m, self->hash_id, self->seed, digests) < 0;
-        if (broken && done == 0 && PyErr_Occurred()) break; /* nothing applied: the key's error */
-        if (broken) {
-            PyObject *cause = take_exception();
-            PyErr_Format(PyExc_RuntimeError,
-                         "the list of keys changed during the batch (another thread?): the first "
-                         "%zd keys were processed, the rest were not",
-                         done);
-            set_cause(cause);
-            break;
-        }
+        const us_hash128 *digests = store_chunk(&st, done, m, scratch);
         size_t fresh = 0;
         Py_BEGIN_ALLOW_THREADS
         if (write) {
@@ -252,17 +332,18 @@ static PyObject *run_batch(BitFilter *self, PyObject *keys, enum batch_mode mode
     if (write) us_bound_add_count(&self->base, hits);
     self->busy = 0;
     PyThread_release_lock(self->lock);
-    if (done < n) goto fail;
     if (result == NULL) result = PyLong_FromSize_t(hits);
     PyMem_RawFree(flags);
-    PyMem_RawFree(digests);
+    PyMem_RawFree(scratch);
+    store_free(&st);
     Py_DECREF(seq);
     return result;
 
 fail:
     Py_XDECREF(result);
     PyMem_RawFree(flags);
-    PyMem_RawFree(digests);
+    PyMem_RawFree(scratch);
+    store_free(&st);
     Py_DECREF(seq);
     return NULL;
 }

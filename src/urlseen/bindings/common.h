@@ -168,6 +168,13 @@ static inline int batch_key_hash(PyObject *seq, Py_ssize_t i, int hash_id, uint6
         return -1;
     }
     PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
+    if (PyUnicode_Check(key) && PyUnicode_IS_COMPACT_ASCII(key)) {
+        /* Reading it runs no Python code, so no reference is taken: with keys far beyond the
+         * cache (20M of them), refcount writes would dirty every key's cache line, to be
+         * written back to memory once more. */
+        *out = us_digest(hash_id, PyUnicode_DATA(key), (size_t)PyUnicode_GET_LENGTH(key), seed);
+        return 0;
+    }
     Py_INCREF(key);
     int rc = key_hash(key, hash_id, seed, out, i);
     Py_DECREF(key);

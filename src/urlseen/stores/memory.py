@@ -1,9 +1,11 @@
 """In-process memory for a filter: an anonymous mmap, zero-filled lazily by the kernel.
 
 Anonymous maps are page aligned (so 512-bit blocks sit on cache lines) and cost nothing until
-a page is touched, which a bytearray of the same size would not give us. Large ones ask for
-transparent huge pages, which costs nothing; benchmarks/RESULTS.md found no consistent speed-up
-from them at 1M-20M keys (prefetching hides the misses), so none is claimed.
+a page is touched, which a bytearray of the same size would not give us. The map is private:
+Python's default for mmap(-1) is MAP_SHARED, which Linux backs with shmem, where MADV_HUGEPAGE
+does nothing unless shmem_enabled allows it (it is "never" by default). Large ones ask for
+transparent huge pages: with one random probe per key, a 4 KiB page per probe is a TLB miss per
+key once the table outgrows the TLB's reach (benchmarks/RESULTS.md, batch-20m).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from urlseen._lifecycle import Closeable
 from urlseen.stores import _space
 
 _HUGE_PAGE = 2 * 1024 * 1024
+# POSIX only: elsewhere mmap(-1) has no flags argument, and no huge pages to ask for.
+_PRIVATE = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
 
 
 class MemoryStore(Closeable):
@@ -30,7 +34,7 @@ class MemoryStore(Closeable):
     def __init__(self, nbytes: int, params: dict[str, Any]) -> None:
         """ConfigError, before anything is allocated, if nbytes exceed the memory available."""
         _space.check_memory(nbytes, _space.describe(params))
-        self.buffer = mmap.mmap(-1, max(nbytes, 1))
+        self.buffer = mmap.mmap(-1, max(nbytes, 1), **_PRIVATE)
         if nbytes >= _HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
             with contextlib.suppress(OSError):  # no THP here: 4 KiB pages still work
                 self.buffer.madvise(mmap.MADV_HUGEPAGE)
