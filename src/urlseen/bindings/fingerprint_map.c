@@ -2,6 +2,7 @@
  * staged fingerprints with their batch times, stores/_staging.py), and the run functions, the
  * face of csrc/runs.h (the runs those become, stores/_runs.py). */
 #include "common.h"
+#include "hugemem.h"
 
 #include "csrc/fpmap.h"
 #include "csrc/runs.h"
@@ -28,18 +29,19 @@ static int reserve(FingerprintMap *self, uint64_t more)
 {
     uint64_t capacity = us_fpmap_room(&self->map, more);
     if (capacity == 0) return 0;
-    us_fpmap_slot *slots = PyMem_RawCalloc(capacity, sizeof *slots);
+    us_fpmap_slot *slots = us_huge_calloc(capacity, sizeof *slots);
     if (slots == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    PyMem_RawFree(us_fpmap_move(&self->map, slots, capacity));
+    uint64_t old = self->map.capacity;
+    us_huge_free(us_fpmap_move(&self->map, slots, capacity), old, sizeof *slots);
     return 0;
 }
 
 static void FingerprintMap_dealloc(FingerprintMap *self)
 {
-    PyMem_RawFree(self->map.slots);
+    us_huge_free(self->map.slots, self->map.capacity, sizeof(us_fpmap_slot));
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
