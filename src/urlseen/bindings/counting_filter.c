@@ -13,7 +13,6 @@
  * raises and leaves the filter as it was.
  */
 #include "common.h"
-#include "hugemem.h"
 
 #include "csrc/counting.h"
 #include "csrc/fpcache.h"
@@ -41,7 +40,7 @@ static PyObject *FingerprintCache_new(PyTypeObject *type, PyObject *args, PyObje
     uint64_t nbuckets = (want + US_FPCACHE_WAYS - 1) / US_FPCACHE_WAYS;
     self->cache.nbuckets = nbuckets;
     self->entries = nbuckets * US_FPCACHE_WAYS;
-    self->cache.entries = us_huge_calloc((size_t)self->entries, sizeof(us_fp_entry));
+    self->cache.entries = PyMem_RawCalloc((size_t)self->entries, sizeof(us_fp_entry));
     self->cache.dirty = PyMem_RawCalloc((size_t)nbuckets, 1);
     self->cache.dirty_list = PyMem_RawMalloc((size_t)nbuckets * sizeof(uint32_t));
     if (!self->cache.entries || !self->cache.dirty || !self->cache.dirty_list) {
@@ -53,7 +52,7 @@ static PyObject *FingerprintCache_new(PyTypeObject *type, PyObject *args, PyObje
 
 static void FingerprintCache_dealloc(FingerprintCache *self)
 {
-    us_huge_free(self->cache.entries, (size_t)self->entries, sizeof(us_fp_entry));
+    PyMem_RawFree(self->cache.entries);
     PyMem_RawFree(self->cache.dirty);
     PyMem_RawFree(self->cache.dirty_list);
     Py_TYPE(self)->tp_free((PyObject *)self);

@@ -2,7 +2,6 @@
  * staged fingerprints with their batch times, stores/_staging.py), and the run functions, the
  * face of csrc/runs.h (the runs those become, stores/_runs.py). */
 #include "common.h"
-#include "hugemem.h"
 
 #include "csrc/fpmap.h"
 #include "csrc/runs.h"
@@ -29,19 +28,18 @@ static int reserve(FingerprintMap *self, uint64_t more)
 {
     uint64_t capacity = us_fpmap_room(&self->map, more);
     if (capacity == 0) return 0;
-    us_fpmap_slot *slots = us_huge_calloc(capacity, sizeof *slots);
+    us_fpmap_slot *slots = PyMem_RawCalloc(capacity, sizeof *slots);
     if (slots == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    uint64_t old = self->map.capacity;
-    us_huge_free(us_fpmap_move(&self->map, slots, capacity), old, sizeof *slots);
+    PyMem_RawFree(us_fpmap_move(&self->map, slots, capacity));
     return 0;
 }
 
 static void FingerprintMap_dealloc(FingerprintMap *self)
 {
-    us_huge_free(self->map.slots, self->map.capacity, sizeof(us_fpmap_slot));
+    PyMem_RawFree(self->map.slots);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
