@@ -71,6 +71,10 @@ class ExactFilter(Closeable):
             URLs that need a library look-up. Never a wrong answer.
         counter_bits: 2, 4 (default) or 8 bits per counter.
         k, counters_per_key: override the sizing (the paper's experiment: k=8, 20 per key).
+            Without them the counters are in the blocked layout (CountingBloomFilter's
+            layout="auto": a key's counters in one 128-byte block, one memory round trip per
+            new URL instead of k; ~15% more counters at the default error rate). Counter
+            files of the standard layout are read as they are; rebuilt ones become blocked.
         hash: fingerprint, "md5" (default, as the paper) or "xxh3_128" (faster).
         cache_entries: hot fingerprints kept in memory (32 bytes each); 0 disables the cache.
         library: where the records live; default an in-memory one. ExactFilter.create/open
@@ -118,7 +122,7 @@ class ExactFilter(Closeable):
         if path is None:
             counters = CountingBloomFilter(
                 capacity, error_rate, counter_bits=counter_bits, k=k,
-                counters_per_key=counters_per_key, hash=check_fingerprint(hash),
+                counters_per_key=counters_per_key, hash=check_fingerprint(hash), layout="auto",
             )  # fmt: skip
             library = library if library is not None else MemoryLibrary()
         elif library is not None:
@@ -734,7 +738,7 @@ def _open_quietly(path: Path, *, readonly: bool) -> CountingBloomFilter:
 def _sized_params(sizing: dict[str, Any], library: FingerprintLibrary) -> dict[str, Any]:
     return make_params(
         sizing["capacity"], sizing["error_rate"], sizing.get("counter_bits", 4), sizing.get("k"),
-        sizing.get("counters_per_key"), 0, library.get_meta("fingerprint") or "md5",
+        sizing.get("counters_per_key"), 0, library.get_meta("fingerprint") or "md5", "auto",
     )  # fmt: skip
 
 
