@@ -931,9 +931,72 @@ static PyObject *mod_digests(PyObject *mod, PyObject *args, PyObject *kwargs)
     return out;
 }
 
+PyDoc_STRVAR(fold_entries_doc,
+             "fold_entries(counts, seen, entries) -> None\n\n"
+             "For each cache entry (fingerprint, pending, batch, seen) with increments:\n"
+             "counts[fp] += pending + batch, and seen[fp] = its seen if later than seen.get(fp, 0).\n"
+             "The exact filter's write-back bookkeeping in one call a batch (a batch evicts up to\n"
+             "one entry per new URL).");
+
+/* dict[key] (a new reference), or `missing` (new reference) if absent; NULL on error. */
+static PyObject *dict_get(PyObject *dict, PyObject *key, PyObject *missing)
+{
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    if (value == NULL && PyErr_Occurred()) return NULL;
+    return Py_NewRef(value != NULL ? value : missing);
+}
+
+/* dict[key] = dict.get(key, 0) + add (add > 0); 0 or -1. */
+static int dict_add(PyObject *dict, PyObject *key, PyObject *add)
+{
+    PyObject *zero = PyLong_FromLong(0), *old = zero ? dict_get(dict, key, zero) : NULL;
+    Py_XDECREF(zero);
+    if (old == NULL) return -1;
+    PyObject *sum = PyNumber_Add(old, add);
+    Py_DECREF(old);
+    if (sum == NULL) return -1;
+    int rc = PyDict_SetItem(dict, key, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+static PyObject *mod_fold_entries(PyObject *mod, PyObject *args)
+{
+    PyObject *counts, *seen, *entries;
+    if (!PyArg_ParseTuple(args, "O!O!O:fold_entries", &PyDict_Type, &counts, &PyDict_Type, &seen,
+                          &entries))
+        return NULL;
+    PyObject *seq = PySequence_Fast(entries, "entries must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *fp, *pending, *batch, *when;
+        if (!PyArg_ParseTuple(e, "OOOO:fold_entries", &fp, &pending, &batch, &when)) goto fail;
+        PyObject *add = PyNumber_Add(pending, batch);
+        if (add == NULL) goto fail;
+        int nonzero = PyObject_IsTrue(add), rc = 0;
+        if (nonzero > 0) rc = dict_add(counts, fp, add);
+        Py_DECREF(add);
+        if (nonzero < 0 || rc < 0) goto fail;
+        if (!nonzero) continue;
+        PyObject *zero = PyLong_FromLong(0), *last = zero ? dict_get(seen, fp, zero) : NULL;
+        Py_XDECREF(zero);
+        if (last == NULL) goto fail;
+        int later = PyObject_RichCompareBool(when, last, Py_GT);
+        Py_DECREF(last);
+        if (later < 0 || (later && PyDict_SetItem(seen, fp, when) < 0)) goto fail;
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(seq);
+    return NULL;
+}
+
 static PyMethodDef counting_functions[] = {
     {"digests", (PyCFunction)(void (*)(void))mod_digests, METH_VARARGS | METH_KEYWORDS,
      digests_doc},
+    {"fold_entries", mod_fold_entries, METH_VARARGS, fold_entries_doc},
     {NULL},
 };
 

@@ -3,6 +3,9 @@
  * face of csrc/runs.h (the runs those become, stores/_runs.py). */
 #include "common.h"
 
+#include <math.h>
+#include <string.h>
+
 #include "csrc/fpmap.h"
 #include "csrc/runs.h"
 
@@ -245,6 +248,76 @@ static PyTypeObject FingerprintMapType = {
     .tp_as_sequence = &FingerprintMap_as_sequence,
 };
 
+/* ---- the staged rows of reference deltas (stores/_staging.py) ---------------------------- */
+
+/* *out = round(value * 1000) for an int or a float (as Python's round: ties to even); 0 or -1. */
+static int millis(PyObject *value, int64_t *out)
+{
+    if (PyLong_Check(value)) {
+        long long v = PyLong_AsLongLong(value);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v > INT64_MAX / 1000 || v < INT64_MIN / 1000) goto range;
+        *out = (int64_t)v * 1000;
+        return 0;
+    }
+    double x = PyFloat_AsDouble(value);
+    if (x == -1.0 && PyErr_Occurred()) return -1;
+    x = nearbyint(x * 1000.0);
+    if (!(x > -9.2e18 && x < 9.2e18)) goto range;
+    *out = (int64_t)x;
+    return 0;
+range:
+    PyErr_SetString(PyExc_OverflowError, "a time out of range");
+    return -1;
+}
+
+PyDoc_STRVAR(pack_refs_doc,
+             "pack_refs(fps, refs, seen, now) -> (bytes, bytes)\n\n"
+             "One staged row of reference deltas for the 16-byte fingerprints fps: their bytes\n"
+             "joined, and per fingerprint refs[fp] and round(seen.get(fp, now) * 1000) as\n"
+             "little-endian int64 pairs (read by _staging.unpack_deltas), in one pass.");
+
+static PyObject *pack_refs(PyObject *module, PyObject *args)
+{
+    PyObject *fps, *refs, *seen, *now;
+    if (!PyArg_ParseTuple(args, "OO!O!O:pack_refs", &fps, &PyDict_Type, &refs, &PyDict_Type,
+                          &seen, &now))
+        return NULL;
+    PyObject *seq = PySequence_Fast(fps, "fps must be a sequence of bytes");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *keys = PyBytes_FromStringAndSize(NULL, 16 * n);
+    PyObject *pairs = PyBytes_FromStringAndSize(NULL, 16 * n);
+    if (keys == NULL || pairs == NULL) goto fail;
+    uint8_t *k = (uint8_t *)PyBytes_AS_STRING(keys), *d = (uint8_t *)PyBytes_AS_STRING(pairs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *fp = PySequence_Fast_GET_ITEM(seq, i);
+        const uint8_t *b = fp_bytes(fp);
+        if (b == NULL) goto fail;
+        PyObject *delta = PyDict_GetItemWithError(refs, fp), *when;
+        if (delta == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a fingerprint without refs");
+            goto fail;
+        }
+        long long count = PyLong_AsLongLong(delta);
+        if (count == -1 && PyErr_Occurred()) goto fail;
+        when = PyDict_GetItemWithError(seen, fp);
+        if (when == NULL && PyErr_Occurred()) goto fail;
+        int64_t ms;
+        if (millis(when != NULL ? when : now, &ms) < 0) goto fail;
+        memcpy(k + 16 * i, b, 16);
+        us_store64_le(d + 16 * i, (uint64_t)count);
+        us_store64_le(d + 16 * i + 8, (uint64_t)ms);
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(NN)", keys, pairs);
+fail:
+    Py_DECREF(seq);
+    Py_XDECREF(keys);
+    Py_XDECREF(pairs);
+    return NULL;
+}
+
 /* ---- the run functions (csrc/runs.h) ---------------------------------------------------- */
 
 /* A buffer of whole records (or keys: size 16), or -1 with ValueError. */
@@ -416,6 +489,7 @@ static PyObject *run_bloom_check(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef run_functions[] = {
+    {"pack_refs", pack_refs, METH_VARARGS, pack_refs_doc},
     {"run_merge", run_merge, METH_VARARGS, run_merge_doc},
     {"run_find", run_find, METH_VARARGS, run_find_doc},
     {"run_bloom_add", run_bloom_add, METH_VARARGS, run_bloom_add_doc},

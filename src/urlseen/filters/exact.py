@@ -688,14 +688,9 @@ class _Increments:
                 self._seen[fp] = seen
 
     def add_entries(self, entries: Iterable[tuple[bytes, int, int, int]]) -> None:
-        """add() for each cache entry (fingerprint, pending, batch, seen): one loop, no call per
-        entry (a batch evicts up to one entry per new URL)."""
-        counts, last = self._counts, self._seen
-        for fp, pending, batch, seen in entries:
-            if pending + batch:
-                counts[fp] += pending + batch
-                if seen > last.get(fp, 0):
-                    last[fp] = seen
+        """add() for each cache entry (fingerprint, pending, batch, seen), in C: no Python work
+        per entry (a batch evicts up to one entry per new URL)."""
+        _core.fold_entries(self._counts, self._seen, entries)
 
     def count(self, fp: bytes) -> int:
         return self._counts.get(fp, 0)
