@@ -371,7 +371,7 @@ def _run_engine(job: _Job, inputs: Any) -> None:
             if (
                 exact is not None
             ):  # the keys hashed from the engine's buffers, answers as add_many's
-                new = sum(exact._add_engine_batch(engine, before_commit=write))
+                new = exact._add_engine_batch(engine, before_commit=write).count(True)
             elif bloom is None:
                 new = job.filter_step(engine.keys(), write)
             elif transactional:  # tested, written and flushed, then added

@@ -378,7 +378,9 @@ class ExactFilter(Closeable):
         stamp: int,
     ) -> None:
         """Decide the URLs the counters and the cache could not: one library look-up."""
-        batch_new = set(fresh)
+        # The asked fingerprints new earlier in this batch (only those are ever looked up in
+        # it: a set of the few asked ones, not of the batch's many new ones).
+        batch_new = {fp for _, fp in ask}.intersection(fresh)
         unknown = list(dict.fromkeys(fp for _, fp in ask if fp not in batch_new))
         present = self._library.present(unknown, batched=self._batched)
         cache = self._cache
