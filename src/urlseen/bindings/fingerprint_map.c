@@ -92,6 +92,17 @@ static PyObject *FingerprintMap_get(FingerprintMap *self, PyObject *fp)
     return PyLong_FromUnsignedLongLong(value);
 }
 
+/* The end of a function that built two new objects from seq: (a, b), taken over, if ok; else
+ * both dropped and NULL (the exception is set). seq is released either way. */
+static PyObject *pair_or_fail(PyObject *seq, PyObject *a, PyObject *b, int ok)
+{
+    Py_DECREF(seq);
+    if (ok) return Py_BuildValue("(NN)", a, b);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return NULL;
+}
+
 PyDoc_STRVAR(fm_partition_doc,
              "partition(fps) -> (inside, outside)\n\n"
              "The fingerprints of the sequence fps that are in the map and those that are not,\n"
@@ -115,13 +126,9 @@ static PyObject *FingerprintMap_partition(FingerprintMap *self, PyObject *fps)
         if (PyList_Append(us_fpmap_get(&self->map, b, &value) ? inside : outside, items[i]) < 0)
             goto fail;
     }
-    Py_DECREF(seq);
-    return Py_BuildValue("(NN)", inside, outside);
+    return pair_or_fail(seq, inside, outside, 1);
 fail:
-    Py_DECREF(seq);
-    Py_XDECREF(inside);
-    Py_XDECREF(outside);
-    return NULL;
+    return pair_or_fail(seq, inside, outside, 0);
 }
 
 static int append_item(const uint8_t fp[16], uint64_t value, void *arg)
@@ -309,13 +316,9 @@ static PyObject *pack_refs(PyObject *module, PyObject *args)
         us_store64_le(d + 16 * i, (uint64_t)count);
         us_store64_le(d + 16 * i + 8, (uint64_t)ms);
     }
-    Py_DECREF(seq);
-    return Py_BuildValue("(NN)", keys, pairs);
+    return pair_or_fail(seq, keys, pairs, 1);
 fail:
-    Py_DECREF(seq);
-    Py_XDECREF(keys);
-    Py_XDECREF(pairs);
-    return NULL;
+    return pair_or_fail(seq, keys, pairs, 0);
 }
 
 /* ---- the run functions (csrc/runs.h) ---------------------------------------------------- */
