@@ -27,6 +27,9 @@ static const uint8_t *fp_bytes(PyObject *obj)
 }
 
 #include <sys/mman.h>
+#ifndef MAP_POPULATE
+#define MAP_POPULATE 0 /* not Linux: the pages fault in as they are written */
+#endif
 
 /* A slot table: from 1 MiB on mapped with its pages populated at once (a grown table is
  * written all over by the move: one call instead of a page fault per 4 KiB). */
