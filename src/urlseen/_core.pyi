@@ -1,6 +1,6 @@
 """Typed surface of urlseen's C extension: the whole C API on one screen."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 from _typeshed import structseq
@@ -32,6 +32,16 @@ def md5(key: Key, seed: int = 0) -> bytes:
 
 def digests(keys: Iterable[Key], hash: int = ..., seed: int = 0) -> list[bytes]:
     """The 16-byte digest of every key (default MD5)."""
+
+def fold_entries(
+    counts: dict[bytes, int], seen: dict[bytes, int], entries: Iterable[tuple[bytes, int, int, int]]
+) -> None:
+    """The exact filter's write-back bookkeeping for a batch's evicted cache entries."""
+
+def pack_refs(
+    fps: Sequence[bytes], refs: Mapping[bytes, int], seen: Mapping[bytes, float], now: float
+) -> tuple[bytes, bytes]:
+    """A staged row of reference deltas: the fingerprints joined, (delta, ms) int64 pairs."""
 
 def byte_masks(
     keys: Iterable[Key], nbits: int, k: int, layout: int, seed: int = 0, hash: int = 0
@@ -140,6 +150,9 @@ class CountingFilter:
     def _set(self, index: int, value: int) -> None: ...
     def _zero(self) -> None: ...
     def _histogram(self) -> list[int]: ...
+    def _set_layout(self, layout: int) -> None: ...
+    @property
+    def _layout(self) -> int: ...
     def _exact_step(
         self, keys: Iterable[Key], cache: FingerprintCache | None, now: int = 0
     ) -> ExactStepResult:

@@ -52,6 +52,11 @@ DEFAULT_BATCH_SIZE = 8192
 # the worker's feeder reads 256 KiB at a time: the ring holds a few such chunks (1 MiB ones put
 # peak RSS 5 MiB above the serial engine's; RESULTS.md, issue 14 part A2)
 WORKER_CHUNK_SIZE = 1 << 18
+# ...but 4 MiB for the exact filter: its batch step holds the GIL ~10 ms at a time, and the
+# feeder waits for the GIL after every chunk it reads (up to the 5 ms switch interval), which
+# starved the worker (dev file: the job waited 0.34 s for batches, 0.14-0.25 s with 4 MiB;
+# ring of 4 chunks: ~12 MiB more peak RSS)
+EXACT_CHUNK_SIZE = 1 << 22
 
 
 @dataclass
@@ -329,14 +334,14 @@ def _worker_batches(
         raise failure[0]
 
 
-def _feed_chunks(inputs: Any) -> Iterator[bytes | None]:
+def _feed_chunks(inputs: Any, size: int) -> Iterator[bytes | None]:
     """The chunks for the worker's feeder thread, which reads (and inflates) them itself: a
     read-ahead thread's queue in front of the worker's ring would only hold more chunks (peak
     RSS; Inputs.chunks)."""
     from urlseen.streams import Inputs  # loaded with the Inputs already
 
     if isinstance(inputs, Inputs):
-        return inputs.chunks(WORKER_CHUNK_SIZE, ahead=False)
+        return inputs.chunks(size, ahead=False)
     return cast("Iterator[bytes | None]", inputs.chunks())
 
 
@@ -360,7 +365,8 @@ def _run_engine(job: _Job, inputs: Any) -> None:
         )
     else:  # the keys hashed ahead with the filter's own hash, where the engine knows it
         hasher = bloom if exact is None else exact._counters
-        batches = _worker_batches(_feed_chunks(inputs), engine, job.batch_size, hasher)
+        size = WORKER_CHUNK_SIZE if exact is None else EXACT_CHUNK_SIZE
+        batches = _worker_batches(_feed_chunks(inputs, size), engine, job.batch_size, hasher)
     try:
         for nlines in batches:
             keyer.counts.empty += engine.empty
@@ -371,7 +377,7 @@ def _run_engine(job: _Job, inputs: Any) -> None:
             if (
                 exact is not None
             ):  # the keys hashed from the engine's buffers, answers as add_many's
-                new = sum(exact._add_engine_batch(engine, before_commit=write))
+                new = exact._add_engine_batch(engine, before_commit=write).count(True)
             elif bloom is None:
                 new = job.filter_step(engine.keys(), write)
             elif transactional:  # tested, written and flushed, then added

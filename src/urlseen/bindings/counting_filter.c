@@ -261,9 +261,22 @@ typedef struct {
     us_bound base; /* the buffer, its read-only flag and the count (common.h); the count is of
                     * keys reported new and not removed */
     us_counters c;
+    int layout; /* US_COUNTERS_STANDARD or US_COUNTERS_BLOCKED (_set_layout) */
     int hash_id;
     uint32_t seed;
 } CountingFilter;
+
+/* The key's counter indices and their prefetch, in this filter's layout. */
+static inline const uint64_t *key_indices(const CountingFilter *self, us_hash128 h, uint64_t *idx)
+{
+    us_counter_indices(&self->c, self->layout, h, idx);
+    return idx;
+}
+
+static inline void key_prefetch(const CountingFilter *self, us_hash128 h)
+{
+    us_counter_prefetch(&self->c, self->layout, h);
+}
 
 static int CountingFilter_init(CountingFilter *self, PyObject *args, PyObject *kwargs)
 {
@@ -296,8 +309,34 @@ static int CountingFilter_init(CountingFilter *self, PyObject *args, PyObject *k
     self->c.width = (uint32_t)width;
     self->seed = seed;
     self->hash_id = hash_id;
+    self->layout = US_COUNTERS_STANDARD;
     us_bound_set_count(&self->base, count);
     return 0;
+}
+
+PyDoc_STRVAR(cf_set_layout_doc,
+             "_set_layout(layout)\n\n"
+             "Index the counters by `layout`: 0 standard, 1 blocked (csrc/counting.h; ncounters a\n"
+             "multiple of the counters per block). Set once, before any key is counted in.");
+
+static PyObject *CountingFilter_set_layout(CountingFilter *self, PyObject *arg)
+{
+    long layout = PyLong_AsLong(arg);
+    if (layout == -1 && PyErr_Occurred()) return NULL;
+    if (layout != US_COUNTERS_STANDARD && layout != US_COUNTERS_BLOCKED) {
+        PyErr_Format(PyExc_ValueError, "layout must be 0 (standard) or 1 (blocked), not %ld",
+                     layout);
+        return NULL;
+    }
+    if (layout == US_COUNTERS_BLOCKED && self->c.m % us_counter_block(&self->c)) {
+        PyErr_Format(PyExc_ValueError,
+                     "the blocked layout needs a multiple of %llu counters, not %llu",
+                     (unsigned long long)us_counter_block(&self->c),
+                     (unsigned long long)self->c.m);
+        return NULL;
+    }
+    self->layout = (int)layout;
+    Py_RETURN_NONE;
 }
 
 static inline int hash_key(CountingFilter *self, PyObject *key, us_hash128 *h, Py_ssize_t index)
@@ -315,8 +354,9 @@ PyDoc_STRVAR(cf_add_doc,
 static PyObject *CountingFilter_add(CountingFilter *self, PyObject *key)
 {
     us_hash128 h;
+    uint64_t idx[US_MAX_K];
     if (us_bound_usable(&self->base, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
-    if (!us_counting_add_new(&self->c, h, NULL, NULL)) Py_RETURN_FALSE;
+    if (!us_counting_add_new_at(&self->c, key_indices(self, h, idx), NULL, NULL)) Py_RETURN_FALSE;
     us_bound_add_count(&self->base, 1);
     Py_RETURN_TRUE;
 }
@@ -324,8 +364,9 @@ static PyObject *CountingFilter_add(CountingFilter *self, PyObject *key)
 static int CountingFilter_contains(CountingFilter *self, PyObject *key)
 {
     us_hash128 h;
+    uint64_t idx[US_MAX_K];
     if (us_bound_usable(&self->base, 0) < 0 || hash_key(self, key, &h, -1) < 0) return -1;
-    return us_counting_test(&self->c, h);
+    return us_counting_test_at(&self->c, key_indices(self, h, idx));
 }
 
 PyDoc_STRVAR(cf_remove_doc,
@@ -337,8 +378,9 @@ PyDoc_STRVAR(cf_remove_doc,
 static PyObject *CountingFilter_remove(CountingFilter *self, PyObject *key)
 {
     us_hash128 h;
+    uint64_t idx[US_MAX_K];
     if (us_bound_usable(&self->base, 1) < 0 || hash_key(self, key, &h, -1) < 0) return NULL;
-    if (!us_counting_remove(&self->c, h, NULL, NULL)) Py_RETURN_FALSE;
+    if (!us_counting_remove_at(&self->c, key_indices(self, h, idx), NULL, NULL)) Py_RETURN_FALSE;
     if (self->base.count) us_bound_set_count(&self->base, self->base.count - 1);
     Py_RETURN_TRUE;
 }
@@ -430,16 +472,18 @@ static PyObject *counting_batch(CountingFilter *self, PyObject *keys, enum count
         return NULL;
     }
     unsigned long long count = self->base.count;
+    uint64_t idx[US_MAX_K];
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
+        if (i + PREFETCH_AHEAD < n) key_prefetch(self, h[i + PREFETCH_AHEAD]);
         int yes;
+        key_indices(self, h[i], idx);
         if (op == OP_TEST) {
-            yes = us_counting_test(&self->c, h[i]);
+            yes = us_counting_test_at(&self->c, idx);
         } else if (op == OP_ADD) {
-            yes = us_counting_add_new(&self->c, h[i], NULL, NULL);
+            yes = us_counting_add_new_at(&self->c, idx, NULL, NULL);
             count += (unsigned)yes;
         } else {
-            yes = us_counting_remove(&self->c, h[i], NULL, NULL);
+            yes = us_counting_remove_at(&self->c, idx, NULL, NULL);
             if (yes && count) count--;
         }
         PyList_SET_ITEM(result, i, Py_NewRef(yes ? Py_True : Py_False));
@@ -494,8 +538,7 @@ static PyObject *CountingFilter_indices(CountingFilter *self, PyObject *arg)
     us_hash128 h;
     if (us_bound_usable(&self->base, 0) < 0 || bytes_to_digest(arg, &h) < 0) return NULL;
     uint64_t idx[US_MAX_K];
-    us_standard_indices(h, self->c.m, self->c.k, idx);
-    return u64_list(idx, self->c.k);
+    return u64_list(key_indices(self, h, idx), self->c.k);
 }
 
 /* Apply increments (add=1) or decrements to a list of digests; returns the overflow events. A
@@ -513,12 +556,14 @@ static PyObject *apply_digests(CountingFilter *self, PyObject *fps, int add)
     for (Py_ssize_t i = 0; i < n; i++)
         if (bytes_to_digest(PySequence_Fast_GET_ITEM(seq, i), &h[i]) < 0) goto fail;
     us_overflow ev[US_MAX_K];
+    uint64_t idx[US_MAX_K];
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
+        if (i + PREFETCH_AHEAD < n) key_prefetch(self, h[i + PREFETCH_AHEAD]);
         size_t nev = 0;
+        key_indices(self, h[i], idx);
         if (add) {
-            us_counting_add(&self->c, h[i], ev, &nev);
-        } else if (!us_counting_remove(&self->c, h[i], ev, &nev)) {
+            us_counting_add_at(&self->c, idx, ev, &nev);
+        } else if (!us_counting_remove_at(&self->c, idx, ev, &nev)) {
             PyErr_Format(PyExc_RuntimeError,
                          "digest %zd cannot be removed: the counters do not hold it", i);
             goto fail;
@@ -688,11 +733,12 @@ static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, Py_ssize_
         goto fail;
     }
     us_overflow ev[US_MAX_K];
+    uint64_t idx[US_MAX_K];
     unsigned long long count = self->base.count;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t fp[16];
         if (cache == NULL) {
-            if (i + PREFETCH_AHEAD < n) us_counting_prefetch(&self->c, h[i + PREFETCH_AHEAD]);
+            if (i + PREFETCH_AHEAD < n) key_prefetch(self, h[i + PREFETCH_AHEAD]);
         } else {
             if (i + 2 * PREFETCH_AHEAD < n) {
                 fingerprint_of(fp, h[i + 2 * PREFETCH_AHEAD]);
@@ -702,7 +748,7 @@ static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, Py_ssize_
                 Py_ssize_t j = i + PREFETCH_AHEAD;
                 fingerprint_of(fp, h[j]);
                 cached[j] = (uint8_t)us_fpcache_contains(cache, fp);
-                if (!cached[j]) us_counting_prefetch(&self->c, h[j]);
+                if (!cached[j]) key_prefetch(self, h[j]);
             }
         }
         fingerprint_of(fp, h[i]);
@@ -711,7 +757,7 @@ static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, Py_ssize_
         size_t nev = 0;
         if (cache && cached[i] && us_fpcache_hit(cache, fp, now)) {
             answer = Py_False; /* one evicted since the look-ahead is asked in the usual order */
-        } else if (us_counting_add_new(&self->c, h[i], ev, &nev)) {
+        } else if (us_counting_add_new_at(&self->c, key_indices(self, h[i], idx), ev, &nev)) {
             count++;
             if (nev && append_events(overflows, ev, nev) < 0) goto fail;
             if (append_new(new_fps, digest_bytes(h[i].h1, h[i].h2)) < 0) goto fail;
@@ -793,6 +839,7 @@ US_GETTER(cf_get_k, CountingFilter, PyLong_FromUnsignedLong(self->c.k))
 US_GETTER(cf_get_width, CountingFilter, PyLong_FromUnsignedLong(self->c.width))
 US_GETTER(cf_get_seed, CountingFilter, PyLong_FromUnsignedLong(self->seed))
 US_GETTER(cf_get_hash, CountingFilter, PyLong_FromLong(self->hash_id))
+US_GETTER(cf_get_layout, CountingFilter, PyLong_FromLong(self->layout))
 
 static PyGetSetDef CountingFilter_getset[] = {
     {"ncounters", (getter)cf_get_m, NULL, "Number of counters (m).", NULL},
@@ -800,6 +847,7 @@ static PyGetSetDef CountingFilter_getset[] = {
     {"counter_bits", (getter)cf_get_width, NULL, "Bits per counter (2, 4 or 8).", NULL},
     {"seed", (getter)cf_get_seed, NULL, "Hash seed.", NULL},
     {"hash", (getter)cf_get_hash, NULL, "Hash id (csrc/digest.h).", NULL},
+    {"_layout", (getter)cf_get_layout, NULL, "0: standard layout, 1: blocked.", NULL},
     US_BOUND_GETSET(us_bound_set_count_attr, "Keys counted in."),
     {NULL},
 };
@@ -820,6 +868,7 @@ static PyMethodDef CountingFilter_methods[] = {
     {"_get", (PyCFunction)CountingFilter_get, METH_O, "_get(i) -> int: counter i."},
     {"_set", (PyCFunction)CountingFilter_set, METH_VARARGS, "_set(i, value): set counter i."},
     {"_zero", (PyCFunction)CountingFilter_zero, METH_NOARGS, "_zero(): all counters and count to 0."},
+    {"_set_layout", (PyCFunction)CountingFilter_set_layout, METH_O, cf_set_layout_doc},
     {"_histogram", (PyCFunction)CountingFilter_histogram, METH_NOARGS,
      "_histogram() -> list[int]: how many counters hold each value 0 .. max (reads all)."},
     {"_exact_step", (PyCFunction)CountingFilter_exact_step, METH_VARARGS, cf_exact_step_doc},
@@ -882,9 +931,72 @@ static PyObject *mod_digests(PyObject *mod, PyObject *args, PyObject *kwargs)
     return out;
 }
 
+PyDoc_STRVAR(fold_entries_doc,
+             "fold_entries(counts, seen, entries) -> None\n\n"
+             "For each cache entry (fingerprint, pending, batch, seen) with increments:\n"
+             "counts[fp] += pending + batch, and seen[fp] = its seen if later than seen.get(fp, 0).\n"
+             "The exact filter's write-back bookkeeping in one call a batch (a batch evicts up to\n"
+             "one entry per new URL).");
+
+/* dict[key] (a new reference), or `missing` (new reference) if absent; NULL on error. */
+static PyObject *dict_get(PyObject *dict, PyObject *key, PyObject *missing)
+{
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    if (value == NULL && PyErr_Occurred()) return NULL;
+    return Py_NewRef(value != NULL ? value : missing);
+}
+
+/* dict[key] = dict.get(key, 0) + add (add > 0); 0 or -1. */
+static int dict_add(PyObject *dict, PyObject *key, PyObject *add)
+{
+    PyObject *zero = PyLong_FromLong(0), *old = zero ? dict_get(dict, key, zero) : NULL;
+    Py_XDECREF(zero);
+    if (old == NULL) return -1;
+    PyObject *sum = PyNumber_Add(old, add);
+    Py_DECREF(old);
+    if (sum == NULL) return -1;
+    int rc = PyDict_SetItem(dict, key, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+static PyObject *mod_fold_entries(PyObject *mod, PyObject *args)
+{
+    PyObject *counts, *seen, *entries;
+    if (!PyArg_ParseTuple(args, "O!O!O:fold_entries", &PyDict_Type, &counts, &PyDict_Type, &seen,
+                          &entries))
+        return NULL;
+    PyObject *seq = PySequence_Fast(entries, "entries must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *fp, *pending, *batch, *when;
+        if (!PyArg_ParseTuple(e, "OOOO:fold_entries", &fp, &pending, &batch, &when)) goto fail;
+        PyObject *add = PyNumber_Add(pending, batch);
+        if (add == NULL) goto fail;
+        int nonzero = PyObject_IsTrue(add), rc = 0;
+        if (nonzero > 0) rc = dict_add(counts, fp, add);
+        Py_DECREF(add);
+        if (nonzero < 0 || rc < 0) goto fail;
+        if (!nonzero) continue;
+        PyObject *zero = PyLong_FromLong(0), *last = zero ? dict_get(seen, fp, zero) : NULL;
+        Py_XDECREF(zero);
+        if (last == NULL) goto fail;
+        int later = PyObject_RichCompareBool(when, last, Py_GT);
+        Py_DECREF(last);
+        if (later < 0 || (later && PyDict_SetItem(seen, fp, when) < 0)) goto fail;
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(seq);
+    return NULL;
+}
+
 static PyMethodDef counting_functions[] = {
     {"digests", (PyCFunction)(void (*)(void))mod_digests, METH_VARARGS | METH_KEYWORDS,
      digests_doc},
+    {"fold_entries", mod_fold_entries, METH_VARARGS, fold_entries_doc},
     {NULL},
 };
 

@@ -3,6 +3,9 @@
  * face of csrc/runs.h (the runs those become, stores/_runs.py). */
 #include "common.h"
 
+#include <math.h>
+#include <string.h>
+
 #include "csrc/fpmap.h"
 #include "csrc/runs.h"
 
@@ -23,23 +26,50 @@ static const uint8_t *fp_bytes(PyObject *obj)
     return (const uint8_t *)PyBytes_AS_STRING(obj);
 }
 
+#include <sys/mman.h>
+#ifndef MAP_POPULATE
+#define MAP_POPULATE 0 /* not Linux: the pages fault in as they are written */
+#endif
+
+/* A slot table: from 1 MiB on mapped with its pages populated at once (a grown table is
+ * written all over by the move: one call instead of a page fault per 4 KiB). */
+#define FPMAP_MAPPED_BYTES ((size_t)1 << 20)
+
+static us_fpmap_slot *table_new(uint64_t capacity)
+{
+    size_t bytes = (size_t)capacity * sizeof(us_fpmap_slot);
+    if (bytes < FPMAP_MAPPED_BYTES) return PyMem_RawCalloc(capacity, sizeof(us_fpmap_slot));
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void table_free(us_fpmap_slot *slots, uint64_t capacity)
+{
+    size_t bytes = (size_t)capacity * sizeof(us_fpmap_slot);
+    if (slots == NULL) return;
+    if (bytes < FPMAP_MAPPED_BYTES) PyMem_RawFree(slots);
+    else munmap(slots, bytes);
+}
+
 /* Room for `more` entries (one rehash, not several, for a batch): 0, or -1 with MemoryError. */
 static int reserve(FingerprintMap *self, uint64_t more)
 {
     uint64_t capacity = us_fpmap_room(&self->map, more);
     if (capacity == 0) return 0;
-    us_fpmap_slot *slots = PyMem_RawCalloc(capacity, sizeof *slots);
+    us_fpmap_slot *slots = table_new(capacity);
     if (slots == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    PyMem_RawFree(us_fpmap_move(&self->map, slots, capacity));
+    uint64_t old = self->map.capacity;
+    table_free(us_fpmap_move(&self->map, slots, capacity), old);
     return 0;
 }
 
 static void FingerprintMap_dealloc(FingerprintMap *self)
 {
-    PyMem_RawFree(self->map.slots);
+    table_free(self->map.slots, self->map.capacity);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -89,6 +119,17 @@ static PyObject *FingerprintMap_get(FingerprintMap *self, PyObject *fp)
     return PyLong_FromUnsignedLongLong(value);
 }
 
+/* The end of a function that built two new objects from seq: (a, b), taken over, if ok; else
+ * both dropped and NULL (the exception is set). seq is released either way. */
+static PyObject *pair_or_fail(PyObject *seq, PyObject *a, PyObject *b, int ok)
+{
+    Py_DECREF(seq);
+    if (ok) return Py_BuildValue("(NN)", a, b);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return NULL;
+}
+
 PyDoc_STRVAR(fm_partition_doc,
              "partition(fps) -> (inside, outside)\n\n"
              "The fingerprints of the sequence fps that are in the map and those that are not,\n"
@@ -112,13 +153,9 @@ static PyObject *FingerprintMap_partition(FingerprintMap *self, PyObject *fps)
         if (PyList_Append(us_fpmap_get(&self->map, b, &value) ? inside : outside, items[i]) < 0)
             goto fail;
     }
-    Py_DECREF(seq);
-    return Py_BuildValue("(NN)", inside, outside);
+    return pair_or_fail(seq, inside, outside, 1);
 fail:
-    Py_DECREF(seq);
-    Py_XDECREF(inside);
-    Py_XDECREF(outside);
-    return NULL;
+    return pair_or_fail(seq, inside, outside, 0);
 }
 
 static int append_item(const uint8_t fp[16], uint64_t value, void *arg)
@@ -244,6 +281,72 @@ static PyTypeObject FingerprintMapType = {
     .tp_getset = FingerprintMap_getset,
     .tp_as_sequence = &FingerprintMap_as_sequence,
 };
+
+/* ---- the staged rows of reference deltas (stores/_staging.py) ---------------------------- */
+
+/* *out = round(value * 1000) for an int or a float (as Python's round: ties to even); 0 or -1. */
+static int millis(PyObject *value, int64_t *out)
+{
+    if (PyLong_Check(value)) {
+        long long v = PyLong_AsLongLong(value);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v > INT64_MAX / 1000 || v < INT64_MIN / 1000) goto range;
+        *out = (int64_t)v * 1000;
+        return 0;
+    }
+    double x = PyFloat_AsDouble(value);
+    if (x == -1.0 && PyErr_Occurred()) return -1;
+    x = nearbyint(x * 1000.0);
+    if (!(x > -9.2e18 && x < 9.2e18)) goto range;
+    *out = (int64_t)x;
+    return 0;
+range:
+    PyErr_SetString(PyExc_OverflowError, "a time out of range");
+    return -1;
+}
+
+PyDoc_STRVAR(pack_refs_doc,
+             "pack_refs(fps, refs, seen, now) -> (bytes, bytes)\n\n"
+             "One staged row of reference deltas for the 16-byte fingerprints fps: their bytes\n"
+             "joined, and per fingerprint refs[fp] and round(seen.get(fp, now) * 1000) as\n"
+             "little-endian int64 pairs (read by _staging.unpack_deltas), in one pass.");
+
+static PyObject *pack_refs(PyObject *module, PyObject *args)
+{
+    PyObject *fps, *refs, *seen, *now;
+    if (!PyArg_ParseTuple(args, "OO!O!O:pack_refs", &fps, &PyDict_Type, &refs, &PyDict_Type,
+                          &seen, &now))
+        return NULL;
+    PyObject *seq = PySequence_Fast(fps, "fps must be a sequence of bytes");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *keys = PyBytes_FromStringAndSize(NULL, 16 * n);
+    PyObject *pairs = PyBytes_FromStringAndSize(NULL, 16 * n);
+    if (keys == NULL || pairs == NULL) goto fail;
+    uint8_t *k = (uint8_t *)PyBytes_AS_STRING(keys), *d = (uint8_t *)PyBytes_AS_STRING(pairs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *fp = PySequence_Fast_GET_ITEM(seq, i);
+        const uint8_t *b = fp_bytes(fp);
+        if (b == NULL) goto fail;
+        PyObject *delta = PyDict_GetItemWithError(refs, fp), *when;
+        if (delta == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a fingerprint without refs");
+            goto fail;
+        }
+        long long count = PyLong_AsLongLong(delta);
+        if (count == -1 && PyErr_Occurred()) goto fail;
+        when = PyDict_GetItemWithError(seen, fp);
+        if (when == NULL && PyErr_Occurred()) goto fail;
+        int64_t ms;
+        if (millis(when != NULL ? when : now, &ms) < 0) goto fail;
+        memcpy(k + 16 * i, b, 16);
+        us_store64_le(d + 16 * i, (uint64_t)count);
+        us_store64_le(d + 16 * i + 8, (uint64_t)ms);
+    }
+    return pair_or_fail(seq, keys, pairs, 1);
+fail:
+    return pair_or_fail(seq, keys, pairs, 0);
+}
 
 /* ---- the run functions (csrc/runs.h) ---------------------------------------------------- */
 
@@ -416,6 +519,7 @@ static PyObject *run_bloom_check(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef run_functions[] = {
+    {"pack_refs", pack_refs, METH_VARARGS, pack_refs_doc},
     {"run_merge", run_merge, METH_VARARGS, run_merge_doc},
     {"run_find", run_find, METH_VARARGS, run_find_doc},
     {"run_bloom_add", run_bloom_add, METH_VARARGS, run_bloom_add_doc},

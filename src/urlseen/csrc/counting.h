@@ -16,6 +16,12 @@
  * saturated counters in its library) what the counters could not record: an increment that
  * took a counter from max-1 to max gives (index, max), one that found it at max gives
  * (index, 1), a decrement that found it at max gives (index, 1) and leaves it unchanged.
+ * Layouts. The standard layout spreads a key's k counters over the whole array (k cache misses
+ * per new key). The blocked layout keeps them in one block of US_COUNTER_BLOCK_BYTES (two cache
+ * lines, fetched together): the block from h1, each counter's place in it from the next log2(B)
+ * bits of h2, then of fmix64(word + h1) words as bloom.h's blocked layout does (B = counters per
+ * block; repeats allowed, a multiset as above). m is then a multiple of B. The counter rules
+ * are the same in both: the functions ending in _at take the key's indices, however computed.
  * Pure C: no Python.h, no allocation.
  */
 #ifndef URLSEEN_COUNTING_H
@@ -33,6 +39,15 @@ typedef struct {
     uint32_t k;     /* 1 .. US_MAX_K */
     uint32_t width; /* 2, 4 or 8 */
 } us_counters;
+
+enum { US_COUNTERS_STANDARD = 0, US_COUNTERS_BLOCKED = 1 };
+#define US_COUNTER_BLOCK_BYTES 128u
+
+/* Counters per block of the blocked layout: 1024 / width (512, 256 or 128). */
+static inline uint64_t us_counter_block(const us_counters *c)
+{
+    return US_COUNTER_BLOCK_BYTES * 8u / c->width;
+}
 
 typedef struct {
     uint64_t index;
@@ -54,6 +69,21 @@ static inline void us_counter_set(us_counters *c, uint64_t i, unsigned v)
     uint8_t *cell = &c->cells[bit >> 3];
     *cell = (uint8_t)((*cell & ~(max << shift)) | ((v & max) << shift));
 }
+
+/* The key's k counter indices in `layout` (US_COUNTERS_STANDARD or US_COUNTERS_BLOCKED; for
+ * the blocked one c->m is a multiple of us_counter_block(c)). */
+void us_counter_indices(const us_counters *c, int layout, us_hash128 h, uint64_t *idx);
+
+/* Prefetch the key's counters in `layout` (blocked: the block's two cache lines). */
+void us_counter_prefetch(const us_counters *c, int layout, us_hash128 h);
+
+/* The operations below on a key's indices (from us_counter_indices). */
+int us_counting_test_at(const us_counters *c, const uint64_t *idx);
+int us_counting_add_at(us_counters *c, const uint64_t *idx, us_overflow *ev, size_t *nev);
+int us_counting_add_new_at(us_counters *c, const uint64_t *idx, us_overflow *ev, size_t *nev);
+int us_counting_remove_at(us_counters *c, const uint64_t *idx, us_overflow *ev, size_t *nev);
+
+/* The standard layout's operations on a key's digest: */
 
 /* 1 if every counter of the key is above 0 (present, or a false positive). Never writes. */
 int us_counting_test(const us_counters *c, us_hash128 h);

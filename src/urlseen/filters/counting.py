@@ -14,7 +14,7 @@ from typing import Any
 
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
-from urlseen.filters import _sizing
+from urlseen.filters import _counter_layout, _sizing
 from urlseen.filters._hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.filters._persistent import StoreBacked, stored_params
 from urlseen.filters._sizing_counting import size_counting
@@ -23,6 +23,7 @@ from urlseen.stores import _format
 from urlseen.stores.base import BufferStore
 
 COUNTER_BITS = (2, 4, 8)
+BLOCKED_KIND = "counting-blocked"  # a state file's kind: counters in the blocked layout
 
 
 class CountingBloomFilter(StoreBacked, _core.CountingFilter):
@@ -45,6 +46,11 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
         path: keep the counters in a new state file there (memory-mapped), as create() does;
             None (default): in memory.
         overwrite: with path, replace an existing file (else FileExistsError).
+        layout: "standard" (default: a key's counters anywhere in the array), "blocked" (all
+            in one 128-byte block: one memory round trip per key instead of k, sized for the
+            same error_rate with more counters) or "auto" (blocked when that costs at most a
+            quarter more counters and k and counters_per_key are not given; the exact filter's
+            choice).
 
     Example:
         >>> seen = CountingBloomFilter(capacity=1000)
@@ -69,9 +75,22 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
         hash: str = DEFAULT_HASH,
         path: str | os.PathLike[str] | None = None,
         overwrite: bool = False,
+        layout: str = "standard",
     ) -> None:
-        params = make_params(capacity, error_rate, counter_bits, k, counters_per_key, seed, hash)
+        params = make_params(
+            capacity, error_rate, counter_bits, k, counters_per_key, seed, hash, layout
+        )
         self._attach(self._new_store(params, path, overwrite))
+
+    def _attach(self, store: BufferStore) -> None:
+        super()._attach(store)
+        if store.params()["kind"] == BLOCKED_KIND:
+            self._set_layout(_counter_layout.LAYOUTS["blocked"])
+
+    @property
+    def layout(self) -> str:
+        """ "standard" or "blocked" (see the class's arguments)."""
+        return "blocked" if self._live_store().params()["kind"] == BLOCKED_KIND else "standard"
 
     create = creator(
         __init__,
@@ -107,14 +126,21 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
     def stats(self) -> FilterStats:
         """Capacity, count, bits and error rates; O(1)."""
         params = self._live_store().params()
+        if self.layout == "blocked":
+            rate = _counter_layout.blocked_error_rate(
+                len(self), self.ncounters, self.k, self.counter_bits
+            )
+        else:
+            rate = _sizing.standard_error_rate(len(self), self.ncounters, self.k)
         return FilterStats(
             kind="counting",
             capacity=params["capacity"],
             count=len(self),
             bits=self.ncounters * self.counter_bits,
             error_rate=params["error_rate"],
-            estimated_error_rate=_sizing.standard_error_rate(len(self), self.ncounters, self.k),
+            estimated_error_rate=rate,
             details={
+                "layout": self.layout,
                 "k": self.k,
                 "ncounters": self.ncounters,
                 "counter_bits": self.counter_bits,
@@ -134,22 +160,30 @@ def make_params(
     counters_per_key: object,
     seed: object,
     hash: object,
+    layout: object = "standard",
 ) -> dict[str, Any]:
     if counter_bits not in COUNTER_BITS or isinstance(counter_bits, bool):
         raise ConfigError(f"counter_bits must be 2, 4 or 8, not {counter_bits!r}")
     check_hash(hash)
     check_seed(seed)
     size = size_counting(capacity, error_rate, k, counters_per_key)  # type: ignore[arg-type]
-    return {
+    layout, m, kk = _counter_layout.choose(
+        layout, capacity, error_rate, counter_bits, (size.ncounters, size.k),  # type: ignore[arg-type]
+        explicit=k is not None or counters_per_key is not None,
+    )  # fmt: skip
+    params = {
         "kind": "counting",
-        "ncounters": size.ncounters,
-        "k": size.k,
+        "ncounters": m,
+        "k": kk,
         "counter_bits": counter_bits,
         "seed": seed,
         "hash": hash,
         "capacity": capacity,
         "error_rate": float(error_rate),  # type: ignore[arg-type]
     }
+    if layout == "blocked":  # a kind of its own: an urlseen without it refuses the file
+        params["kind"] = BLOCKED_KIND
+    return params
 
 
 def data_bytes(params: dict[str, Any]) -> int:
@@ -158,8 +192,9 @@ def data_bytes(params: dict[str, Any]) -> int:
 
 def check_header(header: _format.Header, where: str) -> None:
     """A state file's params must describe counters this code can use, exactly."""
+    kind = BLOCKED_KIND if header.params.get("kind") == BLOCKED_KIND else "counting"
     params = stored_params(
-        header, where, "counting", "a counting filter",
+        header, where, kind, "a counting filter",
         ncounters=int, k=int, counter_bits=int, seed=int, capacity=int, hash=str,
     )  # fmt: skip
     try:
@@ -169,5 +204,7 @@ def check_header(header: _format.Header, where: str) -> None:
     m, k, bits = params["ncounters"], params["k"], params["counter_bits"]
     if not 1 <= m <= _sizing.MAX_BITS or not 1 <= k <= _core.MAX_K or bits not in COUNTER_BITS:
         raise FormatError(f"{where}: invalid counter shape ({m} x {bits} bits, k={k})")
+    if kind == BLOCKED_KIND and m % _counter_layout.block_counters(bits):
+        raise FormatError(f"{where}: {m} counters are not whole blocks of the blocked layout")
     if header.data_length != data_bytes(params):
         raise FormatError(f"{where}: data length {header.data_length} does not match {m} counters")

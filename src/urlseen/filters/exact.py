@@ -71,6 +71,10 @@ class ExactFilter(Closeable):
             URLs that need a library look-up. Never a wrong answer.
         counter_bits: 2, 4 (default) or 8 bits per counter.
         k, counters_per_key: override the sizing (the paper's experiment: k=8, 20 per key).
+            Without them the counters are in the blocked layout (CountingBloomFilter's
+            layout="auto": a key's counters in one 128-byte block, one memory round trip per
+            new URL instead of k; ~15% more counters at the default error rate). Counter
+            files of the standard layout are read as they are; rebuilt ones become blocked.
         hash: fingerprint, "md5" (default, as the paper) or "xxh3_128" (faster).
         cache_entries: hot fingerprints kept in memory (32 bytes each); 0 disables the cache.
         library: where the records live; default an in-memory one. ExactFilter.create/open
@@ -118,7 +122,7 @@ class ExactFilter(Closeable):
         if path is None:
             counters = CountingBloomFilter(
                 capacity, error_rate, counter_bits=counter_bits, k=k,
-                counters_per_key=counters_per_key, hash=check_fingerprint(hash),
+                counters_per_key=counters_per_key, hash=check_fingerprint(hash), layout="auto",
             )  # fmt: skip
             library = library if library is not None else MemoryLibrary()
         elif library is not None:
@@ -374,7 +378,9 @@ class ExactFilter(Closeable):
         stamp: int,
     ) -> None:
         """Decide the URLs the counters and the cache could not: one library look-up."""
-        batch_new = set(fresh)
+        # The asked fingerprints new earlier in this batch (only those are ever looked up in
+        # it: a set of the few asked ones, not of the batch's many new ones).
+        batch_new = {fp for _, fp in ask}.intersection(fresh)
         unknown = list(dict.fromkeys(fp for _, fp in ask if fp not in batch_new))
         present = self._library.present(unknown, batched=self._batched)
         cache = self._cache
@@ -684,14 +690,9 @@ class _Increments:
                 self._seen[fp] = seen
 
     def add_entries(self, entries: Iterable[tuple[bytes, int, int, int]]) -> None:
-        """add() for each cache entry (fingerprint, pending, batch, seen): one loop, no call per
-        entry (a batch evicts up to one entry per new URL)."""
-        counts, last = self._counts, self._seen
-        for fp, pending, batch, seen in entries:
-            if pending + batch:
-                counts[fp] += pending + batch
-                if seen > last.get(fp, 0):
-                    last[fp] = seen
+        """add() for each cache entry (fingerprint, pending, batch, seen), in C: no Python work
+        per entry (a batch evicts up to one entry per new URL)."""
+        _core.fold_entries(self._counts, self._seen, entries)
 
     def count(self, fp: bytes) -> int:
         return self._counts.get(fp, 0)
@@ -734,7 +735,7 @@ def _open_quietly(path: Path, *, readonly: bool) -> CountingBloomFilter:
 def _sized_params(sizing: dict[str, Any], library: FingerprintLibrary) -> dict[str, Any]:
     return make_params(
         sizing["capacity"], sizing["error_rate"], sizing.get("counter_bits", 4), sizing.get("k"),
-        sizing.get("counters_per_key"), 0, library.get_meta("fingerprint") or "md5",
+        sizing.get("counters_per_key"), 0, library.get_meta("fingerprint") or "md5", "auto",
     )  # fmt: skip
 
 

@@ -35,19 +35,9 @@ def split(blob: bytes) -> list[bytes]:
     return [blob[i : i + FP_BYTES] for i in range(0, len(blob), FP_BYTES)]
 
 
-def pack_deltas(deltas: Sequence[int], seen: Sequence[int]) -> bytes:
-    """Reference deltas and last-seen times (ms), one pair per fingerprint, as interleaved
-    little-endian int64s."""
-    values = array("q", bytes(16 * len(deltas)))
-    values[0::2] = array("q", deltas)
-    values[1::2] = array("q", seen)
-    if sys.byteorder == "big":
-        values.byteswap()
-    return values.tobytes()
-
-
 def unpack_deltas(blob: bytes) -> tuple[array[int], array[int]]:
-    """pack_deltas' two sequences."""
+    """Reference deltas and last-seen times (ms) of a staged row: interleaved little-endian
+    int64s, one pair per fingerprint (written by _core.pack_refs)."""
     values = array("q")
     values.frombytes(blob)
     if sys.byteorder == "big":
@@ -79,7 +69,7 @@ class Stage:
             raise ValueError("inconsistent changes: inserts already present")
 
     def add_deltas(self, fps: bytes, deltas: bytes) -> None:
-        """Stage one row of reference deltas (fps: packed fingerprints; deltas: pack_deltas)."""
+        """Stage one row of reference deltas (fps packed, deltas as _core.pack_refs gives them)."""
         self._rows.append((fps, deltas))
         self.rows += len(fps) // FP_BYTES
 

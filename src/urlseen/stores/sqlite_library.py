@@ -38,10 +38,11 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from urlseen import _core
 from urlseen.errors import FormatError
 from urlseen.stores import _runs, _sqlite
 from urlseen.stores._runs import packed as _packed
-from urlseen.stores._staging import STAGE_TABLE, Stage, pack_deltas
+from urlseen.stores._staging import STAGE_TABLE, Stage
 from urlseen.stores.library_protocol import (
     Changes,
     LibraryIO,
@@ -376,11 +377,9 @@ class SQLiteLibrary(_sqlite.SQLiteStore):
                 refs, seen = changes.refs, changes.seen
                 absent = stage.new.partition(list(refs))[1]
                 gone = set(absent) - self._in_main(absent) if absent else set()
-                fps = [fp for fp in refs if fp not in gone]
+                fps = [fp for fp in refs if fp not in gone] if gone else list(refs)
                 if fps:
-                    times = [round(seen.get(fp, changes.now) * 1000) for fp in fps]
-                    deltas = pack_deltas([refs[fp] for fp in fps], times)
-                    fps_blob = b"".join(fps)
+                    fps_blob, deltas = _core.pack_refs(fps, refs, seen, changes.now)
                     db.execute(
                         "INSERT INTO staged (now, fps, deltas) VALUES (?, ?, ?)",
                         (now, fps_blob, deltas),
