@@ -119,3 +119,20 @@ def wait_served(
         assert all(p.poll() is None for p in procs), "a crawl ended before the fault"
         assert time.monotonic() < end, f"fewer than {more} requests in {seconds} s"
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def slowed(server: http.server.ThreadingHTTPServer, delay: float) -> Iterator[list]:
+    """The site slowed by `delay` s a page (a fault then lands mid-crawl); yields a list for
+    the crawls' processes, each killed afterwards if still running (none left writing to a
+    Redis after the test)."""
+    procs: list = []
+    server.delay = delay  # type: ignore[attr-defined]
+    try:
+        yield procs
+    finally:
+        server.delay = 0.0  # type: ignore[attr-defined]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

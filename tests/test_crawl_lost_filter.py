@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conftest import in_ci
-from doc_site import wait_served
+from doc_site import slowed, wait_served
 
 if not in_ci():  # CI installs urlseen[test], Scrapy included: there a missing one fails
     pytest.importorskip("scrapy")
@@ -24,17 +24,12 @@ def test_crawl_stops_with_status_1_when_the_shared_filter_is_lost(
     command = [sys.executable, "-m", "urlseen", "crawl", site + "index.html", "--prefix", site]
     command += ["--no-progress", "--concurrency", "4"]
     command += ["--redis", private.url, "--name", "lost", "--capacity", "100000"]
-    server.delay = 0.2  # a crawl of ~5 s: the fault lands mid-crawl
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_served(server, 4, [proc])
+    with slowed(server, 0.2) as procs:  # a crawl of ~5 s: the fault lands mid-crawl
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        wait_served(server, 4, procs)
         private.client().flushdb()
         out, err = proc.communicate(timeout=40)
-    finally:
-        server.delay = 0.0
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 1, f"exit {proc.returncode}\n{out}\n{err[-3000:]}"
     assert "Traceback" not in err, err[-3000:]
     last = err.strip().splitlines()[-1]

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from conftest import fetched_once, in_ci
-from doc_site import wait_served
+from doc_site import slowed, wait_served
 
 if not in_ci():  # CI installs urlseen[test], scrapy-redis included: there a missing one fails
     pytest.importorskip("scrapy_redis")
@@ -88,9 +88,7 @@ def test_two_processes_stop_when_the_shared_filter_is_lost(
 ) -> None:
     private = redis_servers(persist=False)
     settings = _settings(private.url)
-    server.delay = 0.2  # a crawl of ~10 s: the fault lands mid-crawl
-    procs = []
-    try:
+    with slowed(server, 0.2) as procs:
         procs.append(_job(site, tmp_path, "lost", "one", settings, idle=60))
         procs.append(_job(site, tmp_path, "lost", "two", settings, idle=60, start="intro.html"))
         wait_served(server, 6, procs)
@@ -107,12 +105,6 @@ def test_two_processes_stop_when_the_shared_filter_is_lost(
         # still notice the loss (its heartbeat), not wait out the minute
         labels = zip(procs, ["one", "two"], strict=True)
         both = [_stopped(proc, tmp_path, label, started) for proc, label in labels]
-    finally:
-        server.delay = 0.0
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
     for stats in both:
         assert stats["finish_reason"] == "urlseen_filter_lost", stats
         assert stats["urlseen/error"].startswith("FilterLostError: ")
@@ -124,21 +116,13 @@ def test_a_redis_stopped_briefly_and_restarted_with_its_data_loses_no_page(
 ) -> None:
     reference = request.getfixturevalue("pages")
     private = redis_servers()  # every write persisted (appendfsync always)
-    server.delay = 0.05
-    try:
-        proc = _job(site, tmp_path, "outage", "one", _settings(private.url, scrapy_redis=False))
-        try:
-            wait_served(server, 4, [proc])
-            private.kill()
-            time.sleep(2)  # within the filter's retries (~7 s)
-            private.start()
-            urls, stats = _finish(proc, tmp_path, "one")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    finally:
-        server.delay = 0.0
+    with slowed(server, 0.05) as procs:
+        procs.append(_job(site, tmp_path, "outage", "one", _settings(private.url, False)))
+        wait_served(server, 4, procs)
+        private.kill()
+        time.sleep(2)  # within the filter's retries (~7 s)
+        private.start()
+        urls, stats = _finish(procs[0], tmp_path, "one")
     assert stats["finish_reason"] == "finished"
     assert fetched_once(urls) == reference
 
@@ -147,19 +131,11 @@ def test_a_redis_down_past_the_retries_stops_the_crawl(
     server: Any, site: str, redis_servers: Any, tmp_path: Path
 ) -> None:
     private = redis_servers()
-    server.delay = 0.2
-    try:
-        proc = _job(site, tmp_path, "down", "one", _settings(private.url, scrapy_redis=False))
-        try:
-            wait_served(server, 6, [proc])
-            private.kill()
-            out, _ = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    finally:
-        server.delay = 0.0
+    with slowed(server, 0.2) as procs:
+        procs.append(_job(site, tmp_path, "down", "one", _settings(private.url, False)))
+        wait_served(server, 6, procs)
+        private.kill()
+        out, _ = procs[0].communicate(timeout=60)
     stats = json.loads((tmp_path / "one.stats").read_text())
     assert stats["finish_reason"] == "urlseen_filter_failed", out[-3000:]
     assert "Redis unreachable" in stats["urlseen/error"]
