@@ -33,6 +33,11 @@ SCHEDULER_FLUSH_ON_START). So the filter keeps itself durable (grouped commits f
 URLSEEN_FLUSH_SECONDS and on spider_idle), closes on spider_closed / engine_stopped (and at exit
 if neither came), and clear() forgets the crawl: a local state is removed, a shared filter is
 deleted from Redis by the last live process using it.
+
+A filter that fails (a shared filter lost from Redis, a Redis unreachable past the retries)
+closes the crawl with the finish reason urlseen_filter_lost or urlseen_filter_failed
+(integrations/_stop.py): raised into Scrapy's callbacks, the error would be logged while the
+crawl went on, or hung.
 """
 
 from __future__ import annotations
