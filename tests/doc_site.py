@@ -40,11 +40,17 @@ def doc_root() -> Path:
     pytest.skip(f"{message}: apt-get install python3-doc to run the crawl tests")
 
 
+_served_lock = threading.Lock()
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Serves the documentation; the first `server.hold` requests wait for one another, so
-    crawls started together really start together (whatever their start-up times)."""
+    crawls started together really start together (whatever their start-up times). Counts
+    the requests it was sent (`server.served`): a test can act mid-crawl."""
 
     def do_GET(self) -> None:
+        with _served_lock:
+            self.server.served = getattr(self.server, "served", 0) + 1  # type: ignore[attr-defined]
         delay = getattr(self.server, "delay", 0.0)
         if delay:  # a slower site: crawls that start apart still overlap
             time.sleep(delay)
@@ -100,3 +106,33 @@ def fetched_once(urls: list[str]) -> set[str]:
     twice = [u for u, n in Counter(urls).items() if n > 1]
     assert not twice, f"fetched more than once: {twice[:5]}"
     return set(urls)
+
+
+def wait_served(
+    server: http.server.ThreadingHTTPServer, more: int, procs: list, seconds: float = 60
+) -> None:
+    """Until the server was sent `more` requests from now on, while every crawl in `procs`
+    runs: a test's fault then lands mid-crawl."""
+    until = getattr(server, "served", 0) + more
+    end = time.monotonic() + seconds
+    while getattr(server, "served", 0) < until:
+        assert all(p.poll() is None for p in procs), "a crawl ended before the fault"
+        assert time.monotonic() < end, f"fewer than {more} requests in {seconds} s"
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def slowed(server: http.server.ThreadingHTTPServer, delay: float) -> Iterator[list]:
+    """The site slowed by `delay` s a page (a fault then lands mid-crawl); yields a list for
+    the crawls' processes, each killed afterwards if still running (none left writing to a
+    Redis after the test)."""
+    procs: list = []
+    server.delay = delay  # type: ignore[attr-defined]
+    try:
+        yield procs
+    finally:
+        server.delay = 0.0  # type: ignore[attr-defined]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

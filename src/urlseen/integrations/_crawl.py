@@ -26,6 +26,7 @@ from twisted.python.failure import Failure
 
 import urlseen
 from urlseen.errors import ConfigError, UrlseenError
+from urlseen.integrations._stop import ERROR_STAT, LOST, UNCHECKED_STAT
 
 URLSEEN_DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
 SCRAPY_DUPEFILTER = "urlseen.integrations._crawl.MeasuredRFPDupeFilter"
@@ -128,6 +129,18 @@ def _raise_ours(exc: BaseException | None) -> NoReturn:
     raise cause or exc or RuntimeError("the crawl failed")
 
 
+def _stopped(stats: dict[str, Any], pages: int) -> UrlseenError:
+    """The error of a crawl its filter stopped: what failed, and what was done meanwhile."""
+    reason = str(stats.get("finish_reason", ""))
+    message = (
+        f"the crawl stopped ({reason}) after {pages:,} pages: {stats[ERROR_STAT]}; "
+        f"{int(stats.get(UNCHECKED_STAT, 0)):,} requests were passed on unchecked after it"
+    )
+    if reason == LOST:
+        return urlseen.FilterLostError(message)
+    return UrlseenError(message)
+
+
 def crawl(
     start_url: str,
     *,
@@ -199,6 +212,8 @@ def crawl(
     stats = crawler.stats.get_stats() if crawler.stats is not None else {}
     if "urlseen/filter" not in stats:
         raise ConfigError("the crawl did not start (see the log above)")
+    if ERROR_STAT in stats:
+        raise _stopped(stats, pages[0])
     fps = stats.get("urlseen/false_positives")
     return CrawlReport(
         pages=pages[0],

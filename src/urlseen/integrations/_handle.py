@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from urlseen import kinds
+from urlseen.errors import ClosedError
 from urlseen.filters.base import SeenFilter
 from urlseen.integrations._grouped import grouped
 
@@ -40,16 +41,38 @@ STATE_FILES = ("library.sqlite*", "*.urlseen", "rotating.json*")
 class Fleet:
     """The live processes using one shared filter: a sorted set beside the filter's keys
     (`urlseen:{name}:members`, in the filter's hash slot), member -> the time it counts as gone
-    unless renewed. Plain redis-py calls: a Redis error here is the filter's own error too."""
+    unless renewed. Plain redis-py calls: a Redis error here is the filter's own error too.
+
+    renew() only updates a membership that is there: a member found gone (the keys deleted,
+    FLUSHDB, a server restarted empty) is reported, never written back, so a process whose
+    filter was lost does not leave a members key behind."""
 
     def __init__(self, url: str, name: str) -> None:
         self._client: Any = kinds.shared_client(url)
         self.key = kinds.shared_key(name, "members")
         self.member = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.renew()
+        self.join()
+        self._renewed = time.monotonic()
 
-    def renew(self) -> None:
+    def join(self) -> None:
         self._client.zadd(self.key, {self.member: time.time() + MEMBER_SECONDS})
+
+    def renew(self) -> bool:
+        """Extend the membership; False if it was gone. A Redis that does not answer is
+        retried at the next renewal, until half the membership's life has passed."""
+        import redis
+
+        try:
+            changed = self._client.zadd(
+                self.key, {self.member: time.time() + MEMBER_SECONDS}, xx=True, ch=True
+            )
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            if time.monotonic() - self._renewed < MEMBER_SECONDS / 2:
+                logger.warning("fleet membership of %s not renewed (retried): %s", self.key, exc)
+                return True
+            raise
+        self._renewed = time.monotonic()
+        return bool(changed)
 
     def leave(self) -> int:
         """Leave the fleet; the number of live members left."""
@@ -144,6 +167,7 @@ class SeenHandle:
         self._seen: SeenFilter | None = None
         self._fleet: Fleet | None = None
         self._finalizer: weakref.finalize[Any, SeenHandle] | None = None
+        self._failed = False
         seen = self.seen  # open now: bad settings fail before the crawl starts
         if self.state is None and self.redis is None:
             # Nothing to keep yet: closed again, and opened on first use, so that a crawl that
@@ -164,6 +188,8 @@ class SeenHandle:
     def seen(self) -> SeenFilter:
         """The open filter (opened again after clear())."""
         if self._seen is None:
+            if self._failed:
+                raise ClosedError(f"the {self.kind} filter was abandoned after it failed")
             seen = kinds.open_filter(self.kind, **self._arguments)
             if self.group:
                 seen = grouped(seen, self.group)
@@ -188,8 +214,13 @@ class SeenHandle:
         acknowledge = getattr(seen, "acknowledge", None)
         if acknowledge is not None:
             acknowledge()
-        if self._fleet is not None:
-            self._fleet.renew()
+        if self._fleet is not None and not self._fleet.renew():
+            # Gone from the fleet: the filter's keys may be gone too (len asks Redis, and
+            # raises FilterLostError if so); else this process was too slow to renew, and
+            # joins again.
+            len(seen)
+            logger.warning("%s: this process's fleet membership expired; joined again", self.name)
+            self._fleet.join()
 
     def clear(self) -> str:
         """Forget every key: a local state is removed, a temporary filter dropped, a shared
@@ -225,6 +256,17 @@ class SeenHandle:
             finally:
                 if fleet is not None:
                     fleet.leave()
+
+    def abandon(self) -> None:
+        """Close after the filter failed (lost, or Redis unreachable): nothing acknowledged
+        (answers not acknowledged go, after their lease, to another process: a page fetched
+        twice, never lost), errors of the closing steps suppressed, the fleet left if Redis
+        answers. Never opens the filter again."""
+        seen, fleet = self._seen, self._fleet
+        self._detach()
+        self._failed = True
+        if seen is not None:
+            _close_quietly(seen, fleet)
 
     def _detach(self) -> None:
         if self._finalizer is not None:

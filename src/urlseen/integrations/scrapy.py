@@ -33,6 +33,11 @@ SCHEDULER_FLUSH_ON_START). So the filter keeps itself durable (grouped commits f
 URLSEEN_FLUSH_SECONDS and on spider_idle), closes on spider_closed / engine_stopped (and at exit
 if neither came), and clear() forgets the crawl: a local state is removed, a shared filter is
 deleted from Redis by the last live process using it.
+
+A filter that fails (a shared filter lost from Redis, a Redis unreachable past the retries)
+closes the crawl with the finish reason urlseen_filter_lost or urlseen_filter_failed
+(integrations/_stop.py): raised into Scrapy's callbacks, the error would be logged while the
+crawl went on, or hung.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from urlseen import kinds
 from urlseen.errors import MissingDependencyError
 from urlseen.filters.base import SeenFilter
 from urlseen.integrations._handle import SeenHandle
+from urlseen.integrations._stop import CrawlStopper
 
 try:
     from scrapy import signals
@@ -158,6 +164,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
         )
         self._timer: LoopingCall | None = None
         self._closed = False
+        self._stop = CrawlStopper(None)
         self._audit: set[bytes] | None = None
         if audit:
             if len(self.seen) or redis_url is not None:
@@ -248,7 +255,8 @@ class UrlseenDupeFilter(BaseDupeFilter):
 
     def _connect(self, crawler: Crawler) -> None:
         """Durable and closed whoever drives the filter: Scrapy's scheduler opens and closes
-        it, scrapy-redis's does neither."""
+        it, scrapy-redis's does neither. A failing filter closes the crawl."""
+        self._stop = CrawlStopper(crawler)
         crawler.signals.connect(self._start_timer, signal=signals.spider_opened)
         crawler.signals.connect(self.checkpoint, signal=signals.spider_idle)
         crawler.signals.connect(self.close, signal=signals.spider_closed)
@@ -262,9 +270,20 @@ class UrlseenDupeFilter(BaseDupeFilter):
         self._report()
 
     def request_seen(self, request: Request) -> bool:
-        """True if the request was seen (Scrapy drops it); else it is recorded as seen."""
+        """True if the request was seen (Scrapy drops it); else it is recorded as seen.
+
+        Once the filter failed (the crawl is closing), every request is passed on unchecked
+        (counted as urlseen/unchecked): a page may be fetched twice, none is lost."""
         fp = self.fingerprinter.fingerprint(request)
-        if self.seen.add(fp):
+        try:
+            new = self._stop.failure is None and self.seen.add(fp)
+        except Exception as exc:
+            if not self._stop.fail(exc, f"request_seen({request.url})"):
+                raise  # no running crawl to close: the caller gets the error
+        if self._stop.failure is not None:
+            self._stop.count_unchecked()
+            return False
+        if new:
             self.new += 1
             if self._audit is not None:
                 self._audit.add(fp)
@@ -301,15 +320,24 @@ class UrlseenDupeFilter(BaseDupeFilter):
         state is removed, a temporary filter dropped, a shared filter deleted from Redis if no
         other live process uses it (else only left to them). The next request, if any, opens
         a new empty filter."""
+        if self._stop.failure is not None:
+            logger.error("urlseen dupefilter not cleared: the filter failed (see above)")
+            return
         done = self.handle.clear()
         logger.info("urlseen dupefilter cleared: %s", done)
 
     def checkpoint(self) -> None:
         """Make every answer so far durable (commit grouped adds; acknowledge to a shared
-        filter) and update the stats. Runs on a timer, on spider_idle and at close."""
-        if self.handle.opened:
+        filter) and update the stats. Runs on a timer, on spider_idle and at close; a failure
+        closes the crawl."""
+        if not self.handle.opened or self._stop.failure is not None:
+            return
+        try:
             self.handle.checkpoint()
             self._report()
+        except Exception as exc:
+            if not self._stop.fail(exc, "a checkpoint"):
+                raise
 
     def close(self, reason: str = "finished") -> None:
         """Write the state (a paused crawl resumes with every fetched request seen). Runs once,
@@ -319,10 +347,17 @@ class UrlseenDupeFilter(BaseDupeFilter):
         self._closed = True
         if self._timer is not None and self._timer.running:
             self._timer.stop()
-        try:
-            self._report()
-        finally:
-            self.handle.close()
+        if self._stop.failure is None:
+            try:
+                self._report()
+                self.handle.close()
+                return
+            except Exception as exc:
+                if not self._stop.fail(exc, "close", closing=True):
+                    self.handle.abandon()
+                    raise
+        self._report()
+        self.handle.abandon()
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -339,14 +374,17 @@ class UrlseenDupeFilter(BaseDupeFilter):
     def _tick(self) -> None:
         try:
             self.checkpoint()
-        except Exception:
+        except Exception:  # no crawl to close (the filter built without one)
             logger.exception("urlseen dupefilter: checkpoint failed (retried at the next tick)")
+        if self._stop.failure is not None and self._timer is not None and self._timer.running:
+            self._timer.stop()
 
     def _report(self) -> None:
         if self.stats is None:
             return
         info: dict[str, Any] = {"urlseen/filter": self.kind, "urlseen/new": self.new}
-        if self.handle.opened:  # not after clear(): that would open a new filter
+        if self.handle.opened and self._stop.failure is None:  # not after clear() (a new
+            # filter would open) nor after a failure (it would fail again)
             info["urlseen/filter_bits"] = self.seen.stats().bits
         if self._audit is not None:
             info["urlseen/false_positives"] = self.false_positives
