@@ -615,3 +615,37 @@ def test_optimism_pauses_after_fallbacks_in_a_row_and_longer_each_time():
     )
     assert redis_native.fell_back(b"0101F") == (b"0101", True)
     assert redis_native.fell_back(b"0P12") == (b"0P12", False)
+
+
+def test_a_call_claims_its_new_keys_in_one_record(redis_url, redis_name):
+    """A script call claims its new keys in one record (one field, not one per key), deleted
+    by the acknowledgement; another client that meets those keys reads the record's claims
+    (natively, and in its script, which expands the record into per-key claims first), waits
+    on the older claims until acknowledged, and the acknowledgement still finds them all."""
+    client = redis.Redis.from_url(redis_url)
+    claims, records = (redis_store.key(redis_name, part) for part in ("claims", "records"))
+    first = RedisBloomFilter(redis_url, redis_name, capacity=10_000, error_rate=1e-9, lease=5)
+    first.auto_acknowledge = False
+    keys, others = urls(200, seed=3), urls(100, seed=4)
+    assert all(first.add_many(keys))
+    assert client.hlen(claims) == 0 and client.hlen(records) == 1
+    assert first.claims_held() == 200
+    assert first.acknowledge() == 0 and first.claims_held() == 0
+    assert client.hlen(records) == 0, "acknowledged by deleting the record"
+
+    assert all(first.add_many(others))
+    second = RedisBloomFilter(redis_url, redis_name, lease=5)
+    answers: list[list[bool]] = []
+    asking = threading.Thread(target=lambda: answers.append(second.add_many(others[:50] + keys)))
+    asking.start()
+    for _ in range(500):  # its script met first's claims: the record is expanded, per key
+        if client.hlen(claims):
+            break
+        asking.join(0.01)
+    assert client.hlen(claims) == 100 and client.hlen(records) == 0
+    assert asking.is_alive(), "pending on the older claims"
+    assert first.acknowledge() == 0, "the expanded record's claims were found and deleted"
+    asking.join()
+    assert answers == [[False] * 250]
+    assert first.claims_held() == 0 and client.hlen(claims) + client.hlen(records) == 0
+    first.destroy()
