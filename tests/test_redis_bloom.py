@@ -649,3 +649,22 @@ def test_a_call_claims_its_new_keys_in_one_record(redis_url, redis_name):
     assert answers == [[False] * 250]
     assert first.claims_held() == 0 and client.hlen(claims) + client.hlen(records) == 0
     first.destroy()
+
+
+def test_claims_taken_over_are_acknowledged_one_by_one(redis_url, redis_name):
+    """A key taken over from a stalled client is claimed by a field of its own, not in the
+    taker's record (the script answers it "T"): the taker's acknowledgement deletes those
+    fields too, so no claim outlives the answers."""
+    import time
+
+    slow = RedisBloomFilter(redis_url, redis_name, capacity=10_000, error_rate=1e-9, lease=0.3)
+    slow.auto_acknowledge = False
+    keys = urls(100, seed=5)
+    assert all(slow.add_many(keys))
+    time.sleep(0.5)  # past the stalled client's lease
+    taker = RedisBloomFilter(redis_url, redis_name, lease=5)
+    assert all(taker.add_many(keys[:60] + urls(40, seed=6)))  # taken over, and fresh ones
+    assert taker.claims_held() == 40, "only the stalled client's other 40 claims are left"
+    assert slow.acknowledge() == 60
+    assert taker.claims_held() == 0
+    taker.destroy()

@@ -51,6 +51,7 @@ FP_BYTES = 16  # a claim's field: the key's digest
 _CONTAINS, _ADD = "0", "1"  # bloom_batch.lua's operations
 _RELEASE = {"ack": "3", "abandon": "4", "renew": "5"}
 _DROP = "6"
+_OWN = b"T"  # bloom_batch.lua: new, and claimed by a field of its own (not in the call's record)
 NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
 # (native_from on a filter: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
 
@@ -231,8 +232,12 @@ class RedisBloomFilter(Claimant):
                 answer, fell = redis_native.fell_back(reply)
                 if extra:
                     self._optimism.heard(1, fell)
+                if _OWN in answer:  # new keys claimed one by one, not in the call's record
+                    self._loose = True
+                    answer = answer.replace(_OWN, b"1")
                 got = [fps[i] for i, c in zip(idx, answer, strict=True) if c == 0x31]
-                self._note_record(claim, got, answer, extra[1] if extra and not fell else None)
+                if got:
+                    self._records[f"{claim[0]} {claim[2]}"] = got
                 claims.hold(got, priority)
                 return answer
 
@@ -247,19 +252,6 @@ class RedisBloomFilter(Claimant):
         if claims.auto:
             self.acknowledge()
         return answers
-
-    def _note_record(
-        self, claim: list[Any], got: list[bytes], answer: bytes, said: bytes | None
-    ) -> None:
-        """Remember the record a script call claimed its new keys in (claims.lua,
-        claims_record). Only keys the client's own snapshot found new (said, when the script
-        took it) surely went there; a key found present and answered new (taken over, or a
-        resent call's) holds a per-key claim, which a plain deletion of records would miss."""
-        if not got:
-            return
-        self._records[f"{claim[0]} {claim[2]}"] = got
-        if said is None or any(c == 0x31 and s != 0x31 for c, s in zip(answer, said, strict=True)):
-            self._loose = True
 
     # -- native reads: repeats answered without the script ---------------------------------
 

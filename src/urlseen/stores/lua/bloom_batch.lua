@@ -29,7 +29,8 @@
 -- ARGV[10..13]: the claims' owner, priority, call id and lease in ms (claims.lua)
 -- ARGV[14..]: ADD: optional, the count, answers and blocks of a client's snapshot (below, at
 --          agreed()); DROP: the fingerprints
--- Returns one character per key: ADD "1" new, "0" seen, "P" pending (claims.lua); CONTAINS
+-- Returns one character per key: ADD "1" new, "0" seen, "P" pending (claims.lua), "T" new
+-- and claimed by a field of its own (with records, KEYS[5]: below at OWN); CONTAINS
 -- "1" absent, "0" present; COPY "1"; ACK/ABANDON/RENEW "1" if the claim was still the
 -- caller's; DROP the number of claims deleted. A DSBF leaf appends its count after the
 -- answers; an ADD whose ARGV[14..17] it could not take (agreed()) appends "F" last. A leaf
@@ -166,6 +167,10 @@ local function bitfield_bytes(offsets, values)
 end
 
 local fell_back = false -- ARGV[14..17] were sent and not taken (agreed()): the reply says so
+-- With records (a RedisBloomFilter): the answer for a key answered new whose claim is its own
+-- field of KEYS[4], not in this call's record (taken over, or a resent call's): its client
+-- then acknowledges by DROP, which deleting the record would not do.
+local OWN = 'T'
 
 -- The answers, once the bits said which keys are new (new[i]): claims (ADD) decide the keys
 -- found present and are written, all at once, before the data they cover; then the bits
@@ -177,6 +182,7 @@ local function finish(n, new, fresh, write_bits)
     if not (records and claims_record(claims, records, fps)) then
       local q = claims_queued(claims, KEYS[4])
       for i = 1, n do claim_new_into(claims, q, fp_at(i), false) end
+      if records then new = string.rep(OWN, n) end
     end
     claims_write(claims)
     out = {new}
@@ -191,12 +197,13 @@ local function finish(n, new, fresh, write_bits)
     end)
     local none = claims_none(claims, KEYS[4])
     local q = claims_queued(claims, KEYS[4])
-    local kept = records and {} -- this call's new keys, claimed in one record
+    local kept, at = records and {}, {} -- this call's new keys, claimed in one record
     for i = 1, n do
       if new[i] then
         if kept then
           local fp = fp_at(i)
           kept[#kept + 1] = fp
+          at[#at + 1] = i
           if not none then claims.fresh[fp] = true end
         else
           claim_new_into(claims, q, fp_at(i), not none)
@@ -206,10 +213,14 @@ local function finish(n, new, fresh, write_bits)
         out[i] = '0'
       else
         out[i] = claim_present(claims, KEYS[4], fp_at(i))
+        if records and out[i] == '1' then out[i] = OWN end
       end
     end
     if kept and #kept > 0 and not claims_record(claims, records, table.concat(kept)) then
-      for _, fp in ipairs(kept) do claim_new_into(claims, q, fp, false) end
+      for j, fp in ipairs(kept) do
+        claim_new_into(claims, q, fp, false)
+        out[at[j]] = OWN
+      end
     end
     claims_write(claims)
   else
