@@ -668,3 +668,42 @@ def test_claims_taken_over_are_acknowledged_one_by_one(redis_url, redis_name):
     assert slow.acknowledge() == 60
     assert taker.claims_held() == 0
     taker.destroy()
+
+
+def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, monkeypatch):
+    """A client whose read finds the count its own last batch left (alone on the filter) sends
+    a small filter's whole bits instead of its blocks; the script takes them only if the count
+    is still as read: after another client's write it decides the batch itself. The answers
+    and bits equal a local filter's either way."""
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=2000)
+    other = RedisBloomFilter(redis_url, redis_name)
+    local = BloomFilter(2000)
+    sent = []
+    real = seen._script
+
+    def spy(keys, args):
+        if args[1] == "1" and len(args) > 13:
+            sent.append(args[13:])
+        return real(keys=keys, args=args)
+
+    monkeypatch.setattr(seen, "_script", spy)
+    first, second, third, theirs = urls(500, 1), urls(500, 2), urls(500, 3), urls(100, 4)
+    assert seen.add_many(first) == local.add_many(first)
+    assert sent[-1][3] != b"", "no count expected yet: blocks"
+    assert seen.add_many(second) == local.add_many(second)
+    assert sent[-1][3] == b"" and len(sent[-1][2]) == seen._nbytes, "alone: the whole bits"
+    real_present = seen._present
+
+    def read_then_other_writes(masks, n):
+        snapshot = real_present(masks, n)
+        other.add_many(theirs)
+        return snapshot
+
+    monkeypatch.setattr(seen, "_present", read_then_other_writes)
+    local.add_many(theirs)
+    assert seen.add_many(third) == local.add_many(third)
+    assert sent[-1][3] == b"" and seen._optimism.fallbacks == 1, "refused: the count moved"
+    stored = redis.Redis.from_url(redis_url).get(redis_store.key(redis_name, "bits"))
+    assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+    assert seen.claims_held() == 0
+    seen.destroy()

@@ -158,6 +158,9 @@ class RedisBloomFilter(Claimant):
         # batches go without (Optimism).
         self.optimistic = self._layout == _core.LAYOUT_BLOCKED
         self._optimism = redis_native.Optimism()
+        # The count the next read finds if no other client writes meanwhile: if it does, this
+        # client is likely alone, and may send a small filter's whole bits (optimistic_args)
+        self._expect: bytes | None = None
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -225,13 +228,17 @@ class RedisBloomFilter(Claimant):
                 extra: list[bytes] = []
                 if snapshots:  # the first ask only
                     s = snapshots.pop()
-                    extra = redis_native.optimistic_args(part, s.bits, s.number, s.written)
+                    alone = s.written == self._expect
+                    extra = redis_native.optimistic_args(
+                        part, s.bits, s.number, s.written, rewrite=alone
+                    )
                 claim = claims.args(priority)
                 reply = self._call(_ADD, part, b"".join(fps[i] for i in idx), claim,
                                    "check-and-add", extra)  # fmt: skip
                 answer, fell = redis_native.fell_back(reply)
                 if extra:
                     self._optimism.heard(1, fell)
+                self._expect = None if fell or not extra else _count_after(s.written, extra[1])
                 if _OWN in answer:  # new keys claimed one by one, not in the call's record
                     self._loose = True
                     answer = answer.replace(_OWN, b"1")
@@ -459,3 +466,10 @@ def _recorded_claims(records: Iterable[bytes], wanted: set[bytes]) -> dict[bytes
             if fp in wanted:
                 out[fp] = claim
     return out
+
+
+def _count_after(count: bytes, said: bytes) -> bytes:
+    """The filter's count (as a snapshot read it: b"" before any write) once a script took
+    the answers `said` (each b"1" adds one)."""
+    fresh = said.count(b"1")
+    return str(int(count or 0) + fresh).encode() if fresh else count

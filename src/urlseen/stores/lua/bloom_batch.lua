@@ -257,12 +257,24 @@ local function block_at(j)
   return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
 end
 
+-- A client alone on a small filter may instead send the whole bits as the batch leaves them
+-- (ARGV[16], ARGV[17] empty: `rewrite`), taken only if the count is as read (then nothing was
+-- written since its read of the whole bits): one SETRANGE of the string instead of one per
+-- block, for a filter small next to the blocks a batch changes.
+local rewrite = op == ADD and ARGV[17] == '' and ARGV[16] ~= nil and ARGV[16] ~= ''
+
 local function agreed(n)
   local said, blocks, olds = ARGV[15], ARGV[16], ARGV[17]
-  if not olds or op ~= ADD or #said ~= n or #blocks ~= 68 * (#olds / 64) or #olds % 64 ~= 0 then
+  if rewrite then
+    if #said ~= n or #blocks ~= tonumber(ARGV[9]) then return nil end
+    if ARGV[14] ~= (meta[3] or '') then
+      fell_back = true
+      return nil
+    end
+  elseif not olds or op ~= ADD or #said ~= n or #blocks ~= 68 * (#olds / 64)
+      or #olds % 64 ~= 0 then
     return nil
-  end
-  if ARGV[14] ~= (meta[3] or '') then
+  elseif ARGV[14] ~= (meta[3] or '') then
     for j = 0, #olds / 64 - 1 do
       local base = block_at(j)
       local now = whole and sub(whole, base + 1, base + 64)
@@ -287,6 +299,7 @@ if ARGV[4] == 'blocked' then
   local said, said_fresh = agreed(#fps / fp_size)
   if said then
     return finish(#fps / fp_size, said, said_fresh, function()
+      if rewrite then return redis.call('SETRANGE', KEYS[1], 0, ARGV[16]) end
       for j = 0, #ARGV[17] / 64 - 1 do
         redis.call('SETRANGE', KEYS[1], block_at(j), sub(ARGV[16], 68 * j + 5, 68 * j + 68))
       end
