@@ -11,9 +11,9 @@ leave wrong bits: they measure, they are not filters.
 
 Optimistic path (the client decides new keys from its native read; the default):
   full        as shipped
-  noclaims    no claims written, none deleted at acknowledgement
-  nosetrange  ... and no SETRANGE of the blocks (one client: the count is always as read, so
-              no block is compared)
+  noclaims    no claims written (no record: its acknowledging HDEL finds none), none deleted
+  nosetrange  ... and no SETRANGE of the blocks or of the whole bits (one client: the count is
+              always as read, so no block is compared)
   empty       ... and the script answers at once: what is left is the native read, the
               arguments, the acknowledging call
 Script path (optimistic = False, native_from = 2: the script decides every key, as before
@@ -58,6 +58,11 @@ def variant_source(name: str) -> str:
     removed = set() if level == "full" else set(cuts[: cuts.index(level) + 1])
     if "noclaims" in removed:  # none written, none deleted by the acknowledgement
         claims = _cut(claims, "  q[n + 1] = fp\n  q[n + 2] = c.mine\n", "")
+        record = (
+            "  return redis.call('HSETNX', records, c.owner .. ' ' .. c.call, c.mine .. '\\n' .. "
+            "fps) == 1\n"
+        )
+        claims = _cut(claims, record, "  return true\n")
         batch = _cut(batch, "  local deleted = 0\n", "  if true then return #ARGV - 13 end\n")
     if "nosetrange" in removed:
         setrange = "redis.call('SETRANGE', KEYS[1], block_at(j), sub(ARGV[16], 68 * j + 5"
@@ -65,6 +70,7 @@ def variant_source(name: str) -> str:
             batch, setrange, "(function() end)(KEYS[1], block_at(j), sub(ARGV[16], 68 * j + 5"
         )
         batch = _cut(batch, "redis.call('SETRANGE', KEYS[1], base, over[base])", "")
+        batch = _cut(batch, "return redis.call('SETRANGE', KEYS[1], 0, ARGV[16])", "return")
     if "norebuild" in removed:
         batch = _cut(
             batch, "    if is_new and add then\n      local t", "    if false then\n      local t"

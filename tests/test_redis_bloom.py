@@ -615,3 +615,95 @@ def test_optimism_pauses_after_fallbacks_in_a_row_and_longer_each_time():
     )
     assert redis_native.fell_back(b"0101F") == (b"0101", True)
     assert redis_native.fell_back(b"0P12") == (b"0P12", False)
+
+
+def test_a_call_claims_its_new_keys_in_one_record(redis_url, redis_name):
+    """A script call claims its new keys in one record (one field, not one per key), deleted
+    by the acknowledgement; another client that meets those keys reads the record's claims
+    (natively, and in its script, which expands the record into per-key claims first), waits
+    on the older claims until acknowledged, and the acknowledgement still finds them all."""
+    client = redis.Redis.from_url(redis_url)
+    claims, records = (redis_store.key(redis_name, part) for part in ("claims", "records"))
+    first = RedisBloomFilter(redis_url, redis_name, capacity=10_000, error_rate=1e-9, lease=5)
+    first.auto_acknowledge = False
+    keys, others = urls(200, seed=3), urls(100, seed=4)
+    assert all(first.add_many(keys))
+    assert client.hlen(claims) == 0 and client.hlen(records) == 1
+    assert first.claims_held() == 200
+    assert first.acknowledge() == 0 and first.claims_held() == 0
+    assert client.hlen(records) == 0, "acknowledged by deleting the record"
+
+    assert all(first.add_many(others))
+    second = RedisBloomFilter(redis_url, redis_name, lease=5)
+    answers: list[list[bool]] = []
+    asking = threading.Thread(target=lambda: answers.append(second.add_many(others[:50] + keys)))
+    asking.start()
+    for _ in range(500):  # its script met first's claims: the record is expanded, per key
+        if client.hlen(claims):
+            break
+        asking.join(0.01)
+    assert client.hlen(claims) == 100 and client.hlen(records) == 0
+    assert asking.is_alive(), "pending on the older claims"
+    assert first.acknowledge() == 0, "the expanded record's claims were found and deleted"
+    asking.join()
+    assert answers == [[False] * 250]
+    assert first.claims_held() == 0 and client.hlen(claims) + client.hlen(records) == 0
+    first.destroy()
+
+
+def test_claims_taken_over_are_acknowledged_one_by_one(redis_url, redis_name):
+    """A key taken over from a stalled client is claimed by a field of its own, not in the
+    taker's record (the script answers it "T"): the taker's acknowledgement deletes those
+    fields too, so no claim outlives the answers."""
+    import time
+
+    slow = RedisBloomFilter(redis_url, redis_name, capacity=10_000, error_rate=1e-9, lease=0.3)
+    slow.auto_acknowledge = False
+    keys = urls(100, seed=5)
+    assert all(slow.add_many(keys))
+    time.sleep(0.5)  # past the stalled client's lease
+    taker = RedisBloomFilter(redis_url, redis_name, lease=5)
+    assert all(taker.add_many(keys[:60] + urls(40, seed=6)))  # taken over, and fresh ones
+    assert taker.claims_held() == 40, "only the stalled client's other 40 claims are left"
+    assert slow.acknowledge() == 60
+    assert taker.claims_held() == 0
+    taker.destroy()
+
+
+def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, monkeypatch):
+    """A client whose read finds the count its own last batch left (alone on the filter) sends
+    a small filter's whole bits instead of its blocks; the script takes them only if the count
+    is still as read: after another client's write it decides the batch itself. The answers
+    and bits equal a local filter's either way."""
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=2000)
+    other = RedisBloomFilter(redis_url, redis_name)
+    local = BloomFilter(2000)
+    sent = []
+    real = seen._script
+
+    def spy(keys, args):
+        if args[1] == "1" and len(args) > 13:
+            sent.append(args[13:])
+        return real(keys=keys, args=args)
+
+    monkeypatch.setattr(seen, "_script", spy)
+    first, second, third, theirs = urls(500, 1), urls(500, 2), urls(500, 3), urls(100, 4)
+    assert seen.add_many(first) == local.add_many(first)
+    assert sent[-1][3] != b"", "no count expected yet: blocks"
+    assert seen.add_many(second) == local.add_many(second)
+    assert sent[-1][3] == b"" and len(sent[-1][2]) == seen._nbytes, "alone: the whole bits"
+    real_present = seen._present
+
+    def read_then_other_writes(masks, n):
+        snapshot = real_present(masks, n)
+        other.add_many(theirs)
+        return snapshot
+
+    monkeypatch.setattr(seen, "_present", read_then_other_writes)
+    local.add_many(theirs)
+    assert seen.add_many(third) == local.add_many(third)
+    assert sent[-1][3] == b"" and seen._optimism.fallbacks == 1, "refused: the count moved"
+    stored = redis.Redis.from_url(redis_url).get(redis_store.key(redis_name, "bits"))
+    assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+    assert seen.claims_held() == 0
+    seen.destroy()

@@ -15,6 +15,11 @@ key found set whose claim says seen (claim_seen, the script's rule) is answered 
 snapshot, since bits are never cleared while the filter's instance lives. Only the other keys,
 each distinct one once, go to the script, which decides them atomically as before. When the
 last batch found most keys new, the read would answer little, so the next batch skips it.
+
+A script call claims the keys it answers new in one record (claims.lua, claims_record: one
+field of :records holding their fingerprints), which the acknowledgement deletes with one
+native HDEL: no claim work per key on the server unless a claim is read or released one by
+one (then the records are expanded into per-key claims first).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ FP_BYTES = 16  # a claim's field: the key's digest
 _CONTAINS, _ADD = "0", "1"  # bloom_batch.lua's operations
 _RELEASE = {"ack": "3", "abandon": "4", "renew": "5"}
 _DROP = "6"
+_OWN = b"T"  # bloom_batch.lua: new, and claimed by a field of its own (not in the call's record)
 NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
 # (native_from on a filter: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
 
@@ -70,7 +76,8 @@ class RedisBloomFilter(Claimant):
     Args:
         redis: a Redis URL ("redis://host:6379/0") or a redis-py client.
         name: the filter's name (non-empty UTF-8, no braces, '#' or control characters);
-            its keys are urlseen:{name}:kind, :meta, :bits and :claims, the name escaped in
+            its keys are urlseen:{name}:kind, :meta, :bits, :claims and :records, the name
+            escaped in
             the hash tag (Redis Cluster keeps them in one slot).
         capacity, error_rate, layout, seed, hash: as for BloomFilter; used when the filter
             does not exist yet. An existing filter keeps its own parameters; passing
@@ -113,6 +120,9 @@ class RedisBloomFilter(Claimant):
         self._bits = redis_store.key(name, "bits")
         self._meta = redis_store.key(name, "meta")
         self._claims_key = redis_store.key(name, "claims")
+        self._records_key = redis_store.key(name, "records")
+        self._records: dict[str, list[bytes]] = {}  # this client's records: field -> keys
+        self._loose = False  # some claims held may be per key (not only in those records)
         self._script = redis_store.load_script(self._client, "bloom_batch.lua", claims=True)
         redis_store.check_eviction(self._client, allow_eviction, self._what)
         stored = self._record()
@@ -148,6 +158,9 @@ class RedisBloomFilter(Claimant):
         # batches go without (Optimism).
         self.optimistic = self._layout == _core.LAYOUT_BLOCKED
         self._optimism = redis_native.Optimism()
+        # The count the next read finds if no other client writes meanwhile: if it does, this
+        # client is likely alone, and may send a small filter's whole bits (optimistic_args)
+        self._expect: bytes | None = None
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -174,7 +187,7 @@ class RedisBloomFilter(Claimant):
     ) -> Any:
         """One bloom_batch.lua call (KEYS[3], the receipt, is unused by these operations);
         extra: ARGV[14..]."""
-        keys = [self._bits, self._meta, self._meta, self._claims_key]
+        keys = [self._bits, self._meta, self._meta, self._claims_key, self._records_key]
         args = [masks, op, 0, self._params["layout"], fps, FP_BYTES, "", self._instance,
                 self._nbytes, *claim, *extra]  # fmt: skip
         return retrying(lambda: self._script(keys=keys, args=args), f"{self._what}: {what}")
@@ -215,14 +228,24 @@ class RedisBloomFilter(Claimant):
                 extra: list[bytes] = []
                 if snapshots:  # the first ask only
                     s = snapshots.pop()
-                    extra = redis_native.optimistic_args(part, s.bits, s.number, s.written)
-                reply = self._call(_ADD, part, b"".join(fps[i] for i in idx),
-                                   claims.args(priority), "check-and-add", extra)  # fmt: skip
+                    alone = s.written == self._expect
+                    extra = redis_native.optimistic_args(
+                        part, s.bits, s.number, s.written, rewrite=alone
+                    )
+                claim = claims.args(priority)
+                reply = self._call(_ADD, part, b"".join(fps[i] for i in idx), claim,
+                                   "check-and-add", extra)  # fmt: skip
                 answer, fell = redis_native.fell_back(reply)
                 if extra:
                     self._optimism.heard(1, fell)
-                claims.hold([fps[i] for i, c in zip(idx, answer, strict=True) if c == 0x31],
-                            priority)  # fmt: skip
+                self._expect = None if fell or not extra else _count_after(s.written, extra[1])
+                if _OWN in answer:  # new keys claimed one by one, not in the call's record
+                    self._loose = True
+                    answer = answer.replace(_OWN, b"1")
+                got = [fps[i] for i, c in zip(idx, answer, strict=True) if c == 0x31]
+                if got:
+                    self._records[f"{claim[0]} {claim[2]}"] = got
+                claims.hold(got, priority)
                 return answer
 
             if todo:
@@ -259,13 +282,15 @@ class RedisBloomFilter(Claimant):
             pipe.hmget(self._meta, "instance", "count")
             pipe.strlen(self._bits)
             pipe.hlen(self._claims_key)
+            pipe.hlen(self._records_key)
             plan.queue(pipe, self._bits)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        (found, count), length, held, *data = retrying(read, f"{self._what}: read")
+        (found, count), length, held, records, *data = retrying(read, f"{self._what}: read")
         self._alive(found, length)
         bits = plan.bits(data)
-        return _Snapshot(plan.present(bits), int(held), bits, plan.number, count or b"")
+        held = int(held) + int(records)
+        return _Snapshot(plan.present(bits), held, bits, plan.number, count or b"")
 
     def _claims_of(self, fps: list[bytes]) -> tuple[list[bytes | None], int | None]:
         """The claims of fps and the server's time (ms; None on a Redis Cluster, whose
@@ -279,12 +304,19 @@ class RedisBloomFilter(Claimant):
             if clock:
                 pipe.time()
             pipe.hmget(self._claims_key, fps)
+            pipe.hgetall(self._records_key)
             return pipe.execute()  # type: ignore[no-any-return]
 
         replies = retrying(read, f"{self._what}: read claims")
         self._alive(replies[0], replies[1])
         now = server_ms(replies[2]) if clock else None
-        return replies[-1], now
+        values: list[bytes | None] = replies[-2]
+        if replies[-1]:
+            recorded = _recorded_claims(replies[-1].values(), set(fps))
+            values = [
+                v if v is not None else recorded.get(fp) for v, fp in zip(values, fps, strict=True)
+            ]
+        return values, now
 
     def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> list[int]:
         """The keys a native read cannot answer seen, for the script to decide: those with a
@@ -300,15 +332,39 @@ class RedisBloomFilter(Claimant):
 
     def acknowledge(self) -> int:
         """As Claimant.acknowledge; claims younger than half a lease (the usual case: each
-        batch's, just before add_many returns) are deleted unread, one script call with one
-        argument each and no per-key Lua work (none can have been taken over)."""
+        batch's, just before add_many returns) are deleted unread (none can have been taken
+        over): when all of them are in this client's records, by one native HDEL of those;
+        else by one script call with one argument each and no per-key Lua work."""
+        records, loose = self._records, self._loose
+        self._records, self._loose = {}, False
+        if not records or loose or not self._claims.young():
+            return self._acknowledge_by(self._drop)  # the script expands records first
+        self._usable()
+        fps = self._claims.take()
+        ids = list(records)
 
-        def drop(fps: list[bytes]) -> int:
-            return len(fps) - int(self._call(_DROP, b"", b"", self._claims.args(0), "ack", fps))
+        def hdel() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for field in ids:
+                pipe.hdel(self._records_key, field)
+            return pipe.execute()  # type: ignore[no-any-return]
 
-        return self._acknowledge_by(drop)
+        deleted = retrying(hdel, f"{self._what}: ack")
+        gone = {fp for field, d in zip(ids, deleted, strict=True) if d for fp in records[field]}
+        # What is left was expanded into per-key claims by another call's lookup (or is per key)
+        rest = list(dict.fromkeys(fp for fp in fps if fp not in gone))
+        return sum(
+            self._drop(rest[s : s + RELEASE_CHUNK]) for s in range(0, len(rest), RELEASE_CHUNK)
+        )
+
+    def _drop(self, fps: list[bytes]) -> int:
+        """DROP: delete this client's young claims of fps unread (records expanded first);
+        how many of fps it did not find."""
+        return len(fps) - int(self._call(_DROP, b"", b"", self._claims.args(0), "ack", fps))
 
     def _release(self, fps: list[bytes], how: str) -> int:
+        if how != "renew":
+            self._records, self._loose = {}, False  # the script expands them: per key now
         op, lost = _RELEASE[how], 0
         for start in range(0, len(fps), RELEASE_CHUNK):
             part = b"".join(fps[start : start + RELEASE_CHUNK])
@@ -318,7 +374,15 @@ class RedisBloomFilter(Claimant):
 
     def claims_held(self) -> int:
         self._usable()
-        return int(retrying(lambda: self._client.hlen(self._claims_key), f"{self._what}: claims"))
+
+        def count() -> int:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hlen(self._claims_key)
+            pipe.hvals(self._records_key)
+            held, records = pipe.execute()
+            return int(held) + sum(len(_record_body(v)) // FP_BYTES for v in records)
+
+        return retrying(count, f"{self._what}: claims")
 
     def __contains__(self, key: object) -> bool:
         return self.contains_many([key])[0]  # type: ignore[list-item]
@@ -375,10 +439,37 @@ class RedisBloomFilter(Claimant):
     def destroy(self) -> None:
         """Delete the filter's keys from Redis (its receipts expire on their own)."""
         self._usable()
-        parts = (self._bits, self._meta, self._claims_key, redis_store.key(self.name, "kind"))
+        parts = (self._bits, self._meta, self._claims_key, self._records_key,
+                 redis_store.key(self.name, "kind"))  # fmt: skip
         retrying(lambda: self._client.delete(*parts), f"{self._what}: destroy")
         self._claims.take()  # nothing left to release
         self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} nbits={self.nbits} k={self.k}>"
+
+
+def _record_body(value: bytes) -> bytes:
+    """A record's fingerprints (claims.lua, claims_record: the claim, a newline, the
+    fingerprints)."""
+    return value[value.index(b"\n") + 1 :]
+
+
+def _recorded_claims(records: Iterable[bytes], wanted: set[bytes]) -> dict[bytes, bytes]:
+    """The claims the records hold of the fingerprints `wanted`: fingerprint -> claim."""
+    out: dict[bytes, bytes] = {}
+    for value in records:
+        cut = value.index(b"\n")
+        claim, body = value[:cut], value[cut + 1 :]
+        for s in range(0, len(body), FP_BYTES):
+            fp = body[s : s + FP_BYTES]
+            if fp in wanted:
+                out[fp] = claim
+    return out
+
+
+def _count_after(count: bytes, said: bytes) -> bytes:
+    """The filter's count (as a snapshot read it: b"" before any write) once a script took
+    the answers `said` (each b"1" adds one)."""
+    fresh = said.count(b"1")
+    return str(int(count or 0) + fresh).encode() if fresh else count

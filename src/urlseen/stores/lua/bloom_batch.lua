@@ -8,8 +8,10 @@
 -- KEYS[3]: this batch's receipt (COPY only): the answer is kept there for ARGV[3] seconds, so
 --          a split that lost a reply sends the same batch again and does not copy it twice
 -- KEYS[4]: the claims hash (claims.lua)
--- KEYS[5]: (a DSBF leaf only) the leaf's fingerprints, ARGV[6] bytes per key reported new, in
---          order
+-- KEYS[5]: a DSBF leaf's fingerprints, ARGV[6] bytes per key reported new, in order; or, for
+--          a RedisBloomFilter (no write limit, ARGV[7] empty), its claims of whole calls
+--          (claims.lua, claims_record: each call's new keys in one field, acknowledged by
+--          deleting it; expanded into KEYS[4] before any claim is read or released one by one)
 -- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
 -- ARGV[2]: the operation (urlseen.stores.splittable.LeafOp): "0" CONTAINS, test only; "1" ADD,
 --          test and set, and claim; "2" COPY, set and count every key as new (a split copying
@@ -21,13 +23,14 @@
 --          were one, its URL has reached the caller acknowledging it); no per-key Lua work
 -- ARGV[5]: the batch's fingerprints, ARGV[6] bytes per key, in order (the claims' fields; a
 --          DSBF leaf stores them too)
--- ARGV[7]: (a DSBF leaf only) its write limit: at this count a leaf takes no more writes until
---          split
+-- ARGV[7]: a DSBF leaf's write limit (at this count a leaf takes no more writes until split);
+--          empty for a RedisBloomFilter
 -- ARGV[8]: the instance the client opened; ARGV[9]: the length of the bits in bytes
 -- ARGV[10..13]: the claims' owner, priority, call id and lease in ms (claims.lua)
 -- ARGV[14..]: ADD: optional, the count, answers and blocks of a client's snapshot (below, at
 --          agreed()); DROP: the fingerprints
--- Returns one character per key: ADD "1" new, "0" seen, "P" pending (claims.lua); CONTAINS
+-- Returns one character per key: ADD "1" new, "0" seen, "P" pending (claims.lua), "T" new
+-- and claimed by a field of its own (with records, KEYS[5]: below at OWN); CONTAINS
 -- "1" absent, "0" present; COPY "1"; ACK/ABANDON/RENEW "1" if the claim was still the
 -- caller's; DROP the number of claims deleted. A DSBF leaf appends its count after the
 -- answers; an ADD whose ARGV[14..17] it could not take (agreed()) appends "F" last. A leaf
@@ -41,7 +44,8 @@ local DROP = '6'
 local op = ARGV[2]
 local data, ttl = ARGV[1], tonumber(ARGV[3])
 local add = op == ADD or op == COPY
-local force, leaf, leaf_count = op == COPY, KEYS[5] ~= nil, 0
+local force, leaf, leaf_count = op == COPY, ARGV[7] ~= '', 0
+local records = not leaf and KEYS[5] or nil
 local fps, fp_size = ARGV[5], tonumber(ARGV[6])
 
 if ttl > 0 then
@@ -75,6 +79,7 @@ end
 local sub, byte, band, bor = string.sub, string.byte, bit.band, bit.bor
 local claims
 if op == DROP then
+  if records then claims_expand(records, KEYS[4], fp_size) end
   local deleted = 0
   for s = 14, #ARGV, UNPACK_MAX do
     deleted = deleted + redis.call('HDEL', KEYS[4], unpack(ARGV, s, math.min(s + UNPACK_MAX - 1,
@@ -91,6 +96,7 @@ local function fp_at(i) return sub(fps, fp_size * (i - 1) + 1, fp_size * i) end
 if RELEASE[op] then
   local list = {}
   for i = 1, #fps / fp_size do list[i] = fp_at(i) end
+  if records then claims_expand(records, KEYS[4], fp_size) end
   local out = claims_release(claims, KEYS[4], list, RELEASE[op])
   if sealed then return 'M' end -- its claims may be copied to the children: ask them too
   return table.concat(out) .. (leaf and leaf_count or '')
@@ -161,6 +167,10 @@ local function bitfield_bytes(offsets, values)
 end
 
 local fell_back = false -- ARGV[14..17] were sent and not taken (agreed()): the reply says so
+-- With records (a RedisBloomFilter): the answer for a key answered new whose claim is its own
+-- field of KEYS[4], not in this call's record (taken over, or a resent call's): its client
+-- then acknowledges by DROP, which deleting the record would not do.
+local OWN = 'T'
 
 -- The answers, once the bits said which keys are new (new[i]): claims (ADD) decide the keys
 -- found present and are written, all at once, before the data they cover; then the bits
@@ -169,11 +179,15 @@ local fell_back = false -- ARGV[14..17] were sent and not taken (agreed()): the 
 local function finish(n, new, fresh, write_bits)
   local out = {}
   if op == ADD and type(new) == 'string' then
-    local q = claims_queued(claims, KEYS[4])
-    for i = 1, n do claim_new_into(claims, q, fp_at(i), false) end
+    if not (records and claims_record(claims, records, fps)) then
+      local q = claims_queued(claims, KEYS[4])
+      for i = 1, n do claim_new_into(claims, q, fp_at(i), false) end
+      if records then new = string.rep(OWN, n) end
+    end
     claims_write(claims)
     out = {new}
   elseif op == ADD then
+    if records and fresh < n then claims_expand(records, KEYS[4], fp_size) end
     claims_lookup(claims, KEYS[4], n - fresh, function()
       local list = {}
       for i = 1, n do
@@ -183,14 +197,29 @@ local function finish(n, new, fresh, write_bits)
     end)
     local none = claims_none(claims, KEYS[4])
     local q = claims_queued(claims, KEYS[4])
+    local kept, at = records and {}, {} -- this call's new keys, claimed in one record
     for i = 1, n do
       if new[i] then
-        claim_new_into(claims, q, fp_at(i), not none)
+        if kept then
+          local fp = fp_at(i)
+          kept[#kept + 1] = fp
+          at[#at + 1] = i
+          if not none then claims.fresh[fp] = true end
+        else
+          claim_new_into(claims, q, fp_at(i), not none)
+        end
         out[i] = '1'
       elseif none then
         out[i] = '0'
       else
         out[i] = claim_present(claims, KEYS[4], fp_at(i))
+        if records and out[i] == '1' then out[i] = OWN end
+      end
+    end
+    if kept and #kept > 0 and not claims_record(claims, records, table.concat(kept)) then
+      for j, fp in ipairs(kept) do
+        claim_new_into(claims, q, fp, false)
+        out[at[j]] = OWN
       end
     end
     claims_write(claims)
@@ -228,12 +257,24 @@ local function block_at(j)
   return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
 end
 
+-- A client alone on a small filter may instead send the whole bits as the batch leaves them
+-- (ARGV[16], ARGV[17] empty: `rewrite`), taken only if the count is as read (then nothing was
+-- written since its read of the whole bits): one SETRANGE of the string instead of one per
+-- block, for a filter small next to the blocks a batch changes.
+local rewrite = op == ADD and ARGV[17] == '' and ARGV[16] ~= nil and ARGV[16] ~= ''
+
 local function agreed(n)
   local said, blocks, olds = ARGV[15], ARGV[16], ARGV[17]
-  if not olds or op ~= ADD or #said ~= n or #blocks ~= 68 * (#olds / 64) or #olds % 64 ~= 0 then
+  if rewrite then
+    if #said ~= n or #blocks ~= tonumber(ARGV[9]) then return nil end
+    if ARGV[14] ~= (meta[3] or '') then
+      fell_back = true
+      return nil
+    end
+  elseif not olds or op ~= ADD or #said ~= n or #blocks ~= 68 * (#olds / 64)
+      or #olds % 64 ~= 0 then
     return nil
-  end
-  if ARGV[14] ~= (meta[3] or '') then
+  elseif ARGV[14] ~= (meta[3] or '') then
     for j = 0, #olds / 64 - 1 do
       local base = block_at(j)
       local now = whole and sub(whole, base + 1, base + 64)
@@ -258,6 +299,7 @@ if ARGV[4] == 'blocked' then
   local said, said_fresh = agreed(#fps / fp_size)
   if said then
     return finish(#fps / fp_size, said, said_fresh, function()
+      if rewrite then return redis.call('SETRANGE', KEYS[1], 0, ARGV[16]) end
       for j = 0, #ARGV[17] / 64 - 1 do
         redis.call('SETRANGE', KEYS[1], block_at(j), sub(ARGV[16], 68 * j + 5, 68 * j + 68))
       end
