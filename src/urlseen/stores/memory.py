@@ -7,11 +7,13 @@ does nothing unless shmem_enabled allows it (it is "never" by default). Large on
 transparent huge pages: with one random probe per key, a 4 KiB page per probe is a TLB miss per
 key once the table outgrows the TLB's reach (benchmarks/RESULTS.md, batch-20m).
 
-A huge page covers only a whole, aligned 2 MiB of the map, and a map is merely 4 KiB aligned:
-the data starts at the map's first 2 MiB boundary (a spare 2 MiB of address space, never
-touched), and the advice runs to the end of the data's last 2 MiB when that costs at most an
-eighth more memory. So a 1M-URL filter (1.85 MiB) sits in one huge page instead of 474 small
-ones: one TLB entry for every probe (benchmarks/RESULTS.md, per-call add).
+A huge page covers only a whole, aligned 2 MiB of the map, and a map is only sure to be 4 KiB
+aligned: the advice runs to the end of the data's last 2 MiB when that costs at most an eighth
+more memory, and the data starts at the map's first 2 MiB boundary. The map is a whole number of
+2 MiB pages plus a spare one (address space, never touched): Linux (6.7 on) then places it on a
+boundary itself, so the data starts at offset 0 as before; elsewhere at data_offset. So a
+1M-URL filter (1.85 MiB) sits in one huge page instead of 474 small ones: one TLB entry for
+every probe (benchmarks/RESULTS.md, "Issue 14: final measurement").
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class MemoryStore(Closeable):
         _space.check_memory(nbytes, _space.describe(params))
         huge = _huge_bytes(nbytes)
         if huge:
-            self.buffer = mmap.mmap(-1, max(nbytes, huge) + _HUGE_PAGE, **_PRIVATE)
+            pages = -(-max(nbytes, huge) // _HUGE_PAGE) + 1
+            self.buffer = mmap.mmap(-1, pages * _HUGE_PAGE, **_PRIVATE)
             self.data_offset = _core.align_offset(self.buffer, _HUGE_PAGE)
             with contextlib.suppress(OSError):  # no THP here: 4 KiB pages still work
                 self.buffer.madvise(mmap.MADV_HUGEPAGE, self.data_offset, huge)
