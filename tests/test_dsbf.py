@@ -278,12 +278,13 @@ def test_an_empty_filter_planned_for_10_to_the_9_allocates_megabytes_not_gigabyt
 
 def test_leaves_grow_by_steps_then_split_and_lose_nothing(make):
     """A leaf below leaf_bits that fills grows (one child, a size or more larger: allocator
-    classes 2^j and 1.5 * 2^j bits) until full-grown, then splits; every URL reported new is
-    still there, and each leaf stays within its own size's capacity."""
+    classes (1, 1.25, 1.5, 1.75) * 2^j bits at least 1.15x apart) until full-grown, then
+    splits; every URL reported new is still there, and each leaf stays within its own size's
+    capacity."""
     seen = make(capacity=500, error_rate=1e-3, leaf_bits=1 << 17)
     sizes = [row[0] for row in seen.tree.params["leaf_sizes"]]
-    classes = [1 << 12, 3 << 11, 1 << 13, 3 << 12, 1 << 14, 3 << 13, 1 << 15, 3 << 14, 1 << 16]
-    assert sizes == [bits - 512 for bits in [*classes, 3 << 15, 1 << 17]]
+    classes = [c << j for j in range(10, 15) for c in (4, 5, 6)]
+    assert sizes == [bits - 512 for bits in [*classes, 1 << 17]]
     keys = urls(20_000, seed=21)
     reported = [k for k, new in zip(keys, add_in_batches(seen, keys), strict=True) if new]
     assert len(reported) >= 0.995 * len(keys)

@@ -11,11 +11,13 @@ the false-positive rate stays <= error_rate however many URLs come, unlike one f
 (the last 3/10 is for URLs with equal fingerprints: see _fingerprint_bits).
 
 Memory follows what was inserted, not the capacity planned (format urlseen-dsbf/5):
-- Leaf sizes step by about sqrt 2 (allocator classes 2^j and 1.5 * 2^j bits, each kept one
-  64-byte block smaller: _stored_bits), from MIN_LEAF_BITS up to leaf_bits. The first layer
+- Leaf sizes step by 1.2-1.33x (jemalloc's size classes (1, 1.25, 1.5, 1.75) * 2^j bits at
+  least MIN_STEP apart, each kept one 64-byte block smaller: _stored_bits), from MIN_LEAF_BITS
+  up to leaf_bits. The first layer
   starts at the smallest (196 leaves of 448 B for 10^8 URLs with the defaults); a leaf that
   fills below leaf_bits grows into one larger child, a full one splits; either way children
-  start at the smallest size holding CHILD_FIT times their URLs, so leaves stay 0.7-0.9 full.
+  start at the smallest size holding CHILD_FIT times their URLs, so leaves stay 0.8-1.0 full
+  (about 4 copies of each URL while leaves grow and split, against 1.2-1.6 in format 4).
 - A leaf keeps the fingerprints a split or growth gave it sorted and Elias-Fano coded
   (stores/_fingerprint_code.py: about W - depth - log2(n) + 2 bits each, the depth's bits
   being known from its place), and those it reported new since raw (ceil(W / 8) bytes each),
@@ -79,8 +81,8 @@ GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stal
 COPY_CHUNK = 8192  # fingerprints copied per step of a split
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
 MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
-CHILD_FIT = 1.25  # a split's (or growth's) children hold this many times their URLs
-MIN_STEP = 1.2  # leaf sizes: allocator classes 2^j and 1.5 * 2^j bits, this far apart at least
+CHILD_FIT = 1.15  # a split's (or growth's) children hold this many times their URLs
+MIN_STEP = 1.15  # leaf sizes: allocator classes (1, 1.25, 1.5, 1.75) * 2^j bits, this far apart
 MIN_LEAF_BITS = 4096  # the first layer's leaves: at least this many bits ...
 MIN_LEAF_URLS = 64  # ... holding at least this many URLs at the error rate
 LEAF_OVERHEAD_BYTES = 512  # a leaf's keys and objects besides its bits (memory check)
@@ -725,26 +727,27 @@ def _write_limit(capacity: int) -> int:
 
 
 def _stored_bits(bits: int) -> int:
-    """A leaf size as kept: an allocator class (2^j or 1.5 * 2^j bits) one 64-byte block smaller,
+    """A leaf size as kept: an allocator class ((1, 1.25, 1.5 or 1.75) * 2^j bits) one 64-byte
+    block smaller,
     so that its Redis string (bits + a 16-byte header) fits jemalloc's size class of that many
     bytes (MEMORY USAGE of a 16,384-byte string: 20,536 B; of 16,320 bytes: 16,440 B, Redis
     7.0.15)."""
-    odd = bits // (bits & -bits)  # 1 for 2^j, 3 for 1.5 * 2^j
-    return bits - 512 if bits >= 1024 and odd in (1, 3) else bits
+    odd = bits // (bits & -bits)  # 1 for 2^j, 3, 5, 7 for 1.5, 1.25, 1.75 * 2^j
+    return bits - 512 if bits >= 1024 and odd in (1, 3, 5, 7) else bits
 
 
 def _leaf_sizes(
     leaf_bits: int, k: int, error_rate: float, layout: str
 ) -> list[tuple[int, int, int]]:
     """(bits, capacity, write limit) of each size a leaf passes through, smallest first: leaf_bits,
-    then the allocator classes below it (2^j and 1.5 * 2^j bits: steps of 4/3 and 3/2, about
-    sqrt 2) at least MIN_STEP apart, down to MIN_LEAF_BITS and MIN_LEAF_URLS URLs; each as
+    then the allocator classes below it ((1, 1.25, 1.5, 1.75) * 2^j bits) at least MIN_STEP
+    apart (steps of 1.2-1.33), down to MIN_LEAF_BITS and MIN_LEAF_URLS URLs; each as
     _stored_bits keeps it. Small steps keep leaves full: a split's children start at the size
     that fits their URLs (CHILD_FIT), a leaf that fills grows one step or more."""
     sizes = [leaf_bits]
     classes = sorted(
-        {c for j in range(12, 33) for c in (1 << j, 3 << (j - 1))}, reverse=True
-    )  # 4096 bits (MIN_LEAF_BITS) to 2^32
+        {c << (j - 2) for j in range(12, 33) for c in (4, 5, 6, 7)}, reverse=True
+    )  # jemalloc's 4 size classes per power of two, from 4096 bits (MIN_LEAF_BITS) to 2^32
     for smaller in classes:
         if smaller * MIN_STEP > sizes[0] or smaller < MIN_LEAF_BITS:
             continue

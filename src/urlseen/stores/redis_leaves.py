@@ -6,9 +6,10 @@ Keys of filter `name` (E: the name escaped, redis_store.escape):
 - per leaf, under its own hash tag `{E:leaf:ID}` so that leaves spread over a Cluster's
   slots while each leaf's script touches one slot: `:meta` (state, count, instance), `:bits`
   (the leaf's Bloom filter, a bitmap string of the size the tree records for the leaf),
-  `:code` (the fingerprints a split or growth gave it, sorted and Elias-Fano coded:
-  stores/_fingerprint_code.py; the meta's `coded` counts them), `:fps` (those it reported new
-  since, raw: fp_bytes per URL in one string grown in allocator-sized steps) and `:claims`
+  `:fps` (its fingerprints: first the code of those a split or growth gave it, sorted and
+  Elias-Fano coded by stores/_fingerprint_code.py, `code_bytes` long and counting `coded` URLs
+  (meta fields), then those it reported new since, raw: fp_bytes per URL; one string grown in
+  allocator-sized steps, so the code's allocator slack is the raw tail's room) and `:claims`
   (stores/redis_claims.py).
 Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode; its
 claims answer a call sent again after a lost reply as the first time, and a split's copies
@@ -109,12 +110,6 @@ class RedisLeafStore:
             redis_store.tagged(tag, "claims"),
         )
 
-    def _code_key(self, leaf: str) -> str:
-        return redis_store.tagged(f"{self._escaped}:leaf:{leaf}", "code")
-
-    def _all_keys(self, leaf: str) -> list[str]:
-        return [*self._keys(leaf), self._code_key(leaf)]
-
     def _tree(self, op: str, *args: Any) -> Any:
         argv = [op, self._instance, *args]
         return retrying(
@@ -185,7 +180,7 @@ class RedisLeafStore:
         nbytes = bits // 8
         for leaf in leaves:
             self._sizes[leaf] = bits
-            keys, args = self._all_keys(leaf), ["make", nbytes, params["instance"]]
+            keys, args = list(self._keys(leaf)), ["make", nbytes, params["instance"]]
             retrying(
                 functools.partial(self._leaf_script, keys=keys, args=args), f"{self._what}: make"
             )
@@ -394,7 +389,7 @@ class RedisLeafStore:
 
         def queue(pipe: Any, leaf: str) -> int:
             meta, bits, fps_key, claims = self._keys(leaf)
-            pipe.hmget(meta, "instance", "state", "count", "coded")
+            pipe.hmget(meta, "instance", "state", "count", "coded", "code_bytes")
             pipe.strlen(bits)
             pipe.strlen(fps_key)
             pipe.hlen(claims)
@@ -407,12 +402,15 @@ class RedisLeafStore:
         reads: dict[str, _Read] = {}
         claimed: list[str] = []
         for leaf, reply in replies.items():
-            (instance, state, count, coded), length, fps_length, held, *data = reply
+            (instance, state, count, coded, code_bytes), length, fps_length, held, *data = reply
             nbits = self._sizes.get(leaf, p["leaf_bits"])
             ok = instance is not None and instance.decode() == self._instance
             ok = ok and state == b"active" and length == nbits // 8 and count is not None
             ok = ok and int(count) < write_limit(p, nbits)
-            if not ok or (int(count) - int(coded or 0)) * p["fp_bytes"] > fps_length:
+            if not ok:
+                continue
+            raw = (int(count) - int(coded or 0)) * p["fp_bytes"]
+            if int(code_bytes or 0) + raw > fps_length:
                 continue
             plan = plans[leaf]
             bits = plan.bits(data)
@@ -499,37 +497,35 @@ class RedisLeafStore:
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
         """The leaf's raw fingerprints (its tail), bytes [start, end)."""
         meta, _, fps, _ = self._keys(leaf)
-        count, coded = retrying(
-            lambda: self.client.hmget(meta, "count", "coded"), f"{self._what}: read leaf"
+        count, coded, code_bytes = retrying(
+            lambda: self.client.hmget(meta, "count", "coded", "code_bytes"),
+            f"{self._what}: read leaf",
         )
-        width = self._fp_bytes()
+        width, at = self._fp_bytes(), int(code_bytes or 0)
         raw = int(count or 0) - int(coded or 0)
         end = min(end, width * raw)  # the string's tail is room to grow, not data
         if end <= start:
             return b""
         data: bytes = retrying(
-            lambda: self.client.getrange(fps, start, end - 1), f"{self._what}: read leaf"
+            lambda: self.client.getrange(fps, at + start, at + end - 1), f"{self._what}: read leaf"
         )
         return data
 
     def code(self, leaf: str) -> bytes:
-        """The leaf's coded fingerprints (b"" if it has none). A leaf that counts coded URLs
-        and has no code lost it: FilterLostError."""
-        meta = self._keys(leaf)[0]
-
-        def read() -> tuple[Any, Any]:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hget(meta, "coded")
-            pipe.get(self._code_key(leaf))
-            coded, code = pipe.execute()
-            return coded, code
-
-        coded, code = retrying(read, f"{self._what}: read leaf")
-        if code is None and int(coded or 0):
+        """The leaf's coded fingerprints, the start of its `:fps` (b"" if it has none; written
+        once, by fill, before the leaf is in the tree). Shorter than the meta says: lost
+        (FilterLostError)."""
+        meta, _, fps, _ = self._keys(leaf)
+        what = f"{self._what}: read leaf"
+        size = int(retrying(lambda: self.client.hget(meta, "code_bytes"), what) or 0)
+        code: bytes = b""
+        if size:
+            code = retrying(lambda: self.client.getrange(fps, 0, size - 1), what)
+        if len(code) != size:
             raise redis_store.FilterLostError(
                 f"{self._what}: leaf {leaf} lost its coded fingerprints; {redis_store.LOST_HELP}"
             )
-        return b"" if code is None else bytes(code)
+        return code
 
     def fill_coded(self, leaf: str, fps: list[bytes], code: bytes) -> LeafReply:
         """Into a fresh child: its bits set in the client (as _fill), written with the code
@@ -557,7 +553,7 @@ class RedisLeafStore:
         )
         args = ["fill", self._instance, 0, uuid.uuid4().hex, bytes(buffer), b"", p["fp_bytes"],
                 code, len(fps)]  # fmt: skip
-        keys = [meta, bits_key, fps_key, self._code_key(leaf)]
+        keys = [meta, bits_key, fps_key]
         reply = retrying(
             functools.partial(self._leaf_script, keys=keys, args=args), f"{self._what}: copy"
         )
@@ -620,32 +616,31 @@ class RedisLeafStore:
 
     def retire(self, leaf: str, grace_seconds: float) -> None:
         ms = max(1, int(grace_seconds * 1000))
-        self._each_leaf([leaf], lambda pipe, lf: [pipe.pexpire(k, ms) for k in self._all_keys(lf)])
+        self._each_leaf([leaf], lambda pipe, lf: [pipe.pexpire(k, ms) for k in self._keys(lf)])
 
     def drop(self, leaves: Sequence[str]) -> None:
-        self._each_leaf(leaves, lambda pipe, lf: [pipe.delete(k) for k in self._all_keys(lf)])
+        self._each_leaf(leaves, lambda pipe, lf: [pipe.delete(k) for k in self._keys(lf)])
 
     def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]:
         def ask(pipe: Any, leaf: str) -> None:
             meta, _, fps, claims = self._keys(leaf)
-            pipe.hmget(meta, "state", "count", "instance", "coded")
+            pipe.hmget(meta, "state", "count", "instance", "coded", "code_bytes")
             pipe.strlen(fps)
             pipe.hlen(claims)
-            pipe.strlen(self._code_key(leaf))
 
         replies = self._each_leaf(leaves, ask)
         out: list[LeafInfo | None] = []
-        for (state, count, instance, coded), raw, claims, code in zip(
-            replies[0::4], replies[1::4], replies[2::4], replies[3::4], strict=True
+        for (state, count, instance, coded, code), length, claims in zip(
+            replies[0::3], replies[1::3], replies[2::3], strict=True
         ):
             mine = state is not None and instance is not None
             mine = mine and instance.decode() == self._instance
-            info = LeafInfo(state.decode(), int(count), raw + code, claims) if mine else None
-            out.append(info and replace(info, coded=int(coded or 0), code_bytes=code))
+            info = LeafInfo(state.decode(), int(count), length, claims) if mine else None
+            out.append(info and replace(info, coded=int(coded or 0), code_bytes=int(code or 0)))
         return out
 
     def memory_usage(self, leaves: Sequence[str]) -> int:
-        keys = [self.tree_key] + [k for leaf in leaves for k in self._all_keys(leaf)]
+        keys = [self.tree_key] + [k for leaf in leaves for k in self._keys(leaf)]
 
         def usage() -> int:
             return sum(int(self.client.memory_usage(k) or 0) for k in keys)
