@@ -83,6 +83,8 @@ REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before Remote
 MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
 CHILD_FIT = 1.15  # a split's (or growth's) children hold this many times their URLs
 MIN_STEP = 1.15  # leaf sizes: allocator classes (1, 1.25, 1.5, 1.75) * 2^j bits, this far apart
+SMALL_LEAF = 4  # leaves below 1/4 of leaf_bits ...
+SMALL_GROW = 2  # ... grow 2x at least
 MIN_LEAF_BITS = 4096  # the first layer's leaves: at least this many bits ...
 MIN_LEAF_URLS = 64  # ... holding at least this many URLs at the error rate
 LEAF_OVERHEAD_BYTES = 512  # a leaf's keys and objects besides its bits (memory check)
@@ -471,7 +473,11 @@ class SplittableBloomFilter(Claimant):
         return f"splittable filter {self.name!r}: leaf {leaf} is damaged"
 
     def _fitted(self, count: int, above: int) -> int:
-        """The smallest leaf size over `above` bits that holds CHILD_FIT * count URLs."""
+        """The smallest leaf size over `above` bits that holds CHILD_FIT * count URLs; a leaf
+        below 1/SMALL_LEAF of leaf_bits grows to SMALL_GROW times its size at least (a growth
+        costs a few script calls whatever the size: small leaves hold few of the URLs)."""
+        if above * SMALL_LEAF < self._full_bits:
+            above = int(above * SMALL_GROW) - 1
         for bits, capacity in self._chain:
             if bits > above and capacity >= CHILD_FIT * count:
                 return int(bits)
