@@ -14,7 +14,8 @@ per leaf, grow-then-split. It leaves out what does not change bits: claims, lock
 URLs, so the model's leaves, fill and bits can be compared with the filter's.
 
 Designs (--designs; default all):
-* today: LocHash routing, fingerprints of 8 * fp_bytes bits packed in one string per leaf.
+* today: format 4, the filter when this model was written: LocHash routing, fingerprints of
+  8 * fp_bytes bits packed in one string per leaf, leaf sizes by 4x, 10% of f for collisions.
 * ef: the same fingerprints, sorted and Elias-Fano coded per leaf (plus a raw tail of recent
   appends, compacted when it reaches 1/8 of the coded part).
 * prefix-ef: below the root, depth d routes by bit d of a W-bit fingerprint (from its top
@@ -28,6 +29,10 @@ Designs (--designs; default all):
   0.7 f, W 2 bits shorter.
 * prefix-ef-fine-30: prefix-ef-fit-30 with the size chain stepping by 2^(1/4), children fit to
   1.15 x their URLs: fuller leaves, more copies.
+* v5: the format built from prefix-ef-fit-30 (urlseen-dsbf/5, the filter now): its own sizes
+  (allocator classes 2^j and 1.5 * 2^j bits), a growth fitted like a split's children, the
+  fingerprints a split gives a child coded once and those it reports new kept raw (ceil(W / 8)
+  bytes each) with no compaction; `--check` compares it with the real filter.
 
 Measured per design: bits per distinct URL of the live leaves (Bloom bits, fingerprint store,
 the store's room to grow in Redis modelled by bloom_batch.lua's own rule, and a per-leaf key
@@ -65,6 +70,7 @@ import numpy as np
 
 from urlseen import _core
 from urlseen.filters import _sizing, dsbf
+from urlseen.filters._sizing_splittable import size_splittable
 from urlseen.stores.splittable import Split, loc_hash
 
 DATA = Path("/work/shared/data/urls-dev.txt.gz")
@@ -193,9 +199,10 @@ class EliasFanoStore:
     merged into the code when it reaches 1/TAIL_SHARE of it (a rewrite: amortized O(1) copies
     per URL), so appends stay cheap and most of the store is coded."""
 
-    def __init__(self, universe_bits: int) -> None:
+    def __init__(self, universe_bits: int, raw_bytes: int = 0, compact: bool = True) -> None:
         self.universe = universe_bits
-        self.width = -(-universe_bits // 8)
+        self.width = raw_bytes or -(-universe_bits // 8)
+        self.compact = compact  # False: only seed() codes (format 5: a split codes, no merges)
         self.coded, self.coded_n, self.coded_bits = b"", 0, 0
         self.tail: list[np.ndarray] = []
         self.tail_n = 0
@@ -205,7 +212,7 @@ class EliasFanoStore:
     def add(self, values: np.ndarray) -> None:
         self.tail.append(values)
         self.tail_n += len(values)
-        if self.tail_n >= max(MIN_TAIL, self.coded_n // TAIL_SHARE):
+        if self.compact and self.tail_n >= max(MIN_TAIL, self.coded_n // TAIL_SHARE):
             started = time.process_time()
             merged = self.take()
             self.coded, self.coded_bits = ef_encode(merged, self.universe)
@@ -214,6 +221,12 @@ class EliasFanoStore:
             self.compact_seconds += time.process_time() - started
         else:
             self.alloc = redis_alloc(self._bytes(), self.alloc)
+
+    def seed(self, values: np.ndarray) -> None:
+        """A fresh store's first fingerprints, coded at once (a split's children)."""
+        self.coded, self.coded_bits = ef_encode(np.sort(values), self.universe)
+        self.coded_n = len(values)
+        self.alloc = string_class(self._bytes())
 
     def _bytes(self) -> int:
         return len(self.coded) + 16 + self.tail_n * self.width  # 16: counts and widths
@@ -249,9 +262,10 @@ class Design:
     routing: str  # "loc": LocHash of the fingerprint (today); "prefix": bit d at depth d
     store: str  # a key of STORES
     exact_width: bool = False  # W from the collision rule in bits, not rounded to bytes
-    grow: float = 4.0  # the leaf size chain's ratio (dsbf.GROW)
+    grow: float = 4.0  # the leaf size chain's ratio (format 4's)
     child_fit: float | None = None  # None: split children at full size; x: fit x * count
-    collision_share: float = dsbf.COLLISION_SHARE  # of f for equal fingerprints (the rest: bits)
+    collision_share: float = 0.1  # of f for equal fingerprints (the rest: bits; format 4's)
+    built: bool = False  # the filter's own sizing and raw tail (format 5: v5)
 
 
 DESIGNS = {
@@ -267,6 +281,7 @@ DESIGNS = {
     "prefix-ef-fine-30": Design(
         "prefix-ef-fine-30", "prefix", "ef", True, 2**0.25, 1.15, collision_share=0.3
     ),
+    "v5": Design("v5", "prefix", "ef", True, 0.0, dsbf.CHILD_FIT, dsbf.COLLISION_SHARE, True),
 }
 
 
@@ -306,21 +321,27 @@ class Model:
         width: int | None = None,
     ) -> None:
         self.design = design
-        p = dsbf._params(capacity, error_rate, leaf_bits, 2, "blocked", 0)
-        self.p, self.k = p, p["k"]
         share = design.collision_share
-        if design.grow == dsbf.GROW and share == dsbf.COLLISION_SHARE:
+        if design.built:  # the filter's own parameters
+            p = dsbf._params(capacity, error_rate, leaf_bits, 2, "blocked", 0)
+            self.k = p["k"]
             self.chain = [(bits, cap) for bits, cap, _ in p["leaf_sizes"]]
         else:
-            self.chain = _chain(leaf_bits, design.grow, self.k, p["error_rate"] * (1 - share))
+            rate = _sizing.check_target(capacity, error_rate)[1] * (1 - share)
+            full = dsbf._stored_bits(leaf_bits)
+            self.k = size_splittable(capacity, full, rate, "blocked").k
+            self.chain = _chain(leaf_bits, design.grow, self.k, rate)
         self.full = len(self.chain) - 1
         if width is not None:  # a given W (tests of the collision rate)
             self.width = width
+        elif design.built:
+            self.width = p["fp_bits"]
         elif design.exact_width:
             need = dsbf.GROWTH_ALLOWANCE * self.chain[-1][1] / (share * error_rate)
             self.width = math.ceil(math.log2(need))
-        else:
-            self.width = 8 * p["fp_bytes"]
+        else:  # format 4's rule: whole bytes
+            need = dsbf.GROWTH_ALLOWANCE * self.chain[-1][1] / (share * error_rate)
+            self.width = 8 * min(8, max(4, math.ceil(math.log2(need) / 8)))
         first = -(-capacity // self.chain[-1][1])  # as size_splittable: capacity / leaf's
         self.root = Split(0x5EED, tuple(str(i) for i in range(first)))
         self.nodes: dict[str, Any] = {}  # internal node -> Split, or ("prefix", (c0, c1))
@@ -337,7 +358,11 @@ class Model:
         bloom = _core.BitFilter(
             buffer, 0, bits, self.k, _core.LAYOUT_BLOCKED, 0, 0, -1, _core.HASH_XXH3_128
         )
-        store = STORES[self.design.store](self._universe(depth))
+        store: Store
+        if self.design.built:
+            store = EliasFanoStore(self._universe(depth), -(-self.width // 8), compact=False)
+        else:
+            store = STORES[self.design.store](self._universe(depth))
         return Leaf(size, bloom, buffer, depth, prefix, store)
 
     def _universe(self, depth: int) -> int:
@@ -356,7 +381,8 @@ class Model:
 
     def bloom_keys(self, fps: np.ndarray) -> list[bytes]:
         raw = fps.astype("<u8").tobytes()
-        width = -(-self.width // 8) if self.design.routing == "loc" else 8
+        loc = self.design.routing == "loc" or self.design.built
+        width = -(-self.width // 8) if loc else 8
         return [raw[i : i + width] for i in range(0, len(raw), 8)]
 
     def route(self, node: str, fp: int) -> str:
@@ -412,10 +438,11 @@ class Model:
         self.stats.code_seconds += time.process_time() - started
         rest = self._universe(leaf.depth)
         fps = (np.uint64(leaf.prefix) << np.uint64(rest)) | kept if rest < 64 else kept
-        if leaf.size < self.full:  # a small leaf grows: one child, the next size
+        if leaf.size < self.full:  # a small leaf grows: one child, the next size (v5: or more)
             child = self._new_id()
             self.nodes[leaf_id] = Split(0, (child,))
-            parts = {child: (fps, leaf.size + 1, leaf.depth, leaf.prefix)}
+            size = max(leaf.size + 1, self._child_size(len(fps))) if self.design.built else 0
+            parts = {child: (fps, size or leaf.size + 1, leaf.depth, leaf.prefix)}
             self.stats.grows += 1
         else:
             c0, c1 = self._new_id(), self._new_id()
@@ -438,7 +465,10 @@ class Model:
             child = self._leaf(size, depth, prefix)
             child.bits.add_many(self.bloom_keys(values))  # LeafOp.COPY: every one counts
             coding = time.process_time()
-            child.store.add(self._kept(values, depth))
+            if isinstance(child.store, EliasFanoStore) and not child.store.compact:
+                child.store.seed(self._kept(values, depth))
+            else:
+                child.store.add(self._kept(values, depth))
             self.stats.code_seconds += time.process_time() - coding
             child.store.compact_seconds = 0.0  # its first coding is the split's work
             child.count = len(values)
@@ -598,7 +628,8 @@ def run_design(
 
 
 def check_filter(urls: list[str], probes: list[str], capacity: int, args: Any) -> dict[str, Any]:
-    """The real SplittableBloomFilter (in-memory store) on the same URLs: its leaves at 10x."""
+    """The real SplittableBloomFilter (in-memory store) on the same URLs: its leaves at 10x
+    (compare with the v5 design)."""
     seen = dsbf.SplittableBloomFilter(capacity, args.error_rate, leaf_bits=args.leaf_bits)
     for start in range(0, 10 * capacity, BATCH):
         seen.add_many(urls[start : start + BATCH])
@@ -609,7 +640,7 @@ def check_filter(urls: list[str], probes: list[str], capacity: int, args: Any) -
         "leaves": len(leaves),
         "mean_fill": sum(leaf["fill"] for leaf in leaves) / len(leaves),
         "bloom": sum(leaf["bits"] for leaf in leaves) / n,
-        "fingerprints": 8 * seen.fingerprint_bytes * sum(leaf["count"] for leaf in leaves) / n,
+        "fingerprints": 8 * sum(leaf["fingerprint_bytes"] for leaf in leaves) / n,
         "fp_rate": hits / len(probes),
         "splits": seen.splits_done,
         "grows": seen.grows_done,

@@ -42,15 +42,18 @@ BATCH = 1000
 
 
 def breakdown(seen: SplittableBloomFilter, n: int) -> dict[str, float]:
-    """Bits per URL of the live leaves: Bloom bits, fingerprints kept, their room to grow."""
+    """Bits per URL of the live leaves: Bloom bits, fingerprints kept (format 5: the coded
+    blocks, and fingerprint_bytes per URL kept raw), their room to grow."""
     leaves = seen.leaves()
-    kept = sum(leaf["count"] for leaf in leaves) * seen.fingerprint_bytes
+    raw = sum(leaf["count"] - leaf["coded"] for leaf in leaves) * seen.fingerprint_bytes
+    kept = raw + sum(leaf["code_bytes"] for leaf in leaves)
     allocated = sum(leaf["fingerprint_bytes"] for leaf in leaves)
     return {
         "leaves": len(leaves),
         "mean_fill": sum(leaf["fill"] for leaf in leaves) / len(leaves),
         "bloom_bits_per_url": sum(leaf["bits"] for leaf in leaves) / n,
         "fingerprint_bits_per_url": 8 * kept / n,
+        "coded_share": sum(leaf["coded"] for leaf in leaves) / n,
         "fingerprint_room_bits_per_url": 8 * (allocated - kept) / n,
     }
 
@@ -177,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probes", type=int, default=100_000)
     ap.add_argument("--error-rate", type=float, default=1e-3)
     ap.add_argument("--leaf-bits", type=int, nargs="+", default=[1 << 17, 1 << 20])
+    ap.add_argument(
+        "--widths", nargs="+", default=["8", "auto"], choices=["8", "auto"],
+        help="fingerprint widths: 8 bytes (format 3's), or the filter's own",
+    )  # fmt: skip
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     grown = 10 * args.capacity
@@ -194,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             for leaf_bits in args.leaf_bits:
                 base = {"capacity": args.capacity, "error_rate": args.error_rate,
                         "leaf_bits": leaf_bits}  # fmt: skip
-                for width, label in ((8, "format-3 width"), (None, "fingerprint_bytes auto")):
+                widths = ((8, "format-3 width"), (None, "fingerprint_bytes auto"))
+                for width, label in [w for w in widths if str(w[0] or "auto") in args.widths]:
                     for store in (server, None):
                         name = f"dsbf {leaf_bits} bits/leaf, {label}"
                         rows.append(

@@ -1,32 +1,29 @@
 """SplittableBloomFilter: the dynamic splittable Bloom filter (patent CN104809182).
 
-A tree of leaf Bloom filters of up to `leaf_bits` bits each. A URL's 64-bit fingerprint is
-routed from the root by per-node LocHash functions to exactly one leaf, where its k bits are
-tested and set. A leaf that reaches its capacity (the most URLs it holds at false-positive rate
-<= 0.9 error_rate) splits: its fingerprints, kept packed beside its bits, are re-inserted into
-`fanout` fresh children and the leaf becomes an internal node. A query touches one leaf, and
-no leaf holds much more than its capacity, so the false-positive rate stays <= error_rate
-however many URLs come, unlike one fixed filter (the last tenth is for URLs with equal
-fingerprints: see _fingerprint_bytes).
+A tree of leaf Bloom filters of up to `leaf_bits` bits each. A URL's 128-bit digest routes it
+from the root (a LocHash of digest bytes 8-15) to exactly one leaf, where the k bits of its
+fingerprint F (the low W = fingerprint_bits bits of bytes 0-7) are tested and set. A leaf that
+reaches its capacity (the most URLs it holds at false-positive rate <= 0.7 error_rate) splits:
+its fingerprints, kept beside its bits, are re-inserted into `fanout` fresh children, routed by
+F's top bits below those the leaf's place already fixes (prefix routing), and the leaf becomes
+an internal node. A query touches one leaf, and no leaf holds much more than its capacity, so
+the false-positive rate stays <= error_rate however many URLs come, unlike one fixed filter
+(the last 3/10 is for URLs with equal fingerprints: see _fingerprint_bits).
 
-Memory follows what was inserted, not the capacity planned: the first layer's leaves start at
-`leaf_bits / GROW**j` bits (the smallest such size of at least MIN_LEAF_BITS bits that holds
-MIN_LEAF_URLS URLs), and a leaf that fills below `leaf_bits` grows instead of splitting: the
-same steps with one child GROW times larger. So an empty filter planned for 10^8 URLs takes
-its first layer at the smallest size (188 leaves of 960 B with the defaults), not 188 MiB,
-and each URL is copied about 1 / (GROW - 1) times while its leaf grows. A leaf size that is a
-power of two is kept one 64-byte block smaller (_stored_bits): Redis puts a 16-byte header
-before a string's bytes, so 2^k bytes of bits took jemalloc's next size class, 25% more.
-
-Bits per URL = Bloom bits / the leaves' mean fill + 8 * fingerprint_bytes + the fingerprint
-strings' room to grow (and, in Redis, keys). At 0.9 * 1e-3 a full blocked leaf takes ~15.8
-bits per URL; a tree grown 10x by splits has leaves at 0.62-0.85 mean fill (splits come in
-waves: all children of one generation fill together), so 18.6-25.5 bits. A leaf keeps each
-URL's first fingerprint_bytes digest bytes (not 8): the root routes by other digest bytes, so
-two URLs' fingerprints need only differ under the same child of the root, and
-_fingerprint_bytes picks the fewest bytes for that (5 for leaves of 2^17-2^20 bits at 1e-3).
-Measured by benchmarks/dsbf_memory.py (900,000 distinct dev URLs, 10x capacity): 65-72 bits
-per URL in Redis, 59-66 in memory; 84-96 and 83-90 with the 8 bytes of format 3.
+Memory follows what was inserted, not the capacity planned (format urlseen-dsbf/5):
+- Leaf sizes step by 1.2-1.33x (jemalloc's size classes (1, 1.25, 1.5, 1.75) * 2^j bits at
+  least MIN_STEP apart, each kept one 64-byte block smaller: _stored_bits), from MIN_LEAF_BITS
+  up to leaf_bits. The first layer
+  starts at the smallest (196 leaves of 448 B for 10^8 URLs with the defaults); a leaf that
+  fills below leaf_bits grows into one larger child, a full one splits; either way children
+  start at the smallest size holding CHILD_FIT times their URLs, so leaves stay 0.8-1.0 full
+  (about 4 copies of each URL while leaves grow and split, against 1.2-1.6 in format 4).
+- A leaf keeps the fingerprints a split or growth gave it sorted and Elias-Fano coded
+  (stores/_fingerprint_code.py: about W - depth - log2(n) + 2 bits each, the depth's bits
+  being known from its place), and those it reported new since raw (ceil(W / 8) bytes each),
+  until it splits or grows and its children code them.
+Bits per URL = Bloom bits / the leaves' mean fill + coded and raw fingerprints + the raw
+strings' room (and, in Redis, keys): measured in benchmarks/REDIS.md, "dsbf-v5".
 
 Shared by many processes through Redis (stores/redis_leaves.py) or kept in this process
 (stores/splittable.py). A split takes a lock with a deadline in the tree hash; writers keep
@@ -54,11 +51,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.filters import _sizing
 from urlseen.filters._sizing_splittable import size_splittable
 from urlseen.filters.base import FilterStats, Key, key_batch
+from urlseen.stores import _fingerprint_code as fingerprint_code
 from urlseen.stores import _space
 from urlseen.stores.redis_claims import Claimant, Claims, Patience
 from urlseen.stores.redis_store import LOST_HELP, FilterLostError, RemoteError, new_instance
@@ -72,20 +72,25 @@ from urlseen.stores.splittable import (
     Tree,
 )
 
-FORMAT = "urlseen-dsbf/4"  # /3: full-size leaves from the start; /2: no instance id, no
-# claims; /1 named its params n, f, m, b, u, c
+FORMAT = "urlseen-dsbf/5"  # /4: 5-byte fingerprints kept raw, LocHash below the root, sizes
+# by 4x; /3: full-size leaves from the start; /2: no instance id, no claims; /1 named its params
+# n, f, m, b, u, c
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_LEASES = 3  # a split lock lasts 3 leases (30 s by default), renewed after each chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8192  # fingerprints copied per step of a split
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
 MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
-GROW = 4  # a small leaf that fills is rebuilt this many times larger
+CHILD_FIT = 1.15  # a split's (or growth's) children hold this many times their URLs
+MIN_STEP = 1.15  # leaf sizes: allocator classes (1, 1.25, 1.5, 1.75) * 2^j bits, this far apart
+SMALL_LEAF = 4  # leaves below 1/4 of leaf_bits ...
+SMALL_GROW = 2  # ... grow 2x at least
 MIN_LEAF_BITS = 4096  # the first layer's leaves: at least this many bits ...
 MIN_LEAF_URLS = 64  # ... holding at least this many URLs at the error rate
 LEAF_OVERHEAD_BYTES = 512  # a leaf's keys and objects besides its bits (memory check)
 GROWTH_ALLOWANCE = 1024  # fingerprints stay exact enough until a first-layer subtree holds ...
-COLLISION_SHARE = 0.1  # ... this many full leaves' URLs at this share of the error rate
+COLLISION_SHARE = 0.3  # ... this many full leaves' URLs at this share of the error rate
+MIN_FINGERPRINT_BITS = 32
 
 
 def _new_seed() -> int:
@@ -99,26 +104,29 @@ class SplittableBloomFilter(Claimant):
         capacity: the URLs expected; sets the first layer's width (first_leaves = ceil(capacity
             / leaf_capacity) leaves, each starting small and growing to leaf_bits as URLs come).
             Growth beyond it is absorbed by splits.
-        error_rate: the false-positive bound: every leaf keeps 9/10 of it, and equal
-            fingerprints stay below the other tenth (see fingerprint_bytes).
+        error_rate: the false-positive bound: every leaf keeps 7/10 of it, and equal
+            fingerprints stay below the other 3/10 (see fingerprint_bytes).
         redis: a Redis URL or client to share the filter (None: this process only).
         name: the shared filter's name (its keys are urlseen:{name}:* and urlseen:{name:leaf:*}:*).
         leaf_bits: bits of a full-grown leaf (a multiple of 512, at most 2**32).
-        fanout: children per split.
+        fanout: children per split, a power of two (each split routes by log2(fanout) more
+            bits of the fingerprint).
         layout: "blocked" (one 64-byte block per URL: one read per URL in Redis) or
             "standard" (k bits anywhere in the leaf; leaf_capacity by the exact Bloom formula).
         seed: the MapHash / fingerprint seed.
-        fingerprint_bytes: bytes kept per URL for splits, 4 to 8 (default: the fewest that
-            keep fingerprint collisions below error_rate / 10 until the filter has grown
-            1024 times past its capacity; see _fingerprint_bytes).
+        fingerprint_bytes: bytes of fingerprint per URL (W = 8 * this bits), 4 to 8 (default:
+            the fewest bits W that keep fingerprint collisions below 0.3 error_rate until the
+            filter has grown 1024 times past its capacity, in ceil(W / 8) bytes; see
+            _fingerprint_bits).
         lease: (Redis) seconds an answer "new" stays claimed until acknowledged (default 10);
             a split's lock lasts three leases (renewed as the split goes on), so the leaf of a
             splitter that died waits that long before another client finishes its split.
         allow_eviction: (Redis) use a server whose maxmemory-policy may evict keys.
 
     Attributes (from the stored parameters): capacity, error_rate, leaf_bits, fanout, seed, k
-    (bits per URL in its leaf), leaf_capacity (the URLs a full-grown leaf holds at 0.9 error_rate:
-    a leaf that reaches it splits) and first_leaf_bits (the size leaves start at).
+    (bits per URL in its leaf), leaf_capacity (the URLs a full-grown leaf holds at 0.7 error_rate:
+    a leaf that reaches it splits), first_leaf_bits (the size leaves start at),
+    fingerprint_bits and fingerprint_bytes.
 
     An existing shared filter keeps its own parameters; passing different ones is an error.
     Answers are acknowledged just before add_many returns them; with auto_acknowledge = False
@@ -199,10 +207,11 @@ class SplittableBloomFilter(Claimant):
         self.leaf_bits, self.fanout, self.seed = p["leaf_bits"], p["fanout"], p["seed"]
         self.k, self.leaf_capacity = p["k"], p["leaf_capacity"]
         self.first_leaf_bits, self.fingerprint_bytes = p["first_leaf_bits"], p["fp_bytes"]
+        self.fingerprint_bits = p["fp_bits"]
         self._capacities = {bits: capacity for bits, capacity, _ in p["leaf_sizes"]}
         chain = [bits for bits, _, _ in p["leaf_sizes"]]
         self._full_bits = chain[-1]  # leaf_bits as stored (see _stored_bits)
-        self._grown = dict(itertools.pairwise(chain))  # a size -> the next one
+        self._chain = [(bits, capacity) for bits, capacity, _ in p["leaf_sizes"]]
         self._instance = p["instance"]
         self.splits_done = 0
         self.grows_done = 0
@@ -218,13 +227,15 @@ class SplittableBloomFilter(Claimant):
 
     def _keys(self, digests: list[bytes]) -> tuple[list[bytes], list[int], list[int]]:
         """A batch's 16-byte digests as (fingerprints, root values, fingerprint values): the
-        root routes by bytes 8-15, every split below by the fingerprint (the first
-        fingerprint_bytes bytes, what a leaf keeps), so fingerprints need only be told apart
-        among the URLs of one child of the root."""
-        width = self.fingerprint_bytes
-        fps = [d[:width] for d in digests]
-        roots = list(struct.unpack(f"<{len(digests)}Q", b"".join(d[8:16] for d in digests)))
-        return fps, roots, [int.from_bytes(fp, "little") for fp in fps]
+        root routes by bytes 8-15, every split below by the fingerprint F (the low
+        fingerprint_bits bits of bytes 0-7, little-endian: what a leaf keeps, hashes and
+        claims, as fingerprint_bytes bytes), so fingerprints need only be told apart among the
+        URLs of one child of the root."""
+        width, mask = self.fingerprint_bytes, (1 << self.fingerprint_bits) - 1
+        words = struct.unpack(f"<{2 * len(digests)}Q", b"".join(digests))
+        values = [w & mask for w in words[0::2]]
+        fps = [v.to_bytes(width, "little") for v in values]
+        return fps, list(words[1::2]), values
 
     def _route(self, root_value: int, value: int) -> str:
         splits = self._tree.splits
@@ -372,12 +383,14 @@ class SplittableBloomFilter(Claimant):
 
     def _split(self, leaf: str) -> bool:
         """Split a full leaf, unless another client holds its lock; True if this one did. A
-        leaf below full size grows instead: the same steps, into one child of the next size
-        (the tree's leaf_sizes, each GROW times the one before)."""
+        leaf below full size grows instead: the same steps, into one child. The children start
+        at the smallest size that holds CHILD_FIT times their URLs (a growth: one step more at
+        least) and get the fingerprints held so far, coded (fill_coded); those written until the
+        leaf is sealed are copied after, raw. A split routes by the fingerprint's top bits below
+        the leaf's prefix, so a child codes fanout's bits fewer per URL."""
         store, token = self._store, uuid.uuid4().hex
         bits = self._tree.sizes.get(leaf, self._full_bits)
         grows = bits < self._full_bits
-        child_bits = self._grown[bits] if grows else self._full_bits
         lock_ms = LOCK_LEASES * self._claims.lease_ms
         status, stale = store.lock(leaf, token, lock_ms)
         if status != "ok":
@@ -390,11 +403,27 @@ class SplittableBloomFilter(Claimant):
         children = store.new_leaf_ids(1 if grows else self.fanout)
         if not store.refresh(leaf, token, lock_ms, children):
             return False
+        universe = self._universe(leaf)
+        held, start = self._held(leaf, universe)
+        if grows:
+            split = Split(0, tuple(children))
+        else:
+            shift = universe - (self.fanout.bit_length() - 1)
+            if shift < 0:
+                raise RemoteError(
+                    f"splittable filter {self.name!r}: leaf {leaf} cannot split: its "
+                    f"{self.fingerprint_bits}-bit fingerprints are all routing bits"
+                )
+            split = Split(0, tuple(children), shift)
+        parts = _parts(split, held)
+        child_bits = self._fitted(max(len(v) for v in parts.values()), bits if grows else 0)
         store.make_leaves(children, child_bits, self._tree.params)
-        split = Split(_new_seed(), tuple(children))
-        copied = self._copy(leaf, split, 0, None, token)
+        for child, values in parts.items():
+            self._fill(child, values, universe if grows else split.shift)
+        if not store.refresh(leaf, token, lock_ms, children):
+            return False
         end = store.seal(leaf)  # no more writes to the leaf: the rest is final
-        if copied is None or end < 0 or self._copy(leaf, split, copied, end, token) is None:
+        if end < 0 or self._copy(leaf, split, start, end, token) is None:
             store.drop(children)
             return False
         store.copy_claims(leaf, split)  # sealed: no new claims; acknowledgements come again
@@ -409,15 +438,75 @@ class SplittableBloomFilter(Claimant):
         self._reload()
         return True
 
-    def _copy(self, leaf: str, split: Split, start: int, end: int | None, token: str) -> int | None:
-        """Re-insert the leaf's fingerprints [start, end) into the split's children (all of
-        them while end is None: the leaf may still grow). The new offset, or None if the lock
-        was lost."""
+    def _universe(self, leaf: str) -> int:
+        """The fingerprint bits a leaf does not know from its place in the tree: those below
+        the shift of the nearest prefix split above it (all of them under the root)."""
+        splits = self._tree.splits
+        parents = {child: node for node, split in splits.items() for child in split.children}
+        node = leaf
+        while node in parents:
+            node = parents[node]
+            if splits[node].shift >= 0:
+                return splits[node].shift
+        return int(self.fingerprint_bits)
+
+    def _held(self, leaf: str, universe: int) -> tuple[np.ndarray, int]:
+        """The fingerprints the leaf holds now (coded and raw) and its raw tail's length in
+        bytes. A coded block that fails its checks, or fingerprints of another prefix, raise
+        FormatError: a split never routes what it cannot trust."""
+        store = self._store
+        code = store.code(leaf)
+        coded = np.zeros(0, dtype=np.uint64)
+        if code:
+            coded, coded_universe, _ = fingerprint_code.decode(code)
+            if coded_universe != universe:
+                raise FormatError(f"{self._damaged(leaf)}: coded for {coded_universe} bits")
+        raw = store.fingerprints(leaf, 0, 1 << 62)
+        values = np.concatenate([coded, fingerprint_code.from_bytes(raw, self.fingerprint_bytes)])
+        if len(values) and universe < 64:
+            top = values >> np.uint64(universe)
+            if (top != top[0]).any() or (values >> np.uint64(self.fingerprint_bits)).any():
+                raise FormatError(f"{self._damaged(leaf)}: fingerprints of another prefix")
+        return values, len(raw)
+
+    def _damaged(self, leaf: str) -> str:
+        return f"splittable filter {self.name!r}: leaf {leaf} is damaged"
+
+    def _fitted(self, count: int, above: int) -> int:
+        """The smallest leaf size over `above` bits that holds CHILD_FIT * count URLs; a leaf
+        below 1/SMALL_LEAF of leaf_bits grows to SMALL_GROW times its size at least (a growth
+        costs a few script calls whatever the size: small leaves hold few of the URLs)."""
+        if above * SMALL_LEAF < self._full_bits:
+            above = int(above * SMALL_GROW) - 1
+        for bits, capacity in self._chain:
+            if bits > above and capacity >= CHILD_FIT * count:
+                return int(bits)
+        return int(self._full_bits)
+
+    def _fill(self, child: str, values: np.ndarray, universe: int) -> None:
+        """Give a fresh child these fingerprints: its bits and their coded block at once; a
+        child that is not fresh (fill_coded answers MOVED) takes them raw, copied."""
+        fps = fingerprint_code.to_bytes(values, self.fingerprint_bytes)
+        prefix = int(values[0]) >> universe if len(values) else 0
+        reply = self._store.fill_coded(
+            child, fps, fingerprint_code.encode(values, universe, prefix)
+        )
+        if reply is MISSING:
+            raise self._lost_leaf(child)
+        if isinstance(reply, LeafAnswer):
+            return
+        for at in range(0, len(fps), COPY_CHUNK):
+            copied = self._store.check_and_add({child: fps[at : at + COPY_CHUNK]}, LeafOp.COPY)
+            if not isinstance(copied[child], LeafAnswer):  # fresh children take every copy
+                raise self._lost_leaf(child)
+
+    def _copy(self, leaf: str, split: Split, start: int, end: int, token: str) -> int | None:
+        """Re-insert the sealed leaf's raw fingerprints [start, end) (bytes of its tail: those
+        written since its fingerprints were read) into the split's children. The new offset,
+        or None if the lock was lost."""
         store, width = self._store, self.fingerprint_bytes
-        while end is None or start < end:
-            step = COPY_CHUNK * width
-            stop = start + step if end is None else min(end, start + step)
-            data = store.fingerprints(leaf, start, stop)
+        while start < end:
+            data = store.fingerprints(leaf, start, min(end, start + COPY_CHUNK * width))
             if not data:
                 break
             groups: dict[str, list[bytes]] = defaultdict(list)
@@ -436,7 +525,8 @@ class SplittableBloomFilter(Claimant):
 
     def leaves(self) -> list[dict[str, Any]]:
         """Every live leaf: id, depth, bits, count, fill (count / its capacity), state,
-        fingerprint bytes, claims."""
+        fingerprint bytes (coded and raw, with the raw string's room), claims, the URLs coded
+        and their code's bytes."""
         self._usable()
         self._reload()
         order = self._tree.leaves()
@@ -447,7 +537,8 @@ class SplittableBloomFilter(Claimant):
         return [
             {"leaf": leaf, "depth": depth, "bits": self._tree.sizes.get(leaf, self._full_bits),
              "count": info.count, "fill": info.count / self._capacity(leaf), "state": info.state,
-             "fingerprint_bytes": info.fingerprint_bytes, "claims": info.claims}
+             "fingerprint_bytes": info.fingerprint_bytes, "claims": info.claims,
+             "coded": info.coded, "code_bytes": info.code_bytes}
             for (leaf, depth), info in zip(order, infos, strict=True)
             if info is not None
         ]  # fmt: skip
@@ -481,13 +572,14 @@ class SplittableBloomFilter(Claimant):
                 "leaves": len(leaves), "depth": max((leaf["depth"] for leaf in leaves), default=0),
                 "first_leaves": p["first_leaves"], "first_leaf_bits": p["first_leaf_bits"],
                 "fingerprint_bytes": self.fingerprint_bytes, "collision_rate": collisions,
+                "fingerprint_bits": self.fingerprint_bits,
                 "tree_version": self._tree.version,
             },
         )  # fmt: skip
 
     def _collision_rate(self, counts: dict[str, int]) -> float:
         """The false-positive rate from equal fingerprints, in the fullest child of the root:
-        its URLs / 2^(8 fingerprint_bytes) (see _fingerprint_bytes)."""
+        its URLs / 2^fingerprint_bits (see _fingerprint_bits)."""
         splits, fullest = self._tree.splits, 0
         for child in splits["root"].children:
             total, stack = 0, [child]
@@ -499,7 +591,7 @@ class SplittableBloomFilter(Claimant):
                 else:
                     stack.extend(split.children)
             fullest = max(fullest, total)
-        return float(fullest / 2.0 ** (8 * int(self.fingerprint_bytes)))
+        return float(fullest / 2.0 ** int(self.fingerprint_bits))
 
     def memory_usage(self) -> int:
         """Bytes of the live leaves and the tree, as the store counts them."""
@@ -524,6 +616,14 @@ class SplittableBloomFilter(Claimant):
         )
 
 
+def _parts(split: Split, values: np.ndarray) -> dict[str, np.ndarray]:
+    """Fingerprints by the child of `split` each goes to (prefix routing, or a growth's one)."""
+    if len(split.children) == 1:
+        return {split.children[0]: values}
+    side = (values >> np.uint64(split.shift)) & np.uint64(len(split.children) - 1)
+    return {child: values[side == i] for i, child in enumerate(split.children)}
+
+
 def _params(
     capacity: object,
     error_rate: object,
@@ -542,8 +642,13 @@ def _params(
         or not 512 <= leaf_bits <= 1 << 32
     ):
         raise ConfigError(f"leaf_bits must be a multiple of 512 in [512, 2**32], not {leaf_bits!r}")
-    if isinstance(fanout, bool) or not isinstance(fanout, int) or not 2 <= fanout <= 64:
-        raise ConfigError(f"fanout must be an int in [2, 64], not {fanout!r}")
+    if (
+        isinstance(fanout, bool)
+        or not isinstance(fanout, int)
+        or not 2 <= fanout <= 64
+        or fanout & (fanout - 1)
+    ):
+        raise ConfigError(f"fanout must be a power of two in [2, 64], not {fanout!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise ConfigError(f"seed must be an int in [0, 2**32), not {seed!r}")
     full = _stored_bits(leaf_bits)
@@ -562,13 +667,16 @@ def _params(
     # round, a leaf never holds more than leaf_capacity * (1 + 1/8) URLs.
     write_limit = _write_limit(size.leaf_capacity)
     if fingerprint_bytes is None:
-        fingerprint_bytes = _fingerprint_bytes(size.leaf_capacity, rate)
-    if (
+        fp_bits = _fingerprint_bits(size.leaf_capacity, rate)
+        fingerprint_bytes = -(-fp_bits // 8)
+    elif (
         isinstance(fingerprint_bytes, bool)
         or not isinstance(fingerprint_bytes, int)
         or not 4 <= fingerprint_bytes <= 8
     ):
         raise ConfigError(f"fingerprint_bytes must be an int in [4, 8], not {fingerprint_bytes!r}")
+    else:
+        fp_bits = 8 * fingerprint_bytes
     if (write_limit + write_limit // 16) * fingerprint_bytes > MAX_FINGERPRINT_BYTES:
         raise ConfigError(
             f"a leaf of {leaf_bits} bits holds {size.leaf_capacity:,} URLs at error_rate "
@@ -584,23 +692,25 @@ def _params(
         "k": size.k, "leaf_capacity": size.leaf_capacity, "first_leaves": size.first_leaves,
         "leaf_write_limit": write_limit,
         "first_leaf_bits": sizes[0][0], "leaf_sizes": [list(shape) for shape in sizes],
-        "fp_bytes": fingerprint_bytes,
+        "fp_bytes": fingerprint_bytes, "fp_bits": fp_bits,
         "hash": "xxh3", "hash_id": _core.HASH_XXH3_128,
     }  # fmt: skip
 
 
-def _fingerprint_bytes(leaf_capacity: int, error_rate: float) -> int:
-    """Bytes of fingerprint per URL: the fewest (4 to 8) that keep collisions rare.
+def _fingerprint_bits(leaf_capacity: int, error_rate: float) -> int:
+    """Bits of fingerprint per URL (W, 32 to 64): the fewest that keep collisions rare.
 
     A query whose fingerprint equals that of a URL under the same child of the root (which
     routes by other bits of the digest) is a false positive whatever the leaf's bits say: its
-    rate is (URLs under that child) / 2^(8 w). The children of the root hold leaf_capacity
-    URLs each at the planned capacity; w keeps the rate <= COLLISION_SHARE * error_rate (the
-    share the leaves leave for it) until they hold GROWTH_ALLOWANCE times that. Beyond,
-    stats() adds the rate reached to its estimate.
+    rate is (URLs under that child) / 2^W. The children of the root hold leaf_capacity URLs
+    each at the planned capacity; W keeps the rate <= COLLISION_SHARE * error_rate (the share
+    the leaves leave for it) until they hold GROWTH_ALLOWANCE times that. Beyond, stats() adds
+    the rate reached to its estimate. Kept raw, a fingerprint takes ceil(W / 8) bytes; coded
+    (stores/_fingerprint_code.py), a leaf at prefix depth d takes about W - d - log2(n) + 2 bits
+    per URL.
     """
     need = GROWTH_ALLOWANCE * leaf_capacity / (COLLISION_SHARE * error_rate)
-    return min(8, max(4, math.ceil(math.log2(need) / 8)))
+    return min(64, max(MIN_FINGERPRINT_BITS, math.ceil(math.log2(need))))
 
 
 def _leaf_capacity(bits: int, k: int, error_rate: float, layout: str) -> int:
@@ -623,23 +733,30 @@ def _write_limit(capacity: int) -> int:
 
 
 def _stored_bits(bits: int) -> int:
-    """A leaf size as kept: a power of two one 64-byte block smaller, so that its Redis string
-    (bits + a 16-byte header) fits jemalloc's size class of 2^k bytes (MEMORY USAGE of a
-    16,384-byte string: 20,536 B; of 16,320 bytes: 16,440 B, Redis 7.0.15)."""
-    return bits - 512 if bits >= 1024 and bits & (bits - 1) == 0 else bits
+    """A leaf size as kept: an allocator class ((1, 1.25, 1.5 or 1.75) * 2^j bits) one 64-byte
+    block smaller,
+    so that its Redis string (bits + a 16-byte header) fits jemalloc's size class of that many
+    bytes (MEMORY USAGE of a 16,384-byte string: 20,536 B; of 16,320 bytes: 16,440 B, Redis
+    7.0.15)."""
+    odd = bits // (bits & -bits)  # 1 for 2^j, 3, 5, 7 for 1.5, 1.25, 1.75 * 2^j
+    return bits - 512 if bits >= 1024 and odd in (1, 3, 5, 7) else bits
 
 
 def _leaf_sizes(
     leaf_bits: int, k: int, error_rate: float, layout: str
 ) -> list[tuple[int, int, int]]:
-    """(bits, capacity, write limit) of each size a leaf passes through, smallest first: leaf_bits
-    divided by GROW while the result is a multiple of 512 bits, at least MIN_LEAF_BITS, and
-    holds MIN_LEAF_URLS URLs; each as _stored_bits keeps it."""
+    """(bits, capacity, write limit) of each size a leaf passes through, smallest first: leaf_bits,
+    then the allocator classes below it ((1, 1.25, 1.5, 1.75) * 2^j bits) at least MIN_STEP
+    apart (steps of 1.2-1.33), down to MIN_LEAF_BITS and MIN_LEAF_URLS URLs; each as
+    _stored_bits keeps it. Small steps keep leaves full: a split's children start at the size
+    that fits their URLs (CHILD_FIT), a leaf that fills grows one step or more."""
     sizes = [leaf_bits]
-    while True:
-        smaller = sizes[0] // GROW
-        if sizes[0] % (GROW * 512) or smaller < MIN_LEAF_BITS:
-            break
+    classes = sorted(
+        {c << (j - 2) for j in range(12, 33) for c in (4, 5, 6, 7)}, reverse=True
+    )  # jemalloc's 4 size classes per power of two, from 4096 bits (MIN_LEAF_BITS) to 2^32
+    for smaller in classes:
+        if smaller * MIN_STEP > sizes[0] or smaller < MIN_LEAF_BITS:
+            continue
         if _leaf_capacity(_stored_bits(smaller), k, error_rate, layout) < MIN_LEAF_URLS:
             break
         sizes.insert(0, smaller)
@@ -651,7 +768,7 @@ def _leaf_sizes(
 
 
 _INT_PARAMS = ("capacity", "leaf_bits", "fanout", "seed", "k", "leaf_capacity", "first_leaves",
-               "leaf_write_limit", "hash_id", "first_leaf_bits", "fp_bytes")  # fmt: skip
+               "leaf_write_limit", "hash_id", "first_leaf_bits", "fp_bytes", "fp_bits")  # fmt: skip
 
 
 def _check_params(p: dict[str, Any], name: str) -> None:
@@ -668,6 +785,8 @@ def _check_params(p: dict[str, Any], name: str) -> None:
         or not isinstance(p.get("error_rate"), float)
         or not _sizes_ok(p.get("leaf_sizes"), p)
         or not 4 <= p["fp_bytes"] <= 8
+        or p["fp_bytes"] != -(-p["fp_bits"] // 8)
+        or p["fanout"] & (p["fanout"] - 1)
     ):
         raise FormatError(f"{name!r}: not a urlseen splittable filter this version can read")
 

@@ -6,8 +6,10 @@ Keys of filter `name` (E: the name escaped, redis_store.escape):
 - per leaf, under its own hash tag `{E:leaf:ID}` so that leaves spread over a Cluster's
   slots while each leaf's script touches one slot: `:meta` (state, count, instance), `:bits`
   (the leaf's Bloom filter, a bitmap string of the size the tree records for the leaf),
-  `:fps` (its fingerprints, packed: fp_bytes (4 to 8) per URL in one string grown in
-  allocator-sized steps, against ~70 bytes per member of a SET) and `:claims`
+  `:fps` (its fingerprints: first the code of those a split or growth gave it, sorted and
+  Elias-Fano coded by stores/_fingerprint_code.py, `code_bytes` long and counting `coded` URLs
+  (meta fields), then those it reported new since, raw: fp_bytes per URL; one string grown in
+  allocator-sized steps, so the code's allocator slack is the raw tail's room) and `:claims`
   (stores/redis_claims.py).
 Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode; its
 claims answer a call sent again after a lost reply as the first time, and a split's copies
@@ -30,6 +32,7 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -137,7 +140,7 @@ class RedisLeafStore:
         try:
             params = json.loads(raw[b"params"])
             nodes = {k[5:].decode(): v.decode() for k, v in raw.items() if k.startswith(b"node:")}
-            splits = {node: Split.parse(v) for node, v in nodes.items() if v.startswith("split ")}
+            splits = {node: Split.parse(v) for node, v in nodes.items() if Split.describes(v)}
             sizes = {node: int(v[5:]) for node, v in nodes.items() if v.startswith("leaf ")}
             version = int(raw[b"version"])
             instance = raw[b"instance"].decode()
@@ -386,7 +389,7 @@ class RedisLeafStore:
 
         def queue(pipe: Any, leaf: str) -> int:
             meta, bits, fps_key, claims = self._keys(leaf)
-            pipe.hmget(meta, "instance", "state", "count")
+            pipe.hmget(meta, "instance", "state", "count", "coded", "code_bytes")
             pipe.strlen(bits)
             pipe.strlen(fps_key)
             pipe.hlen(claims)
@@ -399,12 +402,15 @@ class RedisLeafStore:
         reads: dict[str, _Read] = {}
         claimed: list[str] = []
         for leaf, reply in replies.items():
-            (instance, state, count), length, fps_length, held, *data = reply
+            (instance, state, count, coded, code_bytes), length, fps_length, held, *data = reply
             nbits = self._sizes.get(leaf, p["leaf_bits"])
             ok = instance is not None and instance.decode() == self._instance
             ok = ok and state == b"active" and length == nbits // 8 and count is not None
             ok = ok and int(count) < write_limit(p, nbits)
-            if not ok or int(count) * p["fp_bytes"] > fps_length:
+            if not ok:
+                continue
+            raw = (int(count) - int(coded or 0)) * p["fp_bytes"]
+            if int(code_bytes or 0) + raw > fps_length:
                 continue
             plan = plans[leaf]
             bits = plan.bits(data)
@@ -489,16 +495,73 @@ class RedisLeafStore:
         return self._executor
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
+        """The leaf's raw fingerprints (its tail), bytes [start, end)."""
         meta, _, fps, _ = self._keys(leaf)
-        count = retrying(lambda: self.client.hget(meta, "count"), f"{self._what}: read leaf")
-        width = self._fp_bytes()
-        end = min(end, width * int(count or 0))  # the string's tail is room to grow, not data
+        count, coded, code_bytes = retrying(
+            lambda: self.client.hmget(meta, "count", "coded", "code_bytes"),
+            f"{self._what}: read leaf",
+        )
+        width, at = self._fp_bytes(), int(code_bytes or 0)
+        raw = int(count or 0) - int(coded or 0)
+        end = min(end, width * raw)  # the string's tail is room to grow, not data
         if end <= start:
             return b""
         data: bytes = retrying(
-            lambda: self.client.getrange(fps, start, end - 1), f"{self._what}: read leaf"
+            lambda: self.client.getrange(fps, at + start, at + end - 1), f"{self._what}: read leaf"
         )
         return data
+
+    def code(self, leaf: str) -> bytes:
+        """The leaf's coded fingerprints, the start of its `:fps` (b"" if it has none; written
+        once, by fill, before the leaf is in the tree). Shorter than the meta says: lost
+        (FilterLostError)."""
+        meta, _, fps, _ = self._keys(leaf)
+        what = f"{self._what}: read leaf"
+        size = int(retrying(lambda: self.client.hget(meta, "code_bytes"), what) or 0)
+        code: bytes = b""
+        if size:
+            code = retrying(lambda: self.client.getrange(fps, 0, size - 1), what)
+        if len(code) != size:
+            raise redis_store.FilterLostError(
+                f"{self._what}: leaf {leaf} lost its coded fingerprints; {redis_store.LOST_HELP}"
+            )
+        return code
+
+    def fill_coded(self, leaf: str, fps: list[bytes], code: bytes) -> LeafReply:
+        """Into a fresh child: its bits set in the client (as _fill), written with the code
+        by one fill (resent safely: its token). MOVED when the child is not fresh."""
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        meta, bits_key, fps_key, _ = self._keys(leaf)
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hmget(meta, "instance", "state", "count")
+            pipe.get(bits_key)
+            return list(pipe.execute())
+
+        (instance, state, count), bits = retrying(read, f"{self._what}: read child")
+        if instance is None or instance.decode() != self._instance:
+            return MISSING
+        nbits = self._sizes.get(leaf, p["leaf_bits"])
+        if state != b"active" or count != b"0" or bits is None or len(bits) != nbits // 8:
+            return MOVED
+        buffer = bytearray(bits)
+        layout = _LAYOUTS[p["layout"]]
+        _core.BitFilter(buffer, 0, nbits, p["k"], layout, p["seed"], 0, -1, p["hash_id"]).update(
+            fps
+        )
+        args = ["fill", self._instance, 0, uuid.uuid4().hex, bytes(buffer), b"", p["fp_bytes"],
+                code, len(fps)]  # fmt: skip
+        keys = [meta, bits_key, fps_key]
+        reply = retrying(
+            functools.partial(self._leaf_script, keys=keys, args=args), f"{self._what}: copy"
+        )
+        if reply == b"X":
+            return MISSING
+        if reply != 1:
+            return MOVED
+        return LeafAnswer([True] * len(fps), len(fps))
 
     def copy_claims(self, leaf: str, split: Split) -> None:
         """Copy the sealed leaf's claims into the split's children (before the swap), so
@@ -561,18 +624,19 @@ class RedisLeafStore:
     def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]:
         def ask(pipe: Any, leaf: str) -> None:
             meta, _, fps, claims = self._keys(leaf)
-            pipe.hmget(meta, "state", "count", "instance")
+            pipe.hmget(meta, "state", "count", "instance", "coded", "code_bytes")
             pipe.strlen(fps)
             pipe.hlen(claims)
 
         replies = self._each_leaf(leaves, ask)
         out: list[LeafInfo | None] = []
-        for (state, count, instance), length, claims in zip(
+        for (state, count, instance, coded, code), length, claims in zip(
             replies[0::3], replies[1::3], replies[2::3], strict=True
         ):
             mine = state is not None and instance is not None
             mine = mine and instance.decode() == self._instance
-            out.append(LeafInfo(state.decode(), int(count), length, claims) if mine else None)
+            info = LeafInfo(state.decode(), int(count), length, claims) if mine else None
+            out.append(info and replace(info, coded=int(coded or 0), code_bytes=int(code or 0)))
         return out
 
     def memory_usage(self, leaves: Sequence[str]) -> int:

@@ -80,25 +80,38 @@ def write_limit(params: Mapping[str, Any], bits: int) -> int:
 
 @dataclass(frozen=True)
 class Split:
-    """An internal node: its LocHash seed and its children, in order."""
+    """An internal node: its children, in order, and how it routes a fingerprint to one: by
+    its LocHash seed (the root), or, with `shift` >= 0, by the fingerprint's bits from `shift`
+    up (prefix routing below the root: filters/dsbf.py). A leaf that grew has one child."""
 
     seed: int
     children: tuple[str, ...]
+    shift: int = -1
 
     def child(self, fingerprint: int) -> str:
-        """The child this node routes a fingerprint to (by its LocHash; a leaf that grew has
-        one child)."""
+        """The child this node routes a fingerprint to."""
         if len(self.children) == 1:
             return self.children[0]
+        if self.shift >= 0:
+            return self.children[(fingerprint >> self.shift) % len(self.children)]
         return self.children[loc_hash(fingerprint, self.seed) % len(self.children)]
 
     def describe(self) -> str:
+        if self.shift >= 0:
+            return f"bits {self.shift} {','.join(self.children)}"
         return f"split {self.seed} {','.join(self.children)}"
 
     @staticmethod
     def parse(text: str) -> Split:
-        _, seed, children = text.split(" ")
-        return Split(int(seed), tuple(children.split(",")))
+        how, number, children = text.split(" ")
+        if how == "bits":
+            return Split(0, tuple(children.split(",")), int(number))
+        return Split(int(number), tuple(children.split(",")))
+
+    @staticmethod
+    def describes(text: str) -> bool:
+        """Whether a tree node's text is an internal node's (else a leaf's: "leaf <bits>")."""
+        return text.startswith(("split ", "bits "))
 
 
 @dataclass(frozen=True)
@@ -145,6 +158,8 @@ class LeafInfo:
     count: int
     fingerprint_bytes: int
     claims: int = 0  # answers "new" not acknowledged yet (stores/redis_claims.py)
+    coded: int = 0  # URLs whose fingerprints are in the coded block ...
+    code_bytes: int = 0  # ... of this many bytes (of fingerprint_bytes; the rest: raw, room)
 
 
 class LeafStore(Protocol):
@@ -152,6 +167,12 @@ class LeafStore(Protocol):
 
     check_and_add does one LeafOp to every key of a batch, leaf by leaf. claims: whether
     answers "new" are claimed until acknowledged (several clients: stores/redis_claims.py).
+
+    A leaf keeps its URLs' fingerprints in two parts (format urlseen-dsbf/5): `code`, those a
+    split or growth gave it, sorted and coded once (stores/_fingerprint_code.py, written by
+    fill_coded into a fresh leaf, never changed after), and the raw tail that check-and-add
+    appends to (fp_bytes per URL reported new; `fingerprints` reads it by byte offset, `seal`
+    answers its final length). Its count is both parts' URLs.
     """
 
     claims: bool
@@ -171,6 +192,10 @@ class LeafStore(Protocol):
     ) -> dict[str, LeafReply]: ...
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes: ...
+
+    def code(self, leaf: str) -> bytes: ...
+
+    def fill_coded(self, leaf: str, fps: list[bytes], code: bytes) -> LeafReply: ...
 
     def copy_claims(self, leaf: str, split: Split) -> None: ...
 
@@ -199,7 +224,9 @@ class LeafStore(Protocol):
 class _Leaf:
     bits: _core.BitFilter
     buffer: bytearray
-    fps: bytearray = field(default_factory=bytearray)
+    fps: bytearray = field(default_factory=bytearray)  # the raw tail
+    code: bytes = b""  # the coded part (fill_coded)
+    coded: int = 0  # URLs in it
     state: str = "active"
     expires: float | None = None
 
@@ -281,14 +308,15 @@ class MemoryLeafStore:
                 if entry is None:
                     out[leaf] = MISSING
                     continue
+                count = entry.coded + len(entry.fps) // width
                 if op in (LeafOp.ACK, LeafOp.ABANDON, LeafOp.RENEW):
-                    out[leaf] = LeafAnswer([True] * len(fps), len(entry.fps) // width)
+                    out[leaf] = LeafAnswer([True] * len(fps), count)
                     continue
                 if op != LeafOp.CONTAINS and entry.state != "active":
                     out[leaf] = MOVED
                     continue
                 limit = write_limit(self._tree["params"], 8 * len(entry.buffer))
-                if op == LeafOp.ADD and len(entry.fps) // width >= limit:
+                if op == LeafOp.ADD and count >= limit:
                     out[leaf] = MOVED  # at its write limit: a split is due
                     continue
                 if op == LeafOp.CONTAINS:
@@ -298,13 +326,31 @@ class MemoryLeafStore:
                     if op == LeafOp.COPY:
                         new = [True] * len(fps)
                     entry.fps += b"".join(fp for fp, fresh in zip(fps, new, strict=True) if fresh)
-                out[leaf] = LeafAnswer(new, len(entry.fps) // width)
+                out[leaf] = LeafAnswer(new, entry.coded + len(entry.fps) // width)
         return out
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
         with self._guard:
             entry = self._live(leaf)
             return b"" if entry is None else bytes(entry.fps[start:end])
+
+    def code(self, leaf: str) -> bytes:
+        with self._guard:
+            entry = self._live(leaf)
+            return b"" if entry is None else entry.code
+
+    def fill_coded(self, leaf: str, fps: list[bytes], code: bytes) -> LeafReply:
+        """Into a fresh leaf: set the bits of fps and keep `code` (their coded block) as its
+        coded part. MOVED if the leaf is not fresh and active, MISSING if it is gone."""
+        with self._guard:
+            entry = self._live(leaf)
+            if entry is None:
+                return MISSING
+            if entry.state != "active" or entry.coded or entry.fps:
+                return MOVED
+            entry.bits.update(fps)
+            entry.code, entry.coded = code, len(fps)
+            return LeafAnswer([True] * len(fps), len(fps))
 
     def copy_claims(self, leaf: str, split: Split) -> None:
         """No claims in one process."""
@@ -371,14 +417,24 @@ class MemoryLeafStore:
             for leaf in leaves:
                 e = self._live(leaf)
                 out.append(
-                    None if e is None else LeafInfo(e.state, len(e.fps) // width, len(e.fps))
+                    None
+                    if e is None
+                    else LeafInfo(
+                        e.state,
+                        e.coded + len(e.fps) // width,
+                        len(e.fps) + len(e.code),
+                        coded=e.coded,
+                        code_bytes=len(e.code),
+                    )
                 )
             return out
 
     def memory_usage(self, leaves: Sequence[str]) -> int:
         with self._guard:
             return sum(
-                len(e.buffer) + len(e.fps) for leaf in leaves if (e := self._live(leaf)) is not None
+                len(e.buffer) + len(e.fps) + len(e.code)
+                for leaf in leaves
+                if (e := self._live(leaf)) is not None
             )
 
     def destroy(self) -> None:

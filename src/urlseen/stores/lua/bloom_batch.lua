@@ -8,7 +8,8 @@
 -- KEYS[3]: this batch's receipt (COPY only): the answer is kept there for ARGV[3] seconds, so
 --          a split that lost a reply sends the same batch again and does not copy it twice
 -- KEYS[4]: the claims hash (claims.lua)
--- KEYS[5]: a DSBF leaf's fingerprints, ARGV[6] bytes per key reported new, in order; or, for
+-- KEYS[5]: a DSBF leaf's fingerprints: code_bytes (meta) of coded ones, then ARGV[6] bytes per
+--          key reported new, in order; or, for
 --          a RedisBloomFilter (no write limit, ARGV[7] empty), its claims of whole calls
 --          (claims.lua, claims_record: each call's new keys in one field, acknowledged by
 --          deleting it; expanded into KEYS[4] before any claim is read or released one by one)
@@ -45,7 +46,7 @@ local DROP = '6'
 local op = ARGV[2]
 local data, ttl = ARGV[1], tonumber(ARGV[3])
 local add = op == ADD or op == COPY
-local force, leaf, leaf_count = op == COPY, ARGV[7] ~= '', 0
+local force, leaf, leaf_count, leaf_tail, code_bytes = op == COPY, ARGV[7] ~= '', 0, 0, 0
 local records = not leaf and KEYS[5] or nil
 local fps, fp_size = ARGV[5], tonumber(ARGV[6])
 
@@ -53,7 +54,7 @@ if ttl > 0 then
   local done = redis.call('GET', KEYS[3])
   if done then return done end
 end
-local meta = redis.call('HMGET', KEYS[2], 'instance', 'state', 'count')
+local meta = redis.call('HMGET', KEYS[2], 'instance', 'state', 'count', 'coded', 'code_bytes')
 if meta[1] ~= ARGV[8] then
   if leaf then return 'X' end
   if not meta[1] then
@@ -68,12 +69,14 @@ end
 local sealed = false
 if leaf then
   leaf_count = tonumber(meta[3])
+  leaf_tail = leaf_count - (tonumber(meta[4]) or 0) -- its raw fingerprints, after the code
+  code_bytes = tonumber(meta[5]) or 0
   sealed = meta[2] ~= 'active'
   if add and sealed then return 'M' end
   if op == ADD and leaf_count >= tonumber(ARGV[7]) then
     return 'M' -- at its write limit: a split is due; the client waits for it (or does it)
   end
-  if fp_size * leaf_count > redis.call('STRLEN', KEYS[5]) then
+  if code_bytes + fp_size * leaf_tail > redis.call('STRLEN', KEYS[5]) then
     return redis.error_reply('URLSEEN-LOST ' .. KEYS[5] .. ' is gone or damaged')
   end
 end
@@ -113,15 +116,15 @@ if tonumber(ARGV[9]) <= WHOLE_PER_MASK_BYTE[ARGV[4]] * #data then
 end
 local CHUNK = 1000 -- BITFIELD operations per call (unpack is limited to ~8000 values)
 
--- A leaf's fingerprints fill the first fp_size * count bytes of KEYS[5]; the rest is room to
--- grow.
+-- A leaf's fingerprints fill the first code_bytes (the code dsbf_leaf.lua's fill wrote) +
+-- fp_size * (its count less the "coded" ones, kept raw) bytes of KEYS[5]; the rest is room.
 -- Below 1 MiB, APPEND and SETRANGE grow a string greedily to twice its size (~6 bytes wasted
 -- per 8 kept), so there the string is rebuilt with SET, which allocates exactly, to a size of
 -- its own allocator class (jemalloc: 4 classes per power of two), at least 1/8 larger each
--- time. From 1 MiB on, Redis grows a string by 1 MiB at most, a small slack, and rebuilding
+-- time (from 256 bytes: a leaf with no code may hold few raw fingerprints). From 1 MiB on, Redis grows a string by 1 MiB at most, a small slack, and rebuilding
 -- would copy megabytes inside a script, so SETRANGE grows it.
 local function grown_size(need, have)
-  local want = math.max(need, have + math.floor(have / 8), 4096) + 16
+  local want = math.max(need, have + math.floor(have / 8), 240) + 16
   local p = 1
   while p * 2 < want do p = p * 2 end
   local step = p / 4
@@ -139,14 +142,14 @@ local function append_fingerprints(new_fps, used)
   redis.call('SET', KEYS[5], old .. new_fps .. string.rep('\0', size - used - #new_fps))
 end
 
--- A leaf keeps the fingerprint of each key it reported new, `width` bytes each, after those it
--- holds (its count). The one place that knows the leaf's fingerprint format.
+-- A leaf keeps the fingerprint of each key it reported new, `width` bytes each, after the raw
+-- ones it holds. The one place that knows the leaf's raw fingerprint format.
 local function keep_fingerprints(grew, n, width)
   local kept = {}
   for i = 1, n do
     if grew == true or grew[i] then kept[#kept + 1] = sub(fps, width * (i - 1) + 1, width * i) end
   end
-  append_fingerprints(table.concat(kept), leaf_count * width)
+  append_fingerprints(table.concat(kept), code_bytes + leaf_tail * width)
 end
 
 -- BITFIELD over the byte `offsets`, in chunks: GET each (values nil: returns offset -> value)

@@ -1,18 +1,21 @@
 -- dsbf_leaf.lua: create or seal one leaf of a SplittableBloomFilter (its keys share one slot).
--- KEYS[1]: the leaf's hash (state, count, instance), KEYS[2]: its bits, KEYS[3]: its
--- fingerprints, KEYS[4]: its claims.
+-- KEYS[1]: the leaf's hash (state, count, instance; coded and code_bytes: the URLs and length
+-- of the coded fingerprints at the start of KEYS[3]), KEYS[2]: its bits, KEYS[3]: its
+-- fingerprints (the code, then the raw ones), KEYS[4]: its claims.
 --   make  nbytes instance -> 1 if created, 0 if it existed (never touches a leaf of this
 --                 instance; one of another instance is a leftover of a filter of the same name
 --                 deleted before: it is replaced)
---   seal  instance width -> the fingerprints' length in bytes (width * count), final from now on (the
---                 leaf takes no more writes: check-and-add answers "M"); -1 if the leaf does not
---                 exist or belongs to another instance
+--   seal  instance width -> the raw fingerprints' length in bytes (width * (count - coded)),
+--                 final from now on (the leaf takes no more writes: check-and-add answers "M");
+--                 -1 if the leaf does not exist or belongs to another instance
 --   fill  instance count token bits fps width -> a split's copy into a fresh child without a
 --                 loop in Lua: the client read the child (count URLs) and set the copied
 --                 fingerprints' bits itself; this replaces the bits, appends fps and counts them.
 --                 1 when done (or done already by this token: a resent fill), "X" when the child
 --                 is gone or another instance's, "M" when it changed since it was read (the
---                 client copies through bloom_batch.lua instead)
+--                 client copies through bloom_batch.lua instead). With `code n` after width
+--                 (a fresh child only: count 0), KEYS[3] starts with the code (the split's coded
+--                 fingerprints, fps then empty) and the leaf counts n coded URLs.
 local op = ARGV[1]
 if op == 'make' then
   local instance = redis.call('HGET', KEYS[1], 'instance')
@@ -24,24 +27,32 @@ if op == 'make' then
 elseif op == 'seal' then
   if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] then return -1 end
   redis.call('HSET', KEYS[1], 'state', 'retired')
-  return tonumber(ARGV[3]) * tonumber(redis.call('HGET', KEYS[1], 'count'))
+  local counts = redis.call('HMGET', KEYS[1], 'count', 'coded')
+  return tonumber(ARGV[3]) * (tonumber(counts[1]) - (tonumber(counts[2]) or 0))
 elseif op == 'fill' then
-  local meta = redis.call('HMGET', KEYS[1], 'instance', 'state', 'count', 'filled')
+  local meta = redis.call('HMGET', KEYS[1], 'instance', 'state', 'count', 'filled', 'coded',
+                          'code_bytes')
   if meta[1] ~= ARGV[2] then return 'X' end
   if meta[4] == ARGV[4] then return 1 end
   if meta[2] ~= 'active' or meta[3] ~= ARGV[3] then return 'M' end
   if redis.call('STRLEN', KEYS[2]) ~= #ARGV[5] then
     return redis.error_reply('URLSEEN-LOST ' .. KEYS[2] .. ' is gone or damaged')
   end
-  local used = tonumber(ARGV[3]) * tonumber(ARGV[7])
+  local coded, code_bytes = tonumber(meta[5]) or 0, tonumber(meta[6]) or 0
+  local count = tonumber(ARGV[3])
+  if ARGV[8] and count ~= 0 then return 'M' end -- a code goes into a fresh child only
+  local used = code_bytes + (count - coded) * tonumber(ARGV[7])
   local old = used > 0 and redis.call('GETRANGE', KEYS[3], 0, used - 1) or ''
   if #old ~= used then
     return redis.error_reply('URLSEEN-LOST ' .. KEYS[3] .. ' is gone or damaged')
   end
+  if ARGV[8] then
+    old, coded, code_bytes, count = ARGV[8], tonumber(ARGV[9]), #ARGV[8], tonumber(ARGV[9])
+  end
   redis.call('SET', KEYS[2], ARGV[5])
-  redis.call('SET', KEYS[3], old .. ARGV[6])
-  redis.call('HSET', KEYS[1], 'count', tonumber(ARGV[3]) + #ARGV[6] / tonumber(ARGV[7]),
-             'filled', ARGV[4])
+  if #old + #ARGV[6] > 0 then redis.call('SET', KEYS[3], old .. ARGV[6]) end
+  redis.call('HSET', KEYS[1], 'count', count + #ARGV[6] / tonumber(ARGV[7]), 'coded', coded,
+             'code_bytes', code_bytes, 'filled', ARGV[4])
   return 1
 end
 return redis.error_reply('dsbf_leaf.lua: unknown operation ' .. tostring(op))
