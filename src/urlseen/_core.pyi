@@ -64,6 +64,9 @@ def positions(key: Key, nbits: int, k: int, layout: int, seed: int = 0, hash: in
 def set_prefetch_distance(keys: int) -> int:
     """Set how many keys ahead batches prefetch (0: off); returns the previous value."""
 
+def align_offset(buffer: Buffer, alignment: int) -> int:
+    """Bytes from buffer's start to its first address that is a multiple of alignment."""
+
 class BitFilter:
     """Bloom-filter probes over bits at byte `offset` of a buffer the caller owns."""
 

@@ -1,7 +1,7 @@
 /* bindings/core_module.c: the extension module urlseen._core: its init, its constants, and the
  * module-level functions (the digests, a key's bit positions without a filter, the
- * prefetch distance). Each of the other binding files adds its own types and functions to the
- * module (common.h lists them).
+ * prefetch distance, a buffer's alignment). Each of the other binding files adds its own types
+ * and functions to the module (common.h lists them).
  *
  * The binding is CPython glue and nothing else: argument parsing, exceptions, docstrings and
  * buffer access live in bindings/; the algorithms live in csrc/ (pure C).
@@ -79,7 +79,7 @@ static PyObject *mod_md5(PyObject *mod, PyObject *args, PyObject *kwargs)
     return digest_function(args, kwargs, "O|O:md5", US_HASH_MD5, 32);
 }
 
-/* ---- positions, prefetch and the module ------------------------------------------------------ */
+/* ---- positions, prefetch, alignment and the module ------------------------------------------------------ */
 
 PyDoc_STRVAR(positions_fn_doc,
              "positions(key, nbits, k, layout, seed=0, hash=0) -> list[int]\n\n"
@@ -120,7 +120,30 @@ static PyObject *mod_set_prefetch(PyObject *mod, PyObject *arg)
     return PyLong_FromUnsignedLong(old);
 }
 
+PyDoc_STRVAR(align_offset_doc,
+             "align_offset(buffer, alignment) -> int\n\n"
+             "Bytes from the start of buffer to its first address that is a multiple of\n"
+             "alignment (a power of two): where a memory store puts its data so that it starts on\n"
+             "a huge page.");
+
+static PyObject *mod_align_offset(PyObject *mod, PyObject *args)
+{
+    PyObject *buffer;
+    unsigned long long alignment;
+    if (!PyArg_ParseTuple(args, "OK:align_offset", &buffer, &alignment)) return NULL;
+    if (alignment == 0 || (alignment & (alignment - 1))) {
+        PyErr_SetString(PyExc_ValueError, "alignment must be a power of two");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE) < 0) return NULL;
+    unsigned long long offset = (unsigned long long)(-(uintptr_t)view.buf) & (alignment - 1);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(offset);
+}
+
 static PyMethodDef module_methods[] = {
+    {"align_offset", (PyCFunction)mod_align_offset, METH_VARARGS, align_offset_doc},
     {"set_prefetch_distance", (PyCFunction)mod_set_prefetch, METH_O, set_prefetch_doc},
     {"murmur3_x64_128", (PyCFunction)(void (*)(void))mod_murmur3, METH_VARARGS | METH_KEYWORDS,
      murmur3_doc},
