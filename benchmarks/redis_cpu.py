@@ -50,7 +50,8 @@ DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "urls-dev.txt.gz
 NAME = "bench"
 WAYS = ("sadd", "bloom-1000", "bloom-8192", "dsbf", "library")
 BLOOM_VARIANTS = ("bloom-8192-native", "bloom-8192-lua", "bloom-8192-1e7")
-URLSEEN_WAYS = WAYS[1:] + BLOOM_VARIANTS
+DSBF_VARIANTS = ("dsbf-default",)  # the default leaves (8,388,608 bits) instead of 16 KiB
+URLSEEN_WAYS = WAYS[1:] + BLOOM_VARIANTS + DSBF_VARIANTS
 
 
 def lines(which: str) -> list[str]:
@@ -86,8 +87,9 @@ def filter_for(way: str, url: str, keys: list[str]) -> tuple[Any, int]:
             bloom.native_from = 0.0 if variant == "native" else 2.0
             bloom.optimistic = False  # the script decides new keys (always before redis-new-cpu)
         return bloom, int(batch)
-    if way == "dsbf":
-        return SplittableBloomFilter(n, 0.001, redis=url, name=NAME, leaf_bits=1 << 17), 1000
+    if way.startswith("dsbf"):
+        leaves = {} if way == "dsbf-default" else {"leaf_bits": 1 << 17}
+        return SplittableBloomFilter(n, 0.001, redis=url, name=NAME, **leaves), 1000
     library = RedisLibrary(url, NAME, n)
     library.contains([bytes(16)])  # loads the script; writes nothing
     return FingerprintLibraryFilter(library=library), 8192
@@ -154,7 +156,8 @@ def main() -> None:
         help="a source tree to take urlseen from (repeatable); default: installed",
     )
     ap.add_argument("--data", action="append", choices=("repeats", "new"), default=[])
-    ap.add_argument("--ways", default=",".join(WAYS), help=f"also: {', '.join(BLOOM_VARIANTS)}")
+    also = ", ".join(BLOOM_VARIANTS + DSBF_VARIANTS)
+    ap.add_argument("--ways", default=",".join(WAYS), help=f"also: {also}")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
     trees = [tuple(t.split("=", 1)) for t in args.tree] or [("installed", "")]

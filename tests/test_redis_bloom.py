@@ -333,6 +333,27 @@ def test_on_a_cluster_a_filter_lives_in_one_slot_and_filters_spread(redis_cluste
     assert len(nodes) == 3, nodes
 
 
+def test_on_a_cluster_a_client_alone_stages_its_rewrites(redis_cluster_url, monkeypatch):
+    """A Cluster pipeline refuses EVALSHA: the stage is set first, then the script takes it."""
+    client = redis_store.connect(redis_cluster_url)
+    seen = RedisBloomFilter(redis_cluster_url, "cluster-stage", capacity=3000)
+    local = BloomFilter(3000)
+    staged, real_set = [], seen._client.set
+    monkeypatch.setattr(seen._client, "set", lambda key, *a, **kw: staged.append(key) or
+                        real_set(key, *a, **kw))  # fmt: skip
+    try:
+        for i in range(4):
+            batch = urls(400, seed=60 + i)
+            assert seen.add_many(batch) == local.add_many(batch)
+        assert staged == [seen._stage] * 3, "alone from the second batch on: staged"
+        bits = client.get(redis_store.key("cluster-stage", "bits"))
+        assert bits == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+        assert client.ttl(redis_store.key("cluster-stage", "bits")) == -1
+        assert client.exists(seen._stage) == 0
+    finally:
+        seen.destroy()
+
+
 def test_on_a_cluster_repeats_are_answered_by_a_native_transaction(redis_cluster_url, monkeypatch):
     """MULTI/EXEC works there (the keys share a slot); without TIME in a Cluster transaction,
     another client's live claim goes to the script, which says it is pending or seen."""
@@ -671,27 +692,33 @@ def test_claims_taken_over_are_acknowledged_one_by_one(redis_url, redis_name):
 
 
 def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, monkeypatch):
-    """A client whose read finds the count its own last batch left (alone on the filter) sends
-    a small filter's whole bits instead of its blocks; the script takes them only if the count
-    is still as read: after another client's write it decides the batch itself. The answers
-    and bits equal a local filter's either way."""
+    """A client whose read finds the count its own last batch left (alone on the filter) stages
+    a small filter's whole bits instead of sending its blocks; the script renames them over the
+    bits only if the count is still as read: after another client's write it deletes them and
+    decides the batch itself. The answers and bits equal a local filter's either way, and no
+    stage, nor an expiry on the bits, is left."""
+    client = redis.Redis.from_url(redis_url)
     seen = RedisBloomFilter(redis_url, redis_name, capacity=2000)
     other = RedisBloomFilter(redis_url, redis_name)
     local = BloomFilter(2000)
-    sent = []
-    real = seen._script
+    sent, real = [], seen._call
 
-    def spy(keys, args):
-        if args[1] == "1" and len(args) > 13:
-            sent.append(args[13:])
-        return real(keys=keys, args=args)
+    def spy(op, masks, fps, claim, what, extra=()):
+        if op == "1" and extra:
+            sent.append(extra)
+        return real(op, masks, fps, claim, what, extra)
 
-    monkeypatch.setattr(seen, "_script", spy)
+    def left_over() -> list[bytes]:
+        return [k for k in client.keys(f"*{redis_name}*") if b":stage:" in k]
+
+    monkeypatch.setattr(seen, "_call", spy)
     first, second, third, theirs = urls(500, 1), urls(500, 2), urls(500, 3), urls(100, 4)
     assert seen.add_many(first) == local.add_many(first)
-    assert sent[-1][3] != b"", "no count expected yet: blocks"
+    assert sent[-1][2] != redis_native.STAGED, "no count expected yet: blocks"
     assert seen.add_many(second) == local.add_many(second)
-    assert sent[-1][3] == b"" and len(sent[-1][2]) == seen._nbytes, "alone: the whole bits"
+    assert sent[-1][2] == redis_native.STAGED and sent[-1][3] == b"", "alone: the whole bits"
+    bits = redis_store.key(redis_name, "bits")
+    assert client.ttl(bits) == -1 and left_over() == []
     real_present = seen._present
 
     def read_then_other_writes(masks, n):
@@ -702,8 +729,38 @@ def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, mon
     monkeypatch.setattr(seen, "_present", read_then_other_writes)
     local.add_many(theirs)
     assert seen.add_many(third) == local.add_many(third)
-    assert sent[-1][3] == b"" and seen._optimism.fallbacks == 1, "refused: the count moved"
-    stored = redis.Redis.from_url(redis_url).get(redis_store.key(redis_name, "bits"))
+    assert sent[-1][2] == redis_native.STAGED and seen._optimism.fallbacks == 1, "count moved"
+    assert left_over() == [], "the stage not taken is deleted"
+    stored = client.get(bits)
     assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
-    assert seen.claims_held() == 0
+    assert client.ttl(bits) == -1 and seen.claims_held() == 0
+    seen.destroy()
+
+
+def test_a_client_alone_reads_no_bits_until_another_writes(redis_url, redis_name, monkeypatch):
+    """A client alone keeps the bits its last batch left and reads only the count; when another
+    client has written since (the count moved), it reads the bits again: the answers are a
+    local filter's throughout, repeats of the other client's keys included."""
+    seen = RedisBloomFilter(redis_url, redis_name, capacity=5000)
+    other = RedisBloomFilter(redis_url, redis_name)
+    local = BloomFilter(5000)
+    bits_read = []
+    real = redis_native.BitsRead.queue
+
+    def spy(plan, pipe, key):
+        bits_read.append(key)
+        return real(plan, pipe, key)
+
+    monkeypatch.setattr(redis_native.BitsRead, "queue", spy)
+    batches = [urls(300, seed=40 + i) for i in range(4)]
+    for batch in batches:
+        assert seen.add_many(batch) == local.add_many(batch)
+    assert len(bits_read) == 2, "read twice (until alone), then kept"
+    theirs = urls(200, seed=50)
+    assert other.add_many(theirs) == local.add_many(theirs)
+    reads = len(bits_read)
+    mixed = theirs[:100] + urls(200, seed=51)
+    assert seen.add_many(mixed) == local.add_many(mixed)
+    assert len(bits_read) == reads + 1, "the count moved: read again"
+    assert seen.add_many(batches[0] + theirs) == [False] * 500
     seen.destroy()

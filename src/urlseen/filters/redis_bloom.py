@@ -52,6 +52,7 @@ _CONTAINS, _ADD = "0", "1"  # bloom_batch.lua's operations
 _RELEASE = {"ack": "3", "abandon": "4", "renew": "5"}
 _DROP = "6"
 _OWN = b"T"  # bloom_batch.lua: new, and claimed by a field of its own (not in the call's record)
+STAGE_MS = 60_000  # the expiry of a client's staged bits (renamed or deleted by the next call)
 NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
 # (native_from on a filter: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
 
@@ -121,6 +122,10 @@ class RedisBloomFilter(Claimant):
         self._meta = redis_store.key(name, "meta")
         self._claims_key = redis_store.key(name, "claims")
         self._records_key = redis_store.key(name, "records")
+        # this client's staged whole bits (bloom_batch.lua's rewrite): set, then renamed over
+        # the bits by the script or deleted by it; the expiry covers a client that dies between
+        self._stage = redis_store.key(name, f"stage:{self._claims.owner}")
+        self._cluster = redis_store.is_cluster(self._client)
         self._records: dict[str, list[bytes]] = {}  # this client's records: field -> keys
         self._loose = False  # some claims held may be per key (not only in those records)
         self._script = redis_store.load_script(self._client, "bloom_batch.lua", claims=True)
@@ -159,8 +164,13 @@ class RedisBloomFilter(Claimant):
         self.optimistic = self._layout == _core.LAYOUT_BLOCKED
         self._optimism = redis_native.Optimism()
         # The count the next read finds if no other client writes meanwhile: if it does, this
-        # client is likely alone, and may send a small filter's whole bits (optimistic_args)
+        # client is likely alone (_alone), and may send a small filter's whole bits
+        # (optimistic_args) and skip reading them: they are as its last batch left them
+        # (_kept: that count and those bits; every write of bits adds to the count)
         self._expect: bytes | None = None
+        self._alone = False
+        self._kept: tuple[bytes, bytes] | None = None
+        self._staging: bytes | None = None
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -186,11 +196,37 @@ class RedisBloomFilter(Claimant):
         self, op: str, masks: bytes, fps: bytes, claim: list[Any], what: str, extra: Any = ()
     ) -> Any:
         """One bloom_batch.lua call (KEYS[3], the receipt, is unused by these operations);
-        extra: ARGV[14..]."""
-        keys = [self._bits, self._meta, self._meta, self._claims_key, self._records_key]
+        extra: ARGV[14..]. For extra's rewrite (STAGED), the whole bits in _staging are staged
+        first, in the same round trip."""
+        staged, self._staging = self._staging, None
+        if len(extra) < 3 or extra[2] != redis_native.STAGED:
+            staged = None
+        keys = [self._bits, self._meta, self._meta, self._claims_key, self._records_key,
+                self._stage]  # fmt: skip
         args = [masks, op, 0, self._params["layout"], fps, FP_BYTES, "", self._instance,
                 self._nbytes, *claim, *extra]  # fmt: skip
-        return retrying(lambda: self._script(keys=keys, args=args), f"{self._what}: {what}")
+        if staged is None:
+            return retrying(lambda: self._script(keys=keys, args=args), f"{self._what}: {what}")
+
+        from redis.exceptions import NoScriptError
+
+        def stage_then_call() -> Any:
+            if self._cluster:  # redis-py's Cluster pipelines refuse EVALSHA: two round trips
+                self._client.set(self._stage, staged, px=STAGE_MS)
+                return self._script(keys=keys, args=args)
+            for attempt in range(2):
+                pipe = self._client.pipeline(transaction=False)
+                pipe.set(self._stage, staged, px=STAGE_MS)
+                pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+                try:
+                    return pipe.execute()[-1]
+                except NoScriptError:  # a SCRIPT FLUSH: load it, send both again
+                    if attempt:
+                        raise
+                    self._client.script_load(self._script.script)
+            raise AssertionError("unreachable")
+
+        return retrying(stage_then_call, f"{self._what}: {what}")
 
     def _masks(self, keys: list[Key]) -> bytes:
         return _core.byte_masks(keys, self.nbits, self.k, self._layout, self.seed, self._hash)
@@ -226,19 +262,25 @@ class RedisBloomFilter(Claimant):
                 whole = len(idx) == len(keys)
                 part = masks if whole else self._masks([keys[i] for i in idx])
                 extra: list[bytes] = []
+                work = None
                 if snapshots:  # the first ask only
                     s = snapshots.pop()
-                    alone = s.written == self._expect
+                    work = bytearray(s.bits) if s.number is None else None
                     extra = redis_native.optimistic_args(
-                        part, s.bits, s.number, s.written, rewrite=alone
+                        part, s.bits, s.number, s.written, rewrite=self._alone, work=work
                     )
                 claim = claims.args(priority)
+                left = None if work is None else bytes(work)  # the bits as the batch leaves them
+                self._staging = left  # _call stages them if extra says so
                 reply = self._call(_ADD, part, b"".join(fps[i] for i in idx), claim,
                                    "check-and-add", extra)  # fmt: skip
                 answer, fell = redis_native.fell_back(reply)
                 if extra:
                     self._optimism.heard(1, fell)
                 self._expect = None if fell or not extra else _count_after(s.written, extra[1])
+                self._kept = None
+                if left is not None and self._expect is not None:
+                    self._kept = (self._expect, left)
                 if _OWN in answer:  # new keys claimed one by one, not in the call's record
                     self._loose = True
                     answer = answer.replace(_OWN, b"1")
@@ -272,25 +314,39 @@ class RedisBloomFilter(Claimant):
         which also checks that the filter is still the one opened. The whole bits in one GET
         when small next to the batch, else (blocked layout) one GETRANGE per distinct block;
         None for a large filter of the standard layout (its bytes are scattered: the script
-        reads them)."""
+        reads them). A client alone on the filter reads no bits: its last batch's (_kept) are
+        the filter's while the count is the one they go with (else it reads again, bits too):
+        the whole GET cost about a third of the server CPU of a batch of new URLs."""
         plan = BitsRead(masks, self._nbytes, self._layout, n)
         if not plan.possible:
             return None
+        kept = self._kept if plan.whole and self._alone else None
 
-        def read() -> list[Any]:
+        def read(bits: bool) -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
             pipe.hmget(self._meta, "instance", "count")
             pipe.strlen(self._bits)
             pipe.hlen(self._claims_key)
             pipe.hlen(self._records_key)
-            plan.queue(pipe, self._bits)
+            if bits:
+                plan.queue(pipe, self._bits)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        (found, count), length, held, records, *data = retrying(read, f"{self._what}: read")
+        (found, count), length, held, records, *data = retrying(
+            lambda: read(kept is None), f"{self._what}: read"
+        )
         self._alive(found, length)
-        bits = plan.bits(data)
+        if kept is not None and kept[0] != (count or b""):
+            kept = None  # another client wrote: read again, with the bits
+            (found, count), length, held, records, *data = retrying(
+                lambda: read(True), f"{self._what}: read"
+            )
+            self._alive(found, length)
+        count = count or b""
+        self._alone = count == self._expect
+        bits = kept[1] if kept is not None else plan.bits(data)
         held = int(held) + int(records)
-        return _Snapshot(plan.present(bits), held, bits, plan.number, count or b"")
+        return _Snapshot(plan.present(bits), held, bits, plan.number, count)
 
     def _claims_of(self, fps: list[bytes]) -> tuple[list[bytes | None], int | None]:
         """The claims of fps and the server's time (ms; None on a Redis Cluster, whose

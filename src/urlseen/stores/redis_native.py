@@ -100,9 +100,11 @@ FELL_BACK = b"F"  # bloom_batch.lua's reply ends with it when it could not take 
 # answers (a block changed since the read): the client then decides by the script for a while
 
 
-REWRITE_PER_BLOCK = 512  # bytes of whole bits sent instead of each changed block (a SETRANGE
-# from Lua, ~1.05 us with its slicing, against ~1.2 ns per byte of a rewrite: measured on 500k
-# new dev URLs, break-even ~850 bytes per block): bloom_batch.lua's rewrite
+REWRITE_PER_BLOCK = 4096  # bytes of whole bits staged instead of each changed block written (a
+# SETRANGE from Lua, ~1-2.3 us with its slicing, against ~0.37 ns per byte of a staged rewrite:
+# SET of the stage, RENAME over the bits; measured on one server under load, break-even ~6 KB
+# per block): bloom_batch.lua's rewrite
+STAGED = b"S"  # optimistic_args's third argument for a rewrite: stage `work` (bloom_batch.lua)
 
 
 def optimistic_args(
@@ -111,6 +113,7 @@ def optimistic_args(
     number: dict[int, int] | None,
     count: bytes,
     rewrite: bool = False,
+    work: bytearray | None = None,
 ) -> list[bytes]:
     """ADD's ARGV[14..17] (bloom_batch.lua, agreed()) for the keys of `masks`, decided from the
     `bits` a snapshot read (BitsRead.bits, placed by `number`) when the filter or leaf counted
@@ -118,20 +121,22 @@ def optimistic_args(
     (_core.masks_apply), and the blocks the new keys change, as the batch leaves them (offset,
     4 bytes little-endian, and 64 bytes) and as read. The script takes the answers and writes
     the blocks as they are if no bits were written since (the count) or each block is still as
-    read; else it decides the batch itself. With `rewrite` (a client likely alone on the
-    filter) and the whole bits read, small next to the blocks changed (REWRITE_PER_BLOCK), the
-    whole bits as the batch leaves them instead, with no block as read: the script takes them
-    only if the count is as read."""
+    read; else it decides the batch itself. `work`, if given, is a copy of `bits` the caller
+    keeps: it is left holding the bits as the batch leaves them. With `rewrite` (a client
+    likely alone on the filter), `work` and the whole bits read, small next to the blocks
+    changed (REWRITE_PER_BLOCK), STAGED instead of the blocks and no block as read: the caller
+    stages `work`, which the script takes only if the count is as read."""
     bases = _core.mask_blocks(masks)
+    rewrite = rewrite and work is not None  # the caller stages it
     index = None
     if number is not None:
         index = struct.pack(f"<{len(bases)}I", *[number[b] for b in bases])
-    work = bytearray(bits)
+    work = bytearray(bits) if work is None else work
     said = _core.masks_apply(masks, work, index)
     if rewrite and number is None and bits:
         changed = len({bases[i] for i, new in enumerate(said) if new})
         if len(bits) <= REWRITE_PER_BLOCK * changed:
-            return [count, said.translate(_ASCII), bytes(work), b""]
+            return [count, said.translate(_ASCII), STAGED, b""]
     blocks, olds = bytearray(), bytearray()
     done: set[int] = set()
     for i in [i for i, new in enumerate(said) if new]:
