@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,14 @@ from doc_site import Gate, fetched_once, in_ci, server, site  # noqa: F401 - fix
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DEV_URLS = REPO_ROOT.parent / "shared" / "data" / "urls-dev.txt.gz"
+
+
+def filter_bits(seen: Any) -> bytes:
+    """A local Bloom filter's bits, from its store's data offset (an in-memory store may start
+    its data past the map's start, on a 2 MiB boundary: stores/memory.py)."""
+    store = seen._store
+    start = store.data_offset
+    return bytes(store.buffer[start : start + (seen.nbits + 7) // 8])
 
 
 def dev_urls_path() -> Path:

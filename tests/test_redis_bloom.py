@@ -10,6 +10,7 @@ import threading
 import pytest
 import redis
 
+from conftest import filter_bits
 from urlseen import BloomFilter, ConfigError, FormatError
 from urlseen.filters.redis_bloom import RedisBloomFilter
 from urlseen.stores import redis_native, redis_store
@@ -34,7 +35,7 @@ def test_answers_and_bytes_equal_a_local_filter(redis_url, redis_name):
             assert shared.contains_many(probe) == local.contains_many(probe)
             client = redis.Redis.from_url(redis_url)
             stored = client.get(redis_store.key(name, "bits"))
-            assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+            assert stored == filter_bits(local)
         finally:
             shared.destroy()
 
@@ -65,7 +66,7 @@ def test_every_way_of_reading_the_bits_equals_a_local_filter(
             part = keys[start : start + batch]
             assert shared.add_many(part) == local.add_many(part)
         stored = redis.Redis.from_url(redis_url).get(redis_store.key(redis_name, "bits"))
-        assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+        assert stored == filter_bits(local)
         probe = urls(500, seed=9) + keys[:500]
         assert shared.contains_many(probe) == local.contains_many(probe)
     finally:
@@ -316,7 +317,7 @@ def test_on_a_cluster_a_filter_lives_in_one_slot_and_filters_spread(redis_cluste
         assert shared.add_many(keys) == local.add_many(keys)
         assert shared.contains_many(urls(1000, seed=5)) == local.contains_many(urls(1000, seed=5))
         bits = client.get(redis_store.key("cluster-bytes", "bits"))
-        assert bits == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+        assert bits == filter_bits(local)
     finally:
         shared.destroy()
     # Many filters: each in one slot, together on every master.
@@ -347,7 +348,7 @@ def test_on_a_cluster_a_client_alone_stages_its_rewrites(redis_cluster_url, monk
             assert seen.add_many(batch) == local.add_many(batch)
         assert staged == [seen._stage] * 3, "alone from the second batch on: staged"
         bits = client.get(redis_store.key("cluster-stage", "bits"))
-        assert bits == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+        assert bits == filter_bits(local)
         assert client.ttl(redis_store.key("cluster-stage", "bits")) == -1
         assert client.exists(seen._stage) == 0
     finally:
@@ -537,7 +538,7 @@ def test_a_block_written_after_the_read_sends_the_batch_to_the_script(
         local.add_many(theirs)
         local.add_many(batch)
         stored = redis.Redis.from_url(redis_url).get(redis_store.key(redis_name, "bits"))
-        assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+        assert stored == filter_bits(local)
         assert seen.claims_held() == 0
     finally:
         seen.destroy()
@@ -559,7 +560,7 @@ def test_masks_apply_is_the_scripts_rule_on_a_snapshot():
     whole = bytearray((local.nbits + 7) // 8)
     said = _core.masks_apply(masks, whole)
     assert [b == 1 for b in said] == local.add_many([k.decode() for k in keys])
-    assert bytes(whole) == bytes(local._store.buffer[: len(whole)])
+    assert bytes(whole) == filter_bits(local)
     bases = _core.mask_blocks(masks)
     number = {b: i for i, b in enumerate(dict.fromkeys(bases))}
     blocks = bytearray(64 * len(number))
@@ -732,7 +733,7 @@ def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, mon
     assert sent[-1][2] == redis_native.STAGED and seen._optimism.fallbacks == 1, "count moved"
     assert left_over() == [], "the stage not taken is deleted"
     stored = client.get(bits)
-    assert stored == bytes(local._store.buffer[: (local.nbits + 7) // 8])
+    assert stored == filter_bits(local)
     assert client.ttl(bits) == -1 and seen.claims_held() == 0
     seen.destroy()
 
