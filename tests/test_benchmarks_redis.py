@@ -98,3 +98,31 @@ def test_no_data_file_is_a_clear_error(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode != 0
     assert "none.txt.gz" in run.stderr
+
+
+def test_the_command_line_benchmark_runs_and_answers_as_sadd(tmp_path: Path) -> None:
+    """benchmarks/redis_dedup_cli.py on a few thousand lines: `urlseen dedup --redis` prints
+    each distinct line once (bloom and dsbf, false positives aside), as SADD counts them."""
+    if not shutil.which("redis-server"):
+        if in_ci():
+            pytest.fail("redis-server is needed for the benchmark test in CI")
+        pytest.skip("redis-server not installed")
+    data = require_dev_urls_path()
+    out = tmp_path / "cli.json"
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "redis_dedup_cli.py"), "--data",
+         str(data), "--new", "3000", "--lines", "6000", "--runs", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT / "benchmarks",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert {(r["stream"], r["way"]) for r in rows} == {
+        (s, w) for s in ("new", "repeats") for w in ("sadd", "bloom", "dsbf")
+    }
+    for r in rows:
+        assert r["server_cpu_s"] > 0, r
+        if r["way"] == "sadd":
+            assert r["new"] == r["distinct"], r
+        else:  # f = 1e-6 (bloom) and 1e-3 (dsbf): a few false positives at most
+            assert r["distinct"] - 10 <= r["new"] <= r["distinct"], r
+    assert "| new | dsbf |" in run.stdout

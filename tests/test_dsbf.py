@@ -302,6 +302,36 @@ def test_leaves_grow_by_steps_then_split_and_lose_nothing(make):
     )
 
 
+def test_a_large_batch_into_small_growing_leaves_routes_each_url_from_the_root_once(
+    make, monkeypatch
+):
+    """A batch far larger than its small first leaves take per round (1/16 of their
+    capacity) goes in many rounds while they grow and split: each URL is routed from the root
+    once, and later only from the leaf it waited for, down (routing the whole batch each round
+    made `urlseen dedup --filter dsbf`, batches of 8192, spend most of its time routing). The
+    answers are those of the same URLs in small batches: every URL new once, a repeat within
+    the batch seen."""
+    seen = make(capacity=2000, error_rate=1e-3, leaf_bits=1 << 15)
+    routes = 0
+    real_route = seen._route
+
+    def counted(root_value, value):
+        nonlocal routes
+        routes += 1
+        return real_route(root_value, value)
+
+    monkeypatch.setattr(seen, "_route", counted)
+    seen.auto_acknowledge = False  # the acknowledgement routes its URLs too: counted apart
+    keys = urls(6000, seed=41)
+    batch = keys + keys[:500]  # repeats of the batch's own first URLs
+    answers = seen.add_many(batch)
+    assert seen.grows_done + seen.splits_done >= 3
+    assert routes == len(batch)
+    seen.acknowledge()
+    assert sum(answers[:6000]) >= 0.995 * 6000 and not any(answers[6000:])
+    assert all(seen.contains_many(k for k, new in zip(batch, answers, strict=True) if new))
+
+
 # ---- fingerprints: as short as collisions allow --------------------------------------------------
 
 

@@ -284,42 +284,54 @@ class SplittableBloomFilter(Claimant):
     def _each_leaf(self, digests: list[bytes], op: LeafOp, priority: int) -> list[bool]:
         """One LeafOp on each fingerprint in the leaf the tree routes it to, until every leaf
         has answered: through splits (rerouted), and for ADD through other clients' claims
-        (asked again, about one lease at most). Claims are held as digests (for routing)."""
+        (asked again, about one lease at most). Claims are held as digests (for routing).
+
+        Keys wait in a queue per leaf, in batch order (a repeat within the batch follows its
+        first): a round sends each leaf the head of its queue, and only the keys of a leaf
+        that split or grew since are routed again, from it down. (Routing the whole batch
+        each round made a batch of 8192 into small, growing leaves quadratic: ~100 rounds,
+        29 s of a 48 s `urlseen dedup` of 200k lines.)"""
         fps, roots, values = self._keys(digests)
         answers = [False] * len(fps)
-        pending = list(range(len(fps)))
+        queues: dict[str, list[int]] = defaultdict(list)
+        for i in range(len(fps)):
+            queues[self._route(roots[i], values[i])].append(i)
         deadline = time.monotonic() + REROUTE_SECONDS
         stuck_wait = 0.005
         patience: Patience | None = None
-        while pending:
-            groups: dict[str, list[int]] = defaultdict(list)
-            later: list[int] = []
-            room: dict[str, int] = {}  # keys per leaf per round (see leaf_write_limit)
-            for i in pending:
-                leaf = self._route(roots[i], values[i])
-                group = groups[leaf]
-                if op == LeafOp.ADD and leaf not in room:
-                    room[leaf] = max(1, self._capacity(leaf) // 16)
-                (group if op != LeafOp.ADD or len(group) < room[leaf] else later).append(i)
+        while queues:
+            splits = self._tree.splits
+            for node in [leaf for leaf in queues if leaf in splits]:
+                for i in queues.pop(node):  # in order: each child's queue stays in order
+                    leaf = node
+                    while leaf in splits:
+                        leaf = splits[leaf].child(values[i])
+                    queues[leaf].append(i)
+            groups: dict[str, list[int]] = {}
+            for leaf, idx in queues.items():
+                room = len(idx)  # ADD: keys per leaf per round (see leaf_write_limit)
+                if op == LeafOp.ADD:
+                    room = max(1, self._capacity(leaf) // 16)
+                groups[leaf], queues[leaf] = idx[:room], idx[room:]
             replies = self._store.check_and_add(
                 {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()},
                 op,
                 self._claims.args(priority),
             )
-            moved: list[int] = []
-            waiting: list[int] = []
+            again: dict[str, list[int]] = {}  # keys asked again, per leaf, in order
+            moved: list[str] = []
             full: list[str] = []
             missing: list[str] = []
             for leaf, idx in groups.items():
                 reply = replies[leaf]
                 if not isinstance(reply, LeafAnswer):
-                    moved.extend(idx)
-                    if reply is MISSING:
-                        missing.append(leaf)
+                    again[leaf] = idx
+                    (missing if reply is MISSING else moved).append(leaf)
                     continue
                 for i, new in zip(idx, reply.new, strict=True):
                     answers[i] = new
-                waiting.extend(idx[j] for j in reply.pending)
+                if reply.pending:
+                    again[leaf] = [idx[j] for j in reply.pending]
                 if op == LeafOp.ADD:
                     if self._store.claims:
                         self._claims.hold([digests[i] for i in idx if answers[i]], priority)
@@ -327,12 +339,13 @@ class SplittableBloomFilter(Claimant):
                         full.append(leaf)
             for leaf in full:
                 self._split(leaf)
+            waiting = any(leaf not in moved and leaf not in missing for leaf in again)
             if waiting:
                 patience = patience or Patience(self._claims.lease)
                 if not patience.wait():  # claims that outlive this wait: answered seen
-                    waiting = []
+                    again = {leaf: idx for leaf, idx in again.items() if leaf in moved + missing}
                 self._renew()
-            if moved:
+            if moved or missing:
                 version = self._tree.version
                 self._reload()
                 live = {leaf for leaf, _ in self._tree.leaves()}
@@ -340,8 +353,8 @@ class SplittableBloomFilter(Claimant):
                     if leaf in live:  # not split and expired: lost
                         raise self._lost_leaf(leaf)
                 if self._tree.version == version and not missing:  # a sealed leaf still in
-                    for leaf in {self._route(roots[i], values[i]) for i in moved}:  # the tree:
-                        self._split(leaf)  # a split is on, or died
+                    for leaf in moved:  # the tree: a split is on, or died
+                        self._split(leaf)
                     if time.monotonic() > deadline:
                         raise RemoteError(
                             f"splittable filter {self.name!r}: a split did not finish within "
@@ -349,7 +362,9 @@ class SplittableBloomFilter(Claimant):
                         )
                     time.sleep(stuck_wait)
                     stuck_wait = min(stuck_wait * 2, 0.5)
-            pending = sorted(moved + later + waiting)
+            for leaf, idx in again.items():  # the head of the leaf's queue: before the rest
+                queues[leaf] = idx + queues[leaf]
+            queues = defaultdict(list, {leaf: idx for leaf, idx in queues.items() if idx})
         return answers
 
     def add(self, key: Key) -> bool:
