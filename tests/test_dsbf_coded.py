@@ -7,7 +7,6 @@ instead of routing wrong fingerprints; a format-4 tree is refused by name."""
 
 from __future__ import annotations
 
-import json
 import random
 
 import numpy as np
@@ -148,13 +147,3 @@ def test_a_vanished_code_is_a_lost_filter(redis_url, redis_name):
         store.code(coded[0])
     with pytest.raises(FilterLostError):
         grown(seen, urls(40_000, seed=7))
-
-
-def test_a_format_4_tree_is_refused_naming_both_versions(redis_url, redis_name):
-    seen = SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name)
-    client = redis.Redis.from_url(redis_url)
-    tree_key = seen._store.tree_key
-    params = json.loads(client.hget(tree_key, "params"))
-    client.hset(tree_key, "params", json.dumps({**params, "format": "urlseen-dsbf/4"}))
-    with pytest.raises(FormatError, match=r"urlseen-dsbf/4.*urlseen-dsbf/5"):
-        SplittableBloomFilter(redis=redis_url, name=redis_name)

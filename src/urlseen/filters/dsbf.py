@@ -35,8 +35,10 @@ finish the split.
 
 In Redis each URL answered new is claimed in its leaf until acknowledged (stores/redis_claims.py),
 so it reaches a caller even if the client it was answered to dies first; a split copies the
-sealed leaf's claims into the children. Every call checks the filter's instance id: a tree or
-leaf whose keys vanished stops the client with FilterLostError instead of a wait.
+sealed leaf's claims into the children. A call claims a leaf's new URLs in one record (format
+urlseen-dsbf/6), which the acknowledgement deletes whole (stores/redis_leaves.py). Every call
+checks the filter's instance id: a tree or leaf whose keys vanished stops the client with
+FilterLostError instead of a wait.
 """
 
 from __future__ import annotations
@@ -72,9 +74,13 @@ from urlseen.stores.splittable import (
     Tree,
 )
 
-FORMAT = "urlseen-dsbf/5"  # /4: 5-byte fingerprints kept raw, LocHash below the root, sizes
-# by 4x; /3: full-size leaves from the start; /2: no instance id, no claims; /1 named its params
-# n, f, m, b, u, c
+FORMAT = "urlseen-dsbf/6"  # /5: claims per key only (no :records per leaf); /4: 5-byte
+# fingerprints kept raw, LocHash below the root, sizes by 4x; /3: full-size leaves from the
+# start; /2: no instance id, no claims; /1 named its params n, f, m, b, u, c
+UPGRADE = (
+    "urlseen-dsbf/6 keeps each call's claims in one record per leaf; urlseen-dsbf/5 kept "
+    "them per URL, and older formats differ more: rebuild the filter (or use a new name)"
+)
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 LOCK_LEASES = 3  # a split lock lasts 3 leases (30 s by default), renewed after each chunk
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
@@ -215,6 +221,7 @@ class SplittableBloomFilter(Claimant):
         self._instance = p["instance"]
         self.splits_done = 0
         self.grows_done = 0
+        self._calls: dict[bytes, int] = {}  # held digest -> the call whose record claims it
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -281,10 +288,13 @@ class SplittableBloomFilter(Claimant):
             self.acknowledge()
         return answers
 
-    def _each_leaf(self, digests: list[bytes], op: LeafOp, priority: int) -> list[bool]:
+    def _each_leaf(
+        self, digests: list[bytes], op: LeafOp, priority: int, calls: list[int] | None = None
+    ) -> list[bool]:
         """One LeafOp on each fingerprint in the leaf the tree routes it to, until every leaf
         has answered: through splits (rerouted), and for ADD through other clients' claims
-        (asked again, about one lease at most). Claims are held as digests (for routing).
+        (asked again, about one lease at most). Claims are held as digests (for routing), with
+        the call whose record holds each (DROP's `calls`: 0 for one claimed by itself).
 
         Keys wait in a queue per leaf, in batch order (a repeat within the batch follows its
         first): a round sends each leaf the head of its queue, and only the keys of a leaf
@@ -313,10 +323,12 @@ class SplittableBloomFilter(Claimant):
                 if op == LeafOp.ADD:
                     room = max(1, self._capacity(leaf) // 16)
                 groups[leaf], queues[leaf] = idx[:room], idx[room:]
+            claim = self._claims.args(priority)
+            records = None
+            if calls is not None:
+                records = {leaf: [calls[i] for i in idx] for leaf, idx in groups.items()}
             replies = self._store.check_and_add(
-                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()},
-                op,
-                self._claims.args(priority),
+                {leaf: [fps[i] for i in idx] for leaf, idx in groups.items()}, op, claim, records
             )
             again: dict[str, list[int]] = {}  # keys asked again, per leaf, in order
             moved: list[str] = []
@@ -334,7 +346,11 @@ class SplittableBloomFilter(Claimant):
                     again[leaf] = [idx[j] for j in reply.pending]
                 if op == LeafOp.ADD:
                     if self._store.claims:
-                        self._claims.hold([digests[i] for i in idx if answers[i]], priority)
+                        got = [i for i in idx if answers[i]]
+                        loose = {idx[j] for j in reply.loose}
+                        for i in got:
+                            self._calls[digests[i]] = 0 if i in loose else int(claim[2])
+                        self._claims.hold([digests[i] for i in got], priority)
                     if reply.count >= self._capacity(leaf):
                         full.append(leaf)
             for leaf in full:
@@ -390,9 +406,17 @@ class SplittableBloomFilter(Claimant):
 
     def acknowledge(self) -> int:
         """As Claimant.acknowledge; claims younger than half a lease (each batch's, just
-        before add_many returns) are deleted unread (LeafOp.DROP: one HDEL per leaf, no Lua
-        work per key), as RedisBloomFilter does."""
-        return self._acknowledge_by(lambda digests: self._release(digests, "drop"))
+        before add_many returns) are deleted unread (LeafOp.DROP: per leaf one HDEL of each
+        call's record, no work per key), as RedisBloomFilter does. A DROP on a sealed leaf
+        answers MOVED and is sent again to the children after the swap (_each_leaf), after
+        the split copied its claims there (stores/redis_leaves.py)."""
+        calls, self._calls = self._calls, {}
+
+        def drop(digests: list[bytes]) -> int:
+            marks = [calls.get(d, 0) for d in digests]
+            return self._each_leaf(digests, LeafOp.DROP, 0, marks).count(False)
+
+        return self._acknowledge_by(drop)
 
     # -- splitting --------------------------------------------------------------------------
 
@@ -790,7 +814,7 @@ def _check_params(p: dict[str, Any], name: str) -> None:
     if p.get("format") != FORMAT:
         raise FormatError(
             f"{name!r}: not a urlseen splittable filter this version can read (format "
-            f"{p.get('format')!r}, not {FORMAT!r})"
+            f"{p.get('format')!r}, not {FORMAT!r}): {UPGRADE}"
         )
     if (
         any(not isinstance(p.get(field), int) for field in _INT_PARAMS)

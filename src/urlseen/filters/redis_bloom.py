@@ -38,6 +38,8 @@ from urlseen.stores.redis_claims import (
     Claimant,
     Claims,
     ask_each_once,
+    record_parts,
+    recorded_claims,
     settle,
 )
 from urlseen.stores.redis_native import BitsRead, seen_by_claims, server_ms
@@ -368,7 +370,7 @@ class RedisBloomFilter(Claimant):
         now = server_ms(replies[2]) if clock else None
         values: list[bytes | None] = replies[-2]
         if replies[-1]:
-            recorded = _recorded_claims(replies[-1].values(), set(fps))
+            recorded = recorded_claims(replies[-1].values(), set(fps), FP_BYTES)
             values = [
                 v if v is not None else recorded.get(fp) for v, fp in zip(values, fps, strict=True)
             ]
@@ -436,7 +438,7 @@ class RedisBloomFilter(Claimant):
             pipe.hlen(self._claims_key)
             pipe.hvals(self._records_key)
             held, records = pipe.execute()
-            return int(held) + sum(len(_record_body(v)) // FP_BYTES for v in records)
+            return int(held) + sum(len(record_parts(v)[1]) // FP_BYTES for v in records)
 
         return retrying(count, f"{self._what}: claims")
 
@@ -503,25 +505,6 @@ class RedisBloomFilter(Claimant):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} nbits={self.nbits} k={self.k}>"
-
-
-def _record_body(value: bytes) -> bytes:
-    """A record's fingerprints (claims.lua, claims_record: the claim, a newline, the
-    fingerprints)."""
-    return value[value.index(b"\n") + 1 :]
-
-
-def _recorded_claims(records: Iterable[bytes], wanted: set[bytes]) -> dict[bytes, bytes]:
-    """The claims the records hold of the fingerprints `wanted`: fingerprint -> claim."""
-    out: dict[bytes, bytes] = {}
-    for value in records:
-        cut = value.index(b"\n")
-        claim, body = value[:cut], value[cut + 1 :]
-        for s in range(0, len(body), FP_BYTES):
-            fp = body[s : s + FP_BYTES]
-            if fp in wanted:
-                out[fp] = claim
-    return out
 
 
 def _count_after(count: bytes, said: bytes) -> bytes:

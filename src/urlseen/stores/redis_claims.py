@@ -30,7 +30,7 @@ import itertools
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from urlseen._lifecycle import Closeable
@@ -284,3 +284,23 @@ def settle(
                 break
             renew()
     return answers
+
+
+def record_parts(value: bytes) -> tuple[bytes, bytes]:
+    """A record's claim and its fingerprints, packed (claims.lua, claims_record: the claim, a
+    newline, the fingerprints)."""
+    cut = value.index(b"\n")
+    return value[:cut], value[cut + 1 :]
+
+
+def recorded_claims(records: Iterable[bytes], wanted: set[bytes], width: int) -> dict[bytes, bytes]:
+    """The claims that records (their values) hold of the fingerprints `wanted`, `width` bytes
+    each: fingerprint -> claim."""
+    out: dict[bytes, bytes] = {}
+    for value in records:
+        claim, body = record_parts(value)
+        for s in range(0, len(body), width):
+            fp = body[s : s + width]
+            if fp in wanted:
+                out[fp] = claim
+    return out

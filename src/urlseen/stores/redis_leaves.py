@@ -9,8 +9,9 @@ Keys of filter `name` (E: the name escaped, redis_store.escape):
   `:fps` (its fingerprints: first the code of those a split or growth gave it, sorted and
   Elias-Fano coded by stores/_fingerprint_code.py, `code_bytes` long and counting `coded` URLs
   (meta fields), then those it reported new since, raw: fp_bytes per URL; one string grown in
-  allocator-sized steps, so the code's allocator slack is the raw tail's room) and `:claims`
-  (stores/redis_claims.py).
+  allocator-sized steps, so the code's allocator slack is the raw tail's room), `:claims`
+  (stores/redis_claims.py) and `:records` (claims of whole calls: claims.lua, claims_record;
+  format urlseen-dsbf/6).
 Check-and-add reuses the Bloom filter's batch script (bloom_batch.lua) in its leaf mode; its
 claims answer a call sent again after a lost reply as the first time, and a split's copies
 leave receipts. Every call checks the filter's instance id: a leaf or tree that vanished is
@@ -21,8 +22,20 @@ native snapshot of its leaves (stores/redis_native.py), the rest go in one scrip
 leaves on a single server (dsbf_batch.lua), and a split's copies are computed in the client and
 written with one `fill` per child (dsbf_leaf.lua), not a Lua loop per copied URL. As for
 RedisBloomFilter, the snapshot also decides each leaf's new keys (blocked layout: the script
-checks and takes the answers, redis_native.optimistic_args) and young claims are acknowledged
-by DROP (one HDEL per leaf).
+checks and takes the answers, redis_native.optimistic_args). A call claims each leaf's new keys
+in one record (one field of `:records`), and a young acknowledgement deletes it whole (DROP),
+with no claim work per key, as RedisBloomFilter does.
+
+Acknowledgements racing a split (copy_claims). A split seals the leaf, then copies its claims
+and records into the children, then swaps. A DROP (or any release) is one script call that
+deletes in the leaf and, if the leaf is sealed, answers MOVED: its client then waits for the
+swap and releases again in the children. So a release that ran before the seal left nothing
+to copy; one that ran after it is repeated in the children once the swap shows them, and the
+swap comes after the copy is written there: a copy never outlives its acknowledgement. Records
+are copied as records (each child gets, under the same field, the record's keys it routes to),
+read with the claims in one MULTI/EXEC: a release on the sealed leaf may expand records into
+per-key claims between two separate reads, and a claim read in neither would be lost. A
+DROP finding no record (expanded since) deletes its keys' claims one by one.
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ from typing import Any
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
 from urlseen.stores import redis_store
+from urlseen.stores.redis_claims import record_parts, recorded_claims
 from urlseen.stores.redis_native import (
     BitsRead,
     Optimism,
@@ -68,6 +82,7 @@ NATIVE_FROM = 0.5  # an ADD reads natively first when this share of the last one
 # (native_from on a store: 0 always reads first, above 1 never), as RedisBloomFilter does
 CLUSTER_THREADS = 8  # per-leaf script calls in flight at once on a Redis Cluster
 KIND = "dsbf"
+OWN = 0x54  # bloom_batch.lua's b"T": new, claimed by a field of its own (not the call's record)
 
 
 class RedisLeafStore:
@@ -109,6 +124,13 @@ class RedisLeafStore:
             redis_store.tagged(tag, "fps"),
             redis_store.tagged(tag, "claims"),
         )
+
+    def _records(self, leaf: str) -> str:
+        """The leaf's claims of whole calls (claims.lua, claims_record), beside its claims."""
+        return redis_store.tagged(f"{self._escaped}:leaf:{leaf}", "records")
+
+    def _all_keys(self, leaf: str) -> tuple[str, ...]:
+        return (*self._keys(leaf), self._records(leaf))
 
     def _tree(self, op: str, *args: Any) -> Any:
         argv = [op, self._instance, *args]
@@ -180,7 +202,7 @@ class RedisLeafStore:
         nbytes = bits // 8
         for leaf in leaves:
             self._sizes[leaf] = bits
-            keys, args = list(self._keys(leaf)), ["make", nbytes, params["instance"]]
+            keys, args = list(self._all_keys(leaf)), ["make", nbytes, params["instance"]]
             retrying(
                 functools.partial(self._leaf_script, keys=keys, args=args), f"{self._what}: make"
             )
@@ -199,8 +221,8 @@ class RedisLeafStore:
         self, leaf: str, fps: list[bytes], op: LeafOp, masks: bytes | None, extra: list[Any]
     ) -> tuple[list[str], list[Any]]:
         """One leaf's KEYS and its own ARGV of bloom_batch.lua (masks, fingerprints, write
-        limit, length of the bits, and its ARGV[14..] `extra`: DROP's are the fingerprints);
-        the ARGV every leaf shares are _shared_args."""
+        limit, length of the bits, and its ARGV[14..] `extra`: DROP's are its pairs,
+        _drop_pairs, with no fingerprints); the ARGV every leaf shares are _shared_args."""
         p = self._params
         assert p is not None, "load or create the tree first"
         nbits = self._sizes.get(leaf, p["leaf_bits"])
@@ -209,10 +231,8 @@ class RedisLeafStore:
         meta, bits, fps_key, claims = self._keys(leaf)
         # A receipt only for COPY: claims answer a resent ADD; the others write nothing to keep
         receipt = redis_store.tagged(f"{self._escaped}:leaf:{leaf}", f"receipt:{uuid.uuid4().hex}")
-        if op == LeafOp.DROP:
-            fps, extra = [], fps
         args = [masks, b"".join(fps), write_limit(p, nbits), nbits // 8, extra]
-        return [bits, meta, receipt, claims, fps_key], args
+        return [bits, meta, receipt, claims, fps_key, self._records(leaf)], args
 
     def _shared_args(self, op: LeafOp, claim: Sequence[Any]) -> list[Any]:
         p = self._params
@@ -221,7 +241,11 @@ class RedisLeafStore:
         return [int(op), ttl, p["layout"], p["fp_bytes"], self._instance, *claim]
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], op: LeafOp, claim: Sequence[Any] = ("", 0, 0, 1)
+        self,
+        groups: Mapping[str, list[bytes]],
+        op: LeafOp,
+        claim: Sequence[Any] = ("", 0, 0, 1),
+        records: Mapping[str, Sequence[int]] | None = None,
     ) -> dict[str, LeafReply]:
         """The op on each leaf's fingerprints. An ADD first answers, from one native snapshot,
         the keys found seen (_native); the rest go to the scripts: on a single server one
@@ -258,6 +282,9 @@ class RedisLeafStore:
             if hopeful and leaf in reads:
                 part = part or self._masks(leaf, fps)
                 extra = optimistic_args(part, *reads[leaf])
+            if op == LeafOp.DROP:
+                extra = _drop_pairs(str(claim[0]), fps, (records or {}).get(leaf))
+                fps = []
             calls[leaf] = self._leaf_call(leaf, fps, op, part, extra)
         replies = dict(zip(calls, self._run(calls, op, claim), strict=True))
         out: dict[str, LeafReply] = dict(filled)
@@ -280,9 +307,10 @@ class RedisLeafStore:
             idx, n = ask[leaf], len(ask[leaf])
             new = [False] * len(fps)
             for j, c in zip(idx, reply[:n], strict=True):
-                new[j] = c == 0x31
+                new[j] = c in (0x31, OWN)
             pending = [idx[j] for j, c in enumerate(reply[:n]) if c == PENDING]
-            out[leaf] = LeafAnswer(new, int(reply[n:] or 0), pending)
+            loose = [idx[j] for j, c in enumerate(reply[:n]) if c == OWN]
+            out[leaf] = LeafAnswer(new, int(reply[n:] or 0), pending, loose)
         if op == LeafOp.ADD:
             self._optimism.heard(tried, fell)
             answers = [a.new for a in out.values() if isinstance(a, LeafAnswer)]
@@ -392,7 +420,7 @@ class RedisLeafStore:
             pipe.hmget(meta, "instance", "state", "count", "coded", "code_bytes")
             pipe.strlen(bits)
             pipe.strlen(fps_key)
-            pipe.hlen(claims)
+            pipe.exists(claims, self._records(leaf))  # any claims: per key or in records
             plans[leaf].queue(pipe, bits)
             return 4 + plans[leaf].replies
 
@@ -439,9 +467,9 @@ class RedisLeafStore:
         priority: int,
     ) -> None:
         """Keep in found[leaf] only the keys whose claims answer them seen (claim_seen), from
-        one more snapshot of the leaves' claims and instances and the server's clock (none on a
-        Cluster, whose transactions take keyed commands only: a claim then goes to the
-        script)."""
+        one more snapshot of the leaves' claims, records and instances and the server's clock
+        (none on a Cluster, whose transactions take keyed commands only: a claim then goes to
+        the script)."""
         clock = not self._cluster
 
         def queue(pipe: Any, leaf: str) -> int:
@@ -450,15 +478,24 @@ class RedisLeafStore:
                 pipe.time()
             pipe.hget(meta, "instance")
             pipe.hmget(claims, [groups[leaf][j] for j in found[leaf]])
-            return 3 if clock else 2
+            pipe.hgetall(self._records(leaf))
+            return 4 if clock else 3
 
+        width = self._fp_bytes()
         replies = self._snapshot(leaves, queue, "read claims")
         for leaf, reply in replies.items():
             now = server_ms(reply[0]) if clock else None
-            instance, values = reply[-2:]
+            instance, values, held = reply[-3:]
             if instance is None or instance.decode() != self._instance:
                 found[leaf] = []
                 continue
+            if held:
+                fps = [groups[leaf][j] for j in found[leaf]]
+                recorded = recorded_claims(held.values(), set(fps), width)
+                values = [
+                    v if v is not None else recorded.get(fp)
+                    for v, fp in zip(values, fps, strict=True)
+                ]
             found[leaf] = seen_by_claims(found[leaf], values, owner, priority, now)
 
     def _snapshot(
@@ -565,15 +602,47 @@ class RedisLeafStore:
 
     def copy_claims(self, leaf: str, split: Split) -> None:
         """Copy the sealed leaf's claims into the split's children (before the swap), so
-        that claims not yet acknowledged, and those of clients that died, stay claims."""
-        claims = self._keys(leaf)[3]
-        held = retrying(lambda: self.client.hgetall(claims), f"{self._what}: copy claims")
+        that claims not yet acknowledged, and those of clients that died, stay claims: per-key
+        claims as they are, each record as a record of the same field in every child its keys
+        route to, holding those keys. Both read in one MULTI/EXEC, and why a copy never
+        outlives an acknowledgement: the module's docstring."""
+        parts, kept = self._claims_to_copy(leaf, split)
+
+        def write(pipe: Any, child: str) -> None:
+            if child in parts:
+                pipe.hset(self._keys(child)[3], mapping=parts[child])
+            if child in kept:
+                pipe.hset(self._records(child), mapping=kept[child])
+
+        self._each_leaf(list({**parts, **kept}), write)
+
+    def _claims_to_copy(
+        self, leaf: str, split: Split
+    ) -> tuple[dict[str, dict[bytes, bytes]], dict[str, dict[bytes, bytes]]]:
+        """copy_claims's read: per child, the per-key claims and the records it gets."""
+        width = self._fp_bytes()
+
+        def read() -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(self._keys(leaf)[3])
+            pipe.hgetall(self._records(leaf))
+            held, records = pipe.execute()
+            return held, records
+
+        held, records = retrying(read, f"{self._what}: copy claims")
         parts: dict[str, dict[bytes, bytes]] = {}
         for fp, value in held.items():
             parts.setdefault(split.child(int.from_bytes(fp, "little")), {})[fp] = value
-        self._each_leaf(
-            list(parts), lambda pipe, child: pipe.hset(self._keys(child)[3], mapping=parts[child])
-        )
+        kept: dict[str, dict[bytes, bytes]] = {}
+        for call, value in records.items():
+            claim, body = record_parts(value)
+            routed: dict[str, list[bytes]] = {}
+            for s in range(0, len(body), width):
+                fp = body[s : s + width]
+                routed.setdefault(split.child(int.from_bytes(fp, "little")), []).append(fp)
+            for child, fps in routed.items():
+                kept.setdefault(child, {})[call] = claim + b"\n" + b"".join(fps)
+        return parts, kept
 
     def seal(self, leaf: str) -> int:
         meta, bits, fps, _ = self._keys(leaf)
@@ -616,10 +685,10 @@ class RedisLeafStore:
 
     def retire(self, leaf: str, grace_seconds: float) -> None:
         ms = max(1, int(grace_seconds * 1000))
-        self._each_leaf([leaf], lambda pipe, lf: [pipe.pexpire(k, ms) for k in self._keys(lf)])
+        self._each_leaf([leaf], lambda pipe, lf: [pipe.pexpire(k, ms) for k in self._all_keys(lf)])
 
     def drop(self, leaves: Sequence[str]) -> None:
-        self._each_leaf(leaves, lambda pipe, lf: [pipe.delete(k) for k in self._keys(lf)])
+        self._each_leaf(leaves, lambda pipe, lf: [pipe.delete(k) for k in self._all_keys(lf)])
 
     def leaf_info(self, leaves: Sequence[str]) -> list[LeafInfo | None]:
         def ask(pipe: Any, leaf: str) -> None:
@@ -627,20 +696,23 @@ class RedisLeafStore:
             pipe.hmget(meta, "state", "count", "instance", "coded", "code_bytes")
             pipe.strlen(fps)
             pipe.hlen(claims)
+            pipe.hvals(self._records(leaf))
 
         replies = self._each_leaf(leaves, ask)
         out: list[LeafInfo | None] = []
-        for (state, count, instance, coded, code), length, claims in zip(
-            replies[0::3], replies[1::3], replies[2::3], strict=True
+        width = self._fp_bytes()
+        for (state, count, instance, coded, code), length, claims, records in zip(
+            replies[0::4], replies[1::4], replies[2::4], replies[3::4], strict=True
         ):
             mine = state is not None and instance is not None
             mine = mine and instance.decode() == self._instance
+            claims += sum(len(record_parts(v)[1]) // width for v in records)
             info = LeafInfo(state.decode(), int(count), length, claims) if mine else None
             out.append(info and replace(info, coded=int(coded or 0), code_bytes=int(code or 0)))
         return out
 
     def memory_usage(self, leaves: Sequence[str]) -> int:
-        keys = [self.tree_key] + [k for leaf in leaves for k in self._keys(leaf)]
+        keys = [self.tree_key] + [k for leaf in leaves for k in self._all_keys(leaf)]
 
         def usage() -> int:
             return sum(int(self.client.memory_usage(k) or 0) for k in keys)
@@ -652,6 +724,19 @@ class RedisLeafStore:
         leaves = [] if tree is None else [leaf for leaf, _ in tree.leaves()]
         self.drop(leaves)
         retrying(lambda: self.client.delete(self.tree_key, self.kind_key), f"{self._what}: destroy")
+
+
+def _drop_pairs(owner: str, fps: list[bytes], calls: Sequence[int] | None) -> list[Any]:
+    """A leaf's DROP arguments (bloom_batch.lua): per call whose record holds some of fps
+    (calls: per key its call id, 0 or None for a key claimed one by one), the record's field
+    and those keys packed; the keys claimed one by one after "" the same way."""
+    groups: dict[int, list[bytes]] = {}
+    for fp, call in zip(fps, calls or [0] * len(fps), strict=True):
+        groups.setdefault(call, []).append(fp)
+    out: list[Any] = []
+    for call, part in groups.items():
+        out += [f"{owner} {call}" if call else "", b"".join(part)]
+    return out
 
 
 def _multi_source() -> str:

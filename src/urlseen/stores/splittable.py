@@ -51,7 +51,8 @@ class LeafOp(IntEnum):
     DROP = 6
     """ACK of claims younger than half a lease (none can have been taken over), deleted
     unread: as many True as were deleted (Redis leaves only: a store without claims never
-    gets a release)."""
+    gets a release). Each key's `records` entry (check_and_add) names the call whose record
+    holds its claim: a record is deleted whole, with no work per key."""
 
 
 def loc_hash(fingerprint: int, seed: int) -> int:
@@ -147,6 +148,8 @@ class LeafAnswer:
     new: list[bool]
     count: int
     pending: list[int] = field(default_factory=list)
+    loose: list[int] = field(default_factory=list)  # keys answered new and claimed one by one,
+    # not in their call's record (a takeover, a resent call: bloom_batch.lua's "T")
 
 
 LeafReply = LeafAnswer | None | str  # an answer, MOVED or MISSING
@@ -167,8 +170,11 @@ class LeafStore(Protocol):
 
     check_and_add does one LeafOp to every key of a batch, leaf by leaf. claims: whether
     answers "new" are claimed until acknowledged (several clients: stores/redis_claims.py).
+    An ADD claims a leaf's new keys in one record per call (the call id, claim[2]), except
+    those its answer lists as loose; a DROP is told, per leaf and key, the call whose record
+    holds the key's claim (`records`, 0: claimed one by one).
 
-    A leaf keeps its URLs' fingerprints in two parts (format urlseen-dsbf/5): `code`, those a
+    A leaf keeps its URLs' fingerprints in two parts (format urlseen-dsbf/5 on): `code`, those a
     split or growth gave it, sorted and coded once (stores/_fingerprint_code.py, written by
     fill_coded into a fresh leaf, never changed after), and the raw tail that check-and-add
     appends to (fp_bytes per URL reported new; `fingerprints` reads it by byte offset, `seal`
@@ -188,7 +194,11 @@ class LeafStore(Protocol):
     def new_leaf_ids(self, count: int) -> list[str]: ...
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], op: LeafOp, claim: Sequence[Any] = ...
+        self,
+        groups: Mapping[str, list[bytes]],
+        op: LeafOp,
+        claim: Sequence[Any] = ...,
+        records: Mapping[str, Sequence[int]] | None = None,
     ) -> dict[str, LeafReply]: ...
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes: ...
@@ -296,10 +306,14 @@ class MemoryLeafStore:
             return [str(i) for i in range(last - count + 1, last + 1)]
 
     def check_and_add(
-        self, groups: Mapping[str, list[bytes]], op: LeafOp, claim: Sequence[Any] = ()
+        self,
+        groups: Mapping[str, list[bytes]],
+        op: LeafOp,
+        claim: Sequence[Any] = (),
+        records: Mapping[str, Sequence[int]] | None = None,
     ) -> dict[str, LeafReply]:
         """Claims need other clients: in one process every answer reaches its caller, so
-        there are none (ACK, ABANDON and RENEW answer True)."""
+        there are none (ACK, ABANDON and RENEW answer True; no records)."""
         out: dict[str, LeafReply] = {}
         with self._guard:
             width = self._tree["params"]["fp_bytes"]  # a leaf keeps a URL's first bytes

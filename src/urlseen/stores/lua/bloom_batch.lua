@@ -13,7 +13,8 @@
 --          a RedisBloomFilter (no write limit, ARGV[7] empty), its claims of whole calls
 --          (claims.lua, claims_record: each call's new keys in one field, acknowledged by
 --          deleting it; expanded into KEYS[4] before any claim is read or released one by one)
--- KEYS[6]: (RedisBloomFilter) the calling client's staged bits, for a whole rewrite (below)
+-- KEYS[6]: (RedisBloomFilter) the calling client's staged bits, for a whole rewrite (below);
+--          (DSBF leaf) its claims of whole calls, as KEYS[5] is a RedisBloomFilter's
 -- ARGV[1]: urlseen._core.byte_masks of the batch; ARGV[4]: "blocked" or "standard" (its format)
 -- ARGV[2]: the operation (urlseen.stores.splittable.LeafOp): "0" CONTAINS, test only; "1" ADD,
 --          test and set, and claim; "2" COPY, set and count every key as new (a split copying
@@ -22,7 +23,11 @@
 --          caller's claims of the fingerprints (claims.lua); "6" DROP: delete the claims of
 --          the fingerprints ARGV[14..] (one each) without reading them: an acknowledgement by a
 --          client whose claims are younger than half a lease, so none was taken over (and
---          were one, its URL has reached the caller acknowledging it); no per-key Lua work
+--          were one, its URL has reached the caller acknowledging it); no per-key Lua work.
+--          A DSBF leaf's DROP takes (field, fingerprints) pairs instead: a record's field
+--          ("OWNER CALL", claims_record) and the fingerprints it claimed in this leaf (ARGV[6]
+--          bytes each, packed), or "" and fingerprints claimed one by one; a record found is
+--          deleted whole, else (expanded since, or "") the fingerprints' claims one by one
 -- ARGV[5]: the batch's fingerprints, ARGV[6] bytes per key, in order (the claims' fields; a
 --          DSBF leaf stores them too)
 -- ARGV[7]: a DSBF leaf's write limit (at this count a leaf takes no more writes until split);
@@ -30,11 +35,11 @@
 -- ARGV[8]: the instance the client opened; ARGV[9]: the length of the bits in bytes
 -- ARGV[10..13]: the claims' owner, priority, call id and lease in ms (claims.lua)
 -- ARGV[14..]: ADD: optional, the count, answers and blocks of a client's snapshot (below, at
---          agreed()); DROP: the fingerprints
+--          agreed()); DROP: the fingerprints (a leaf: the pairs above)
 -- Returns one character per key: ADD "1" new, "0" seen, "P" pending (claims.lua), "T" new
--- and claimed by a field of its own (with records, KEYS[5]: below at OWN); CONTAINS
--- "1" absent, "0" present; COPY "1"; ACK/ABANDON/RENEW "1" if the claim was still the
--- caller's; DROP the number of claims deleted. A DSBF leaf appends its count after the
+-- and claimed by a field of its own (with records, KEYS[5] or a leaf's KEYS[6]: below at
+-- OWN); CONTAINS "1" absent, "0" present; COPY "1"; ACK/ABANDON/RENEW "1" if the claim was
+-- still the caller's; DROP the number of claims deleted. A DSBF leaf appends its count after the
 -- answers; an ADD whose ARGV[14..17] it could not take (agreed()) appends "F" last. A leaf
 -- returns "M" (moved) instead when it no longer takes writes (sealed by a split,
 -- or at its write limit), or "X" when it does not exist or belongs to another instance
@@ -47,7 +52,7 @@ local op = ARGV[2]
 local data, ttl = ARGV[1], tonumber(ARGV[3])
 local add = op == ADD or op == COPY
 local force, leaf, leaf_count, leaf_tail, code_bytes = op == COPY, ARGV[7] ~= '', 0, 0, 0
-local records = not leaf and KEYS[5] or nil
+local records = leaf and KEYS[6] or KEYS[5]
 local fps, fp_size = ARGV[5], tonumber(ARGV[6])
 
 if ttl > 0 then
@@ -82,6 +87,30 @@ if leaf then
 end
 local sub, byte, band, bor = string.sub, string.byte, bit.band, bit.bor
 local claims
+-- The claims of the fingerprints packed in `fps`, deleted unread one by one: how many were.
+local function drop_each(fps)
+  local list, deleted = {}, 0
+  for i = 1, #fps / fp_size do list[i] = sub(fps, fp_size * (i - 1) + 1, fp_size * i) end
+  for s = 1, #list, UNPACK_MAX do
+    deleted = deleted + redis.call('HDEL', KEYS[4], unpack(list, s, math.min(s + UNPACK_MAX - 1,
+                                                                          #list)))
+  end
+  return deleted
+end
+
+if op == DROP and leaf then
+  -- No expansion: a record is deleted whole, and one expanded since left per-key claims.
+  local deleted = 0
+  for s = 14, #ARGV - 1, 2 do
+    if ARGV[s] ~= '' and redis.call('HDEL', records, ARGV[s]) == 1 then
+      deleted = deleted + #ARGV[s + 1] / fp_size
+    else
+      deleted = deleted + drop_each(ARGV[s + 1])
+    end
+  end
+  if sealed then return 'M' end -- as RELEASE below
+  return deleted
+end
 if op == DROP then
   if records then claims_expand(records, KEYS[4], fp_size) end
   local deleted = 0
@@ -171,7 +200,7 @@ local function bitfield_bytes(offsets, values)
 end
 
 local fell_back = false -- ARGV[14..17] were sent and not taken (agreed()): the reply says so
--- With records (a RedisBloomFilter): the answer for a key answered new whose claim is its own
+-- With records (every user of claims): the answer for a key answered new whose claim is its own
 -- field of KEYS[4], not in this call's record (taken over, or a resent call's): its client
 -- then acknowledges by DROP, which deleting the record would not do.
 local OWN = 'T'

@@ -189,7 +189,8 @@ local function claims_release(c, key, fps, how)
   return out
 end
 
--- Claims of whole calls (RedisBloomFilter): a call that answers keys new (absent from the
+-- Claims of whole calls (RedisBloomFilter, and each leaf of a SplittableBloomFilter, in a
+-- records hash of its own beside its claims): a call that answers keys new (absent from the
 -- data) claims them all in one field of a second hash, `records`: field "OWNER CALL", value
 -- this call's claim, a newline, then the keys' fingerprints packed (`size` bytes each). Its
 -- client acknowledges them by deleting that field: claiming and acknowledging a batch cost

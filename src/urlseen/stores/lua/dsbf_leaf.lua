@@ -1,7 +1,8 @@
 -- dsbf_leaf.lua: create or seal one leaf of a SplittableBloomFilter (its keys share one slot).
 -- KEYS[1]: the leaf's hash (state, count, instance; coded and code_bytes: the URLs and length
 -- of the coded fingerprints at the start of KEYS[3]), KEYS[2]: its bits, KEYS[3]: its
--- fingerprints (the code, then the raw ones), KEYS[4]: its claims.
+-- fingerprints (the code, then the raw ones), KEYS[4]: its claims, KEYS[5] (make only): its
+-- claims of whole calls (records).
 --   make  nbytes instance -> 1 if created, 0 if it existed (never touches a leaf of this
 --                 instance; one of another instance is a leftover of a filter of the same name
 --                 deleted before: it is replaced)
@@ -20,7 +21,7 @@ local op = ARGV[1]
 if op == 'make' then
   local instance = redis.call('HGET', KEYS[1], 'instance')
   if instance == ARGV[3] then return 0 end
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   redis.call('HSET', KEYS[1], 'state', 'active', 'count', 0, 'instance', ARGV[3])
   redis.call('SETRANGE', KEYS[2], tonumber(ARGV[2]) - 1, '\0')
   return 1
