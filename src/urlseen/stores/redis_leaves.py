@@ -246,12 +246,14 @@ class RedisLeafStore:
         op: LeafOp,
         claim: Sequence[Any] = ("", 0, 0, 1),
         records: Mapping[str, Sequence[int]] | None = None,
+        room: Mapping[str, int] | None = None,
     ) -> dict[str, LeafReply]:
         """The op on each leaf's fingerprints. An ADD first answers, from one native snapshot,
-        the keys found seen (_native); the rest go to the scripts: on a single server one
-        call for all leaves (dsbf_batch.lua), on a Cluster one per leaf, side by side. With
-        the blocked layout each leaf's call carries the snapshot's answers and blocks
-        (optimistic_args), unless most leaves of a recent batch fell back (Optimism)."""
+        the keys found seen (_native); the rest, up to the leaf's room (the rest deferred), go
+        to the scripts: on a single server one call for all leaves (dsbf_batch.lua), on a
+        Cluster one per leaf, side by side. With the blocked layout each leaf's call carries
+        the snapshot's answers and blocks (optimistic_args), unless most leaves of a recent
+        batch fell back (Optimism)."""
         groups = {leaf: fps for leaf, fps in groups.items() if fps}
         filled: dict[str, LeafReply] = {}
         if op == LeafOp.COPY and self.native_copy:
@@ -271,6 +273,17 @@ class RedisLeafStore:
             seen, reads = self._native(groups, masks, str(claim[0]), int(claim[1]))
             for leaf, answer in seen.items():
                 ask[leaf] = [j for j, new in enumerate(answer.new) if new]
+        follow: dict[str, dict[int, int]] = {}
+        deferred: dict[str, list[int]] = {}
+        if op == LeafOp.ADD:
+            for leaf, idx in ask.items():
+                ask[leaf], follow[leaf] = _first_of_each(groups[leaf], idx)
+            for leaf, limit in (room or {}).items():
+                idx = ask.get(leaf, [])
+                if len(idx) > max(1, limit):
+                    ask[leaf], held = idx[: max(1, limit)], set(idx[max(1, limit) :])
+                    held |= {j for j, first in follow[leaf].items() if first in held}
+                    deferred[leaf] = sorted(held)
         calls = {}
         for leaf, idx in ask.items():
             if not idx:
@@ -310,12 +323,17 @@ class RedisLeafStore:
                 new[j] = c in (0x31, OWN)
             pending = [idx[j] for j, c in enumerate(reply[:n]) if c == PENDING]
             loose = [idx[j] for j, c in enumerate(reply[:n]) if c == OWN]
-            out[leaf] = LeafAnswer(new, int(reply[n:] or 0), pending, loose)
+            later = deferred.get(leaf, [])
+            if follow.get(leaf):  # a repeat within the call: seen, or pending as its first is
+                waits = set(pending)
+                pending = sorted(pending + [j for j, a in follow[leaf].items() if a in waits])
+            out[leaf] = LeafAnswer(new, int(reply[n:] or 0), pending, loose, later)
         if op == LeafOp.ADD:
             self._optimism.heard(tried, fell)
-            answers = [a.new for a in out.values() if isinstance(a, LeafAnswer)]
-            total = sum(len(a) for a in answers)
-            self._seen_share = sum(a.count(False) for a in answers) / total if total else 1.0
+            answers = [a for a in out.values() if isinstance(a, LeafAnswer)]
+            total = sum(len(a.new) - len(a.deferred) for a in answers)
+            seen_keys = sum(a.new.count(False) - len(a.deferred) for a in answers)
+            self._seen_share = seen_keys / total if total else 1.0
         return out
 
     def _run(
@@ -420,17 +438,19 @@ class RedisLeafStore:
             pipe.hmget(meta, "instance", "state", "count", "coded", "code_bytes")
             pipe.strlen(bits)
             pipe.strlen(fps_key)
-            pipe.exists(claims, self._records(leaf))  # any claims: per key or in records
+            pipe.hlen(claims)  # claims one by one (how many: _judge_claims) ...
+            pipe.exists(self._records(leaf))  # ... or whole calls' records
             plans[leaf].queue(pipe, bits)
-            return 4 + plans[leaf].replies
+            return 5 + plans[leaf].replies
 
         replies = self._snapshot(list(plans), queue, "read")
         found: dict[str, list[int]] = {}
         counts: dict[str, int] = {}
         reads: dict[str, _Read] = {}
-        claimed: list[str] = []
+        claimed: dict[str, int] = {}  # leaf -> its claims one by one, as read
         for leaf, reply in replies.items():
-            (instance, state, count, coded, code_bytes), length, fps_length, held, *data = reply
+            (instance, state, count, coded, code_bytes), length, fps_length, *_ = reply
+            loose, recorded, data = reply[3], reply[4], reply[5:]
             nbits = self._sizes.get(leaf, p["leaf_bits"])
             ok = instance is not None and instance.decode() == self._instance
             ok = ok and state == b"active" and length == nbits // 8 and count is not None
@@ -446,8 +466,8 @@ class RedisLeafStore:
             found[leaf] = [j for j, bit in enumerate(present) if bit]
             counts[leaf] = int(count)
             reads[leaf] = (bits, plan.number, count)
-            if held and found[leaf]:
-                claimed.append(leaf)
+            if (loose or recorded) and found[leaf]:
+                claimed[leaf] = loose
         if claimed:
             self._judge_claims(claimed, groups, found, owner, priority)
         out = {}
@@ -460,7 +480,7 @@ class RedisLeafStore:
 
     def _judge_claims(
         self,
-        leaves: list[str],
+        leaves: Mapping[str, int],
         groups: Mapping[str, list[bytes]],
         found: dict[str, list[int]],
         owner: str,
@@ -469,7 +489,11 @@ class RedisLeafStore:
         """Keep in found[leaf] only the keys whose claims answer them seen (claim_seen), from
         one more snapshot of the leaves' claims, records and instances and the server's clock
         (none on a Cluster, whose transactions take keyed commands only: a claim then goes to
-        the script)."""
+        the script). leaves: each leaf's claims one by one as the first snapshot read; fewer
+        than its keys to judge, all of them are read (an empty hash costs nothing, where a
+        look-up of each key found set cost ~1 s per 1M repeats in batches of 65,536), else
+        those keys' (a release may have turned records into claims one by one since: read
+        either way)."""
         clock = not self._cluster
 
         def queue(pipe: Any, leaf: str) -> int:
@@ -477,20 +501,25 @@ class RedisLeafStore:
             if clock:
                 pipe.time()
             pipe.hget(meta, "instance")
-            pipe.hmget(claims, [groups[leaf][j] for j in found[leaf]])
+            if leaves[leaf] < len(found[leaf]):
+                pipe.hgetall(claims)
+            else:
+                pipe.hmget(claims, [groups[leaf][j] for j in found[leaf]])
             pipe.hgetall(self._records(leaf))
             return 4 if clock else 3
 
         width = self._fp_bytes()
-        replies = self._snapshot(leaves, queue, "read claims")
+        replies = self._snapshot(list(leaves), queue, "read claims")
         for leaf, reply in replies.items():
             now = server_ms(reply[0]) if clock else None
             instance, values, held = reply[-3:]
             if instance is None or instance.decode() != self._instance:
                 found[leaf] = []
                 continue
+            fps = [groups[leaf][j] for j in found[leaf]]
+            if isinstance(values, dict):
+                values = [values.get(fp) for fp in fps]
             if held:
-                fps = [groups[leaf][j] for j in found[leaf]]
                 recorded = recorded_claims(held.values(), set(fps), width)
                 values = [
                     v if v is not None else recorded.get(fp)
@@ -724,6 +753,22 @@ class RedisLeafStore:
         leaves = [] if tree is None else [leaf for leaf, _ in tree.leaves()]
         self.drop(leaves)
         retrying(lambda: self.client.delete(self.tree_key, self.kind_key), f"{self._what}: destroy")
+
+
+def _first_of_each(fps: list[bytes], idx: list[int]) -> tuple[list[int], dict[int, int]]:
+    """The positions idx with each fingerprint's first only, and each later one's first: a
+    repeat sent to the script made its call decide keys found present, which turned the
+    leaf's records into claims one by one (2x the server CPU of a batch of repeats)."""
+    firsts: dict[bytes, int] = {}
+    keep: list[int] = []
+    later: dict[int, int] = {}
+    for j in idx:
+        first = firsts.setdefault(fps[j], j)
+        if first == j:
+            keep.append(j)
+        else:
+            later[j] = first
+    return keep, later
 
 
 def _drop_pairs(owner: str, fps: list[bytes], calls: Sequence[int] | None) -> list[Any]:

@@ -150,6 +150,8 @@ class LeafAnswer:
     pending: list[int] = field(default_factory=list)
     loose: list[int] = field(default_factory=list)  # keys answered new and claimed one by one,
     # not in their call's record (a takeover, a resent call: bloom_batch.lua's "T")
+    deferred: list[int] = field(default_factory=list)  # keys not done: past the call's room
+    # (check_and_add); their `new` is False until they are sent again
 
 
 LeafReply = LeafAnswer | None | str  # an answer, MOVED or MISSING
@@ -172,7 +174,10 @@ class LeafStore(Protocol):
     answers "new" are claimed until acknowledged (several clients: stores/redis_claims.py).
     An ADD claims a leaf's new keys in one record per call (the call id, claim[2]), except
     those its answer lists as loose; a DROP is told, per leaf and key, the call whose record
-    holds the key's claim (`records`, 0: claimed one by one).
+    holds the key's claim (`records`, 0: claimed one by one). An ADD given `room` adds at
+    most room[leaf] keys to the leaf (its bound on how far one call can overfill it); keys it
+    finds seen don't count, and those past the room are left undone (`deferred`), so a batch
+    of mostly repeats is answered in one call instead of one per room's worth of keys.
 
     A leaf keeps its URLs' fingerprints in two parts (format urlseen-dsbf/5 on): `code`, those a
     split or growth gave it, sorted and coded once (stores/_fingerprint_code.py, written by
@@ -199,6 +204,7 @@ class LeafStore(Protocol):
         op: LeafOp,
         claim: Sequence[Any] = ...,
         records: Mapping[str, Sequence[int]] | None = None,
+        room: Mapping[str, int] | None = None,
     ) -> dict[str, LeafReply]: ...
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes: ...
@@ -311,6 +317,7 @@ class MemoryLeafStore:
         op: LeafOp,
         claim: Sequence[Any] = (),
         records: Mapping[str, Sequence[int]] | None = None,
+        room: Mapping[str, int] | None = None,
     ) -> dict[str, LeafReply]:
         """Claims need other clients: in one process every answer reaches its caller, so
         there are none (ACK, ABANDON and RENEW answer True; no records)."""
@@ -333,6 +340,9 @@ class MemoryLeafStore:
                 if op == LeafOp.ADD and count >= limit:
                     out[leaf] = MOVED  # at its write limit: a split is due
                     continue
+                deferred: list[int] = []
+                if op == LeafOp.ADD and room is not None and leaf in room:
+                    fps, deferred = _within_room(entry.bits.contains_many(fps), fps, room[leaf])
                 if op == LeafOp.CONTAINS:
                     new = [not hit for hit in entry.bits.contains_many(fps)]
                 else:
@@ -340,7 +350,8 @@ class MemoryLeafStore:
                     if op == LeafOp.COPY:
                         new = [True] * len(fps)
                     entry.fps += b"".join(fp for fp, fresh in zip(fps, new, strict=True) if fresh)
-                out[leaf] = LeafAnswer(new, entry.coded + len(entry.fps) // width)
+                count = entry.coded + len(entry.fps) // width
+                out[leaf] = LeafAnswer(new + [False] * len(deferred), count, deferred=deferred)
         return out
 
     def fingerprints(self, leaf: str, start: int, end: int) -> bytes:
@@ -456,3 +467,15 @@ class MemoryLeafStore:
             self._tree.clear()
             self._leaves.clear()
             self._locks.clear()
+
+
+def _within_room(present: list[bool], fps: list[bytes], room: int) -> tuple[list[bytes], list[int]]:
+    """The keys up to the (room + 1)-th not present (each may be new), and the positions of the
+    rest: a suffix, so a repeat within the batch stays after its first."""
+    absent = 0
+    for j, hit in enumerate(present):
+        if not hit:
+            absent += 1
+            if absent > room:
+                return fps[:j], list(range(j, len(fps)))
+    return fps, []
