@@ -175,9 +175,10 @@ class LeafStore(Protocol):
     An ADD claims a leaf's new keys in one record per call (the call id, claim[2]), except
     those its answer lists as loose; a DROP is told, per leaf and key, the call whose record
     holds the key's claim (`records`, 0: claimed one by one). An ADD given `room` adds at
-    most room[leaf] keys to the leaf (its bound on how far one call can overfill it); keys it
-    finds seen don't count, and those past the room are left undone (`deferred`), so a batch
-    of mostly repeats is answered in one call instead of one per room's worth of keys.
+    most room[leaf] new keys to the leaf (the bound on how far one call can overfill it; in
+    one process, whose leaf count is exact, as many as fit under its write limit if more);
+    keys it finds seen don't count, and those past the room are left undone (`deferred`), so
+    a batch of mostly repeats is answered in one call instead of one per room's worth.
 
     A leaf keeps its URLs' fingerprints in two parts (format urlseen-dsbf/5 on): `code`, those a
     split or growth gave it, sorted and coded once (stores/_fingerprint_code.py, written by
@@ -340,16 +341,16 @@ class MemoryLeafStore:
                 if op == LeafOp.ADD and count >= limit:
                     out[leaf] = MOVED  # at its write limit: a split is due
                     continue
-                deferred: list[int] = []
-                if op == LeafOp.ADD and room is not None and leaf in room:
-                    fps, deferred = _within_room(entry.bits.contains_many(fps), fps, room[leaf])
                 if op == LeafOp.CONTAINS:
                     new = [not hit for hit in entry.bits.contains_many(fps)]
+                elif op == LeafOp.ADD and room is not None and leaf in room:
+                    new = _add_within(entry, fps, max(room[leaf], limit - count))
                 else:
                     new = entry.bits.add_many(fps)
                     if op == LeafOp.COPY:
                         new = [True] * len(fps)
                     entry.fps += b"".join(fp for fp, fresh in zip(fps, new, strict=True) if fresh)
+                deferred = list(range(len(new), len(fps)))
                 count = entry.coded + len(entry.fps) // width
                 out[leaf] = LeafAnswer(new + [False] * len(deferred), count, deferred=deferred)
         return out
@@ -469,13 +470,17 @@ class MemoryLeafStore:
             self._locks.clear()
 
 
-def _within_room(present: list[bool], fps: list[bytes], room: int) -> tuple[list[bytes], list[int]]:
-    """The keys up to the (room + 1)-th not present (each may be new), and the positions of the
-    rest: a suffix, so a repeat within the batch stays after its first."""
-    absent = 0
-    for j, hit in enumerate(present):
-        if not hit:
-            absent += 1
-            if absent > room:
-                return fps[:j], list(range(j, len(fps)))
-    return fps, []
+def _add_within(entry: _Leaf, fps: list[bytes], room: int) -> list[bool]:
+    """Add fps in order until room of them were new: the answers of those added (a prefix;
+    the rest are deferred). Chunks no longer than the room left, so none overshoots it and no
+    key is tested twice (a test-only pass first made `urlseen dedup --filter dsbf` 25%
+    slower)."""
+    new: list[bool] = []
+    left = max(1, room)
+    while left > 0 and len(new) < len(fps):
+        part = fps[len(new) : len(new) + left]
+        got = entry.bits.add_many(part)
+        entry.fps += b"".join(fp for fp, fresh in zip(part, got, strict=True) if fresh)
+        new += got
+        left -= sum(got)
+    return new
