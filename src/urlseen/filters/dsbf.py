@@ -360,9 +360,9 @@ class SplittableBloomFilter(Claimant):
                 if reply.pending or reply.deferred:
                     again[leaf] = [idx[j] for j in sorted(reply.pending + reply.deferred)]
                     later[leaf] = [idx[j] for j in reply.deferred]
-                sent += len(idx)
-                maybe_new += sum(reply.new) + len(reply.pending) + len(reply.deferred)
                 if op == LeafOp.ADD:
+                    sent += len(idx)
+                    maybe_new += sum(reply.new) + len(reply.pending) + len(reply.deferred)
                     if self._store.claims:
                         got = [i for i in idx if answers[i]]
                         loose = {idx[j] for j in reply.loose}
@@ -371,7 +371,7 @@ class SplittableBloomFilter(Claimant):
                         self._claims.hold([digests[i] for i in got], priority)
                     if reply.count >= self._capacity(leaf):
                         full.append(leaf)
-            if sent:
+            if sent:  # ADD only: an acknowledgement's answers say nothing of what is seen
                 self._spread = min(MAX_SPREAD, max(1.0, sent / max(1, maybe_new)))
             for leaf in full:
                 self._split(leaf)
