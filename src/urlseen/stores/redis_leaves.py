@@ -438,19 +438,17 @@ class RedisLeafStore:
             pipe.hmget(meta, "instance", "state", "count", "coded", "code_bytes")
             pipe.strlen(bits)
             pipe.strlen(fps_key)
-            pipe.hlen(claims)  # claims one by one (how many: _judge_claims) ...
-            pipe.exists(self._records(leaf))  # ... or whole calls' records
+            pipe.exists(claims, self._records(leaf))  # any claims: per key or in records
             plans[leaf].queue(pipe, bits)
-            return 5 + plans[leaf].replies
+            return 4 + plans[leaf].replies
 
         replies = self._snapshot(list(plans), queue, "read")
         found: dict[str, list[int]] = {}
         counts: dict[str, int] = {}
         reads: dict[str, _Read] = {}
-        claimed: dict[str, int] = {}  # leaf -> its claims one by one, as read
+        claimed: list[str] = []
         for leaf, reply in replies.items():
-            (instance, state, count, coded, code_bytes), length, fps_length, *_ = reply
-            loose, recorded, data = reply[3], reply[4], reply[5:]
+            (instance, state, count, coded, code_bytes), length, fps_length, held, *data = reply
             nbits = self._sizes.get(leaf, p["leaf_bits"])
             ok = instance is not None and instance.decode() == self._instance
             ok = ok and state == b"active" and length == nbits // 8 and count is not None
@@ -466,8 +464,8 @@ class RedisLeafStore:
             found[leaf] = [j for j, bit in enumerate(present) if bit]
             counts[leaf] = int(count)
             reads[leaf] = (bits, plan.number, count)
-            if (loose or recorded) and found[leaf]:
-                claimed[leaf] = loose
+            if held and found[leaf]:
+                claimed.append(leaf)
         if claimed:
             self._judge_claims(claimed, groups, found, owner, priority)
         out = {}
@@ -480,7 +478,7 @@ class RedisLeafStore:
 
     def _judge_claims(
         self,
-        leaves: Mapping[str, int],
+        leaves: list[str],
         groups: Mapping[str, list[bytes]],
         found: dict[str, list[int]],
         owner: str,
@@ -489,11 +487,7 @@ class RedisLeafStore:
         """Keep in found[leaf] only the keys whose claims answer them seen (claim_seen), from
         one more snapshot of the leaves' claims, records and instances and the server's clock
         (none on a Cluster, whose transactions take keyed commands only: a claim then goes to
-        the script). leaves: each leaf's claims one by one as the first snapshot read; fewer
-        than its keys to judge, all of them are read (an empty hash costs nothing, where a
-        look-up of each key found set cost ~1 s per 1M repeats in batches of 65,536), else
-        those keys' (a release may have turned records into claims one by one since: read
-        either way)."""
+        the script)."""
         clock = not self._cluster
 
         def queue(pipe: Any, leaf: str) -> int:
@@ -501,25 +495,20 @@ class RedisLeafStore:
             if clock:
                 pipe.time()
             pipe.hget(meta, "instance")
-            if leaves[leaf] < len(found[leaf]):
-                pipe.hgetall(claims)
-            else:
-                pipe.hmget(claims, [groups[leaf][j] for j in found[leaf]])
+            pipe.hmget(claims, [groups[leaf][j] for j in found[leaf]])
             pipe.hgetall(self._records(leaf))
             return 4 if clock else 3
 
         width = self._fp_bytes()
-        replies = self._snapshot(list(leaves), queue, "read claims")
+        replies = self._snapshot(leaves, queue, "read claims")
         for leaf, reply in replies.items():
             now = server_ms(reply[0]) if clock else None
             instance, values, held = reply[-3:]
             if instance is None or instance.decode() != self._instance:
                 found[leaf] = []
                 continue
-            fps = [groups[leaf][j] for j in found[leaf]]
-            if isinstance(values, dict):
-                values = [values.get(fp) for fp in fps]
             if held:
+                fps = [groups[leaf][j] for j in found[leaf]]
                 recorded = recorded_claims(held.values(), set(fps), width)
                 values = [
                     v if v is not None else recorded.get(fp)
