@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from peers import DEFAULT_DATA, Workload, load_distinct
-from urlseen.filters import _sizing
+from urlseen.bloom import sizing
 
 
 def load_build(path: str) -> Any:
@@ -49,7 +49,7 @@ def main() -> None:
         builds["abloom"] = None
     base, _ = load_distinct(DEFAULT_DATA)
     wl = Workload(base, n)
-    size = _sizing.size_filter(n, 0.001, "blocked")
+    size = sizing.size_filter(n, 0.001, "blocked")
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in builds}
     for r in range(rounds):
         for name, mod in builds.items():

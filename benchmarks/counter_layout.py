@@ -17,7 +17,7 @@ import argparse
 import os
 import time
 
-from urlseen.filters.counting import CountingBloomFilter
+from urlseen.bloom.counting import CountingBloomFilter
 
 BATCH = 65536
 

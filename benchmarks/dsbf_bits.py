@@ -7,7 +7,7 @@ Why a model: the filter's fingerprint format is shared by its Redis and in-memor
 read by running clients, so candidates are compared here first, in one process, on the same
 URLs. The model keeps what decides memory and FP as the filter does, with urlseen's own code:
 xxh3-128 digests (_core.digests), leaf Bloom filters (_core.BitFilter, blocked layout), sizing
-(k, leaf capacities at 0.9 f, the leaf size chain, fingerprint width: filters/dsbf.py), root
+(k, leaf capacities at 0.9 f, the leaf size chain, fingerprint width: splittable/filter.py), root
 and LocHash routing (stores/splittable.Split), the batch rounds of at most capacity / 16 keys
 per leaf, grow-then-split. It leaves out what does not change bits: claims, locks, Redis.
 `--check` runs the real SplittableBloomFilter (in-memory store) beside the model on the same
@@ -69,9 +69,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from urlseen import _core
-from urlseen.filters import _sizing, dsbf
-from urlseen.filters._sizing_splittable import size_splittable
-from urlseen.stores.splittable import Split, loc_hash
+from urlseen.bloom import sizing as _sizing
+from urlseen.splittable import filter as dsbf
+from urlseen.splittable.sizing import size_splittable
+from urlseen.splittable.tree import Split, loc_hash
 
 DATA = Path("/work/shared/data/urls-dev.txt.gz")
 SECTIONS = {  # name: (first line, last line), 1-based, inclusive (the data's README)
@@ -99,7 +100,7 @@ def string_class(size: int) -> int:
 
 def redis_alloc(need: int, have: int) -> int:
     """Bytes Redis allocates for a fingerprint string of `need` bytes that had `have`: the rule
-    of stores/lua/bloom_batch.lua (at least 1/8 larger, jemalloc's 4 classes per power of 2)."""
+    of shared/lua/bloom_batch.lua (at least 1/8 larger, jemalloc's 4 classes per power of 2)."""
     if need <= have:
         return have
     if need > 1 << 20:

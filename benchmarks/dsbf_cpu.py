@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import redis_shared as rs
-from urlseen.filters.dsbf import SplittableBloomFilter
-from urlseen.filters.redis_bloom import RedisBloomFilter
-from urlseen.stores.splittable import LeafOp
+from urlseen.shared.bloom import RedisBloomFilter
+from urlseen.splittable.filter import SplittableBloomFilter
+from urlseen.splittable.tree import LeafOp
 
 BATCH = 1000
 

@@ -35,8 +35,8 @@ from typing import Any
 
 from redis_library import DEFAULT_DATA, Server
 from redis_shared import distinct_lines  # the sibling benchmark's
-from urlseen.filters import dsbf
-from urlseen.filters.dsbf import SplittableBloomFilter
+from urlseen.splittable import filter as dsbf
+from urlseen.splittable.filter import SplittableBloomFilter
 
 BATCH = 1000
 

@@ -69,11 +69,11 @@ from typing import Any
 
 from peers import cpu_model  # the sibling benchmark's
 from urlseen import _core
-from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES, ExactFilter
-from urlseen.filters.library_only import FingerprintLibraryFilter
-from urlseen.stores.library_protocol import Changes, FingerprintLibrary
-from urlseen.stores.memory_library import MemoryLibrary
-from urlseen.stores.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
+from urlseen.exact.filter import DEFAULT_CACHE_ENTRIES, ExactFilter
+from urlseen.exact.library_filter import FingerprintLibraryFilter
+from urlseen.exact.library_protocol import Changes, FingerprintLibrary
+from urlseen.exact.memory_library import MemoryLibrary
+from urlseen.exact.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "urls-dev.txt.gz"
@@ -710,7 +710,7 @@ def git_state() -> str:
 
 def sqlite_settings(root: Path) -> str:
     """The library's SQLite settings as this run used them (the store is still evolving)."""
-    from urlseen.stores import sqlite_library as module
+    from urlseen.exact import sqlite_library as module
 
     with tempfile.TemporaryDirectory(dir=root) as folder:
         path = Path(folder) / "probe.sqlite"
@@ -728,8 +728,8 @@ def sources() -> dict[str, str]:
     """Digests of the code measured, so that a result can be tied to it in a moving tree."""
     package = Path(_core.__file__).parent
     names = [
-        "filters/exact.py", "filters/library_only.py", "filters/counting.py",
-        "stores/sqlite_library.py", "stores/memory_library.py", Path(_core.__file__).name,
+        "exact/filter.py", "exact/library_filter.py", "bloom/counting.py",
+        "exact/sqlite_library.py", "exact/memory_library.py", Path(_core.__file__).name,
     ]  # fmt: skip
     return {name: sha256(package / name)[:12] for name in names if (package / name).exists()}
 

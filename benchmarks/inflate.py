@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """CPU time to inflate a gzip file in the line engine's chunks: gzip.GzipFile (the chunk path
-before issue 14 part A2: read1 parts gathered into 1 MiB chunks) against urlseen.inflate
+before issue 14 part A2: read1 parts gathered into 1 MiB chunks) against urlseen.job.inflate
 (zlib.decompressobj with the gzip wrapper), alternating round by round; the median of the
 rounds of each (process CPU time: neighbours on a shared machine move it less than wall time).
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from urlseen.inflate import inflated
+from urlseen.job.inflate import inflated
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DEV = Path(os.environ.get("URLSEEN_DEV_URLS", REPO.parent / "shared/data/urls-dev.txt.gz"))

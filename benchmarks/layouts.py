@@ -25,13 +25,13 @@ import time
 
 from peers import DEFAULT_DATA, Workload, load_distinct, probe_keys
 from urlseen import _core
-from urlseen.filters import _sizing
+from urlseen.bloom import sizing
 
 ERROR_RATE = 0.001
 LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 
 
-def make_filter(size: _sizing.BloomSize, huge: bool) -> _core.BitFilter:
+def make_filter(size: sizing.BloomSize, huge: bool) -> _core.BitFilter:
     # Private, as urlseen's MemoryStore maps it: mmap(-1)'s default, MAP_SHARED, is shmem, where
     # MADV_HUGEPAGE does nothing unless /sys/kernel/mm/transparent_hugepage/shmem_enabled allows.
     buf = mmap.mmap(-1, size.nbytes, flags=mmap.MAP_PRIVATE)
@@ -41,7 +41,7 @@ def make_filter(size: _sizing.BloomSize, huge: bool) -> _core.BitFilter:
 
 
 def run(
-    workload: Workload, size: _sizing.BloomSize, ahead: int, huge: bool, runs: int
+    workload: Workload, size: sizing.BloomSize, ahead: int, huge: bool, runs: int
 ) -> tuple[float, _core.BitFilter]:
     _core.set_prefetch_distance(ahead)
     best, f = 0.0, None
@@ -79,7 +79,7 @@ def main() -> None:
         workload = Workload(base, n)
         runs = 3 if n <= 2_000_000 else 1
         for layout in ("standard", "blocked"):
-            size = _sizing.size_filter(n, ERROR_RATE, layout)
+            size = sizing.size_filter(n, ERROR_RATE, layout)
             for ahead in (0, 8, 16, 32):
                 for huge in (False, True):
                     rate, f = run(workload, size, ahead, huge, runs)

@@ -11,7 +11,7 @@ in. Peak RSS includes the workload's own packed copy of the fingerprints in (16 
 
 Designs (each in its own process, for its peak RSS):
 - staged: SQLiteLibrary as this tree has it (new records staged as one row per batch; since
-  format 3 a full stage becomes a sorted run, runs merged by size tier; stores/_runs.py).
+  format 3 a full stage becomes a sorted run, runs merged by size tier; exact/runs.py).
 - before: SQLiteLibrary as the tree at --before has it (a folder holding an urlseen package
   with its extension built, e.g. `src` of a checkout of an older commit after `pip install
   -e`); each row names the package it ran.
@@ -81,8 +81,8 @@ def workload(n: int):  # type: ignore[no-untyped-def]
 
 
 def run_sqlite(folder: Path, n: int, stage_limit: int | None) -> Clock:
-    from urlseen.stores.library_protocol import Changes
-    from urlseen.stores.sqlite_library import SQLiteLibrary
+    from urlseen.exact.library_protocol import Changes
+    from urlseen.exact.sqlite_library import SQLiteLibrary
 
     options = {} if stage_limit is None else {"stage_limit": stage_limit}
     clock = Clock()  # in the library (the workload's making is left out)

@@ -2,7 +2,7 @@
 """The line engine with and without its worker thread: how much of the dedup job leaves the
 job's own thread (issue 14, part A).
 
-Each run is one subprocess calling `urlseen.dedup.dedup` on a streams.Inputs of the file (the
+Each run is one subprocess calling `urlseen.job.dedup.dedup` on a streams.Inputs of the file (the
 CLI's path: feeder reading and inflating, worker) with URLSEEN_LINE_WORKER=1 or 0, the two
 alternating round by round. It reports, per setting, the median over the rounds of: wall time
 of the dedup call, CPU time of the job's thread (`time.thread_time`: the filter, the writes,
@@ -33,10 +33,10 @@ DEFAULT_DEV = Path(os.environ.get("URLSEEN_DEV_URLS", REPO.parent / "shared/data
 ONE_RUN = """
 import os, resource, sys, tempfile, time
 from urlseen import BloomFilter, ExactFilter
-from urlseen.dedup import dedup
+from urlseen.job.dedup import dedup
 from urlseen.kinds import LIBRARY_BATCH, SMALL_BATCH
-from urlseen.linekeys import LineKeyer
-from urlseen.streams import Inputs
+from urlseen.job.linekeys import LineKeyer
+from urlseen.job.streams import Inputs
 
 kind, profile, path = sys.argv[1:4]
 with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "wb") as out:

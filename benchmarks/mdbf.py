@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The multi-dimensional Bloom filter paper's experiments: the MDBF against standard Bloom
-filters, measured on real URLs, next to the predicted rates (urlseen.filters._mdbf_sizing).
+filters, measured on real URLs, next to the predicted rates (urlseen.bloom.mdbf_sizing).
 
 Usage (from the repository root; about 10 minutes on the shared 2-core benchmark machine):
 
@@ -60,8 +60,8 @@ from pathlib import Path
 from typing import Any
 
 from urlseen import BloomFilter, MultiDimensionalBloomFilter, RotatingBloomFilter, _core
-from urlseen.filters import _mdbf_sizing as sizing
-from urlseen.filters._sizing import standard_error_rate
+from urlseen.bloom import mdbf_sizing as sizing
+from urlseen.bloom.sizing import standard_error_rate
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "urls-dev.txt.gz"

@@ -29,7 +29,7 @@ import abloom
 import urlseen
 from peers import DEFAULT_DATA, Workload, load_distinct
 from urlseen import _core
-from urlseen.filters import _sizing
+from urlseen.bloom import sizing
 
 
 class _Len:
@@ -37,7 +37,7 @@ class _Len:
 
 
 def makers(n: int) -> dict[str, Callable[[], Any]]:
-    size = _sizing.size_filter(n, 0.001, "blocked")
+    size = sizing.size_filter(n, 0.001, "blocked")
 
     def plain_map() -> Any:
         m = mmap.mmap(-1, size.nbytes, flags=mmap.MAP_PRIVATE)

@@ -29,7 +29,7 @@ int main(int argc, char **argv)
 {
     size_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 20000000;
     int reps = argc > 2 ? atoi(argv[2]) : 5;
-    /* 15.49 bits a key and k = 9: the blocked filter at error rate 0.001 (filters/_sizing.py) */
+    /* 15.49 bits a key and k = 9: the blocked filter at error rate 0.001 (bloom/sizing.py) */
     uint64_t nbits = ((uint64_t)((double)n * 15.49) + 511) / 512 * 512;
     size_t nbytes = nbits / 8;
     us_hash128 *h = malloc(n * sizeof *h);

@@ -73,10 +73,10 @@ def commandstats(client: Any) -> dict[str, tuple[int, int]]:
 
 
 def filter_for(way: str, url: str, keys: list[str]) -> tuple[Any, int]:
-    from urlseen.filters.dsbf import SplittableBloomFilter
-    from urlseen.filters.library_only import FingerprintLibraryFilter
-    from urlseen.filters.redis_bloom import RedisBloomFilter
-    from urlseen.stores.redis_library import RedisLibrary
+    from urlseen.exact.library_filter import FingerprintLibraryFilter
+    from urlseen.shared.bloom import RedisBloomFilter
+    from urlseen.shared.library import RedisLibrary
+    from urlseen.splittable.filter import SplittableBloomFilter
 
     n = len(set(keys))
     if way.startswith("bloom-"):

@@ -57,9 +57,9 @@ import redis
 
 import redis_shared  # the sibling benchmark: same data, reference answers and private servers
 from redis_shared import Server, reference
-from urlseen.filters.library_only import FingerprintLibraryFilter
-from urlseen.stores.redis_library import RedisLibrary
-from urlseen.stores.redis_store import RECEIPT_SECONDS
+from urlseen.exact.library_filter import FingerprintLibraryFilter
+from urlseen.shared.client import RECEIPT_SECONDS
+from urlseen.shared.library import RedisLibrary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "urls-dev.txt.gz"

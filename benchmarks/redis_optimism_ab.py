@@ -4,7 +4,7 @@
 RedisBloomFilter and the splittable filter's leaves decide new keys from a native snapshot and
 let bloom_batch.lua check them; when many clients write one small filter, blocks often change
 between a batch's read and its script, which then decides the batch itself and says so ("F"),
-and the client pauses the optimistic path (urlseen.stores.redis_native.Optimism). This runs
+and the client pauses the optimistic path (urlseen.shared.native.Optimism). This runs
 redis_shared.py's fleet cell (C client processes on one private server, the first --lines
 lines of the dev set split among them, batch 1000) with the pause as shipped ("pause") and
 with it disabled ("always": the optimistic arguments on every batch), alternating the two
@@ -35,8 +35,8 @@ from redis_shared import (  # the sibling's
     fleet_cell,
     load_lines,
 )
-from urlseen.filters.dsbf import SplittableBloomFilter
-from urlseen.filters.redis_bloom import RedisBloomFilter
+from urlseen.shared.bloom import RedisBloomFilter
+from urlseen.splittable.filter import SplittableBloomFilter
 
 
 def _always(optimism: object) -> None:

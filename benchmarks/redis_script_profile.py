@@ -36,7 +36,7 @@ from importlib import resources
 from pathlib import Path
 
 from redis_shared import DEFAULT_DATA, Server, distinct_lines, private_server  # the sibling's
-from urlseen.filters.redis_bloom import RedisBloomFilter
+from urlseen.shared.bloom import RedisBloomFilter
 
 CUTS = ("noclaims", "nosetrange", "empty")
 SCRIPT_CUTS = ("noclaims", "nosetrange", "norebuild", "empty")
@@ -50,7 +50,7 @@ def _cut(source: str, old: str, new: str) -> str:
 
 def variant_source(name: str) -> str:
     """claims.lua + bloom_batch.lua with the parts `name` removes."""
-    folder = resources.files("urlseen.stores").joinpath("lua")
+    folder = resources.files("urlseen.shared").joinpath("lua")
     claims = folder.joinpath("claims.lua").read_text()
     batch = folder.joinpath("bloom_batch.lua").read_text()
     cuts = SCRIPT_CUTS if name.startswith("script-") else CUTS

@@ -77,11 +77,11 @@ from typing import Any
 import redis
 
 from peers import cpu_model  # the sibling benchmark's
-from urlseen.filters.dsbf import SplittableBloomFilter
-from urlseen.filters.library_only import FingerprintLibraryFilter
-from urlseen.filters.redis_bloom import RedisBloomFilter
-from urlseen.stores import redis_store
-from urlseen.stores.redis_library import RedisLibrary
+from urlseen.exact.library_filter import FingerprintLibraryFilter
+from urlseen.shared import client as redis_store
+from urlseen.shared.bloom import RedisBloomFilter
+from urlseen.shared.library import RedisLibrary
+from urlseen.splittable.filter import SplittableBloomFilter
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "urls-dev.txt.gz"

@@ -39,8 +39,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from urlseen.filters.bloom import BloomFilter
-from urlseen.linekeys import LineKeyer
+from urlseen.bloom.bloom import BloomFilter
+from urlseen.job.linekeys import LineKeyer
 from urlseen.similarity import FeatureExtractor, SimilarityFilter
 from urlseen.similarity.filter import _composite_key
 

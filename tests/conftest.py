@@ -22,7 +22,7 @@ DEFAULT_DEV_URLS = REPO_ROOT.parent / "shared" / "data" / "urls-dev.txt.gz"
 
 def filter_bits(seen: Any) -> bytes:
     """A local Bloom filter's bits, from its store's data offset (an in-memory store may start
-    its data past the map's start, on a 2 MiB boundary: stores/memory.py)."""
+    its data past the map's start, on a 2 MiB boundary: state/memory.py)."""
     store = seen._store
     start = store.data_offset
     return bytes(store.buffer[start : start + (seen.nbits + 7) // 8])

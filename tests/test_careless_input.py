@@ -27,9 +27,9 @@ from click.testing import Result
 import urlseen
 from cli_helpers import dedup, invoke, lines, one_line_error, summary
 from urlseen import kinds
+from urlseen.bloom import sizing
 from urlseen.errors import ConfigError, FormatError
-from urlseen.filters import _sizing
-from urlseen.stores import _space
+from urlseen.state import space
 
 URLS = [f"https://example.com/page/{i}" for i in range(300)]
 DATA = lines(*URLS, *URLS[:100])  # 400 lines, 300 distinct
@@ -273,7 +273,7 @@ def _capacity_for(nbytes: int) -> int:
 def test_a_state_larger_than_the_free_disk_is_refused(tmp_path: Path) -> None:
     stats = os.statvfs(tmp_path)
     capacity = _capacity_for(stats.f_bavail * stats.f_frsize * 2)
-    if capacity * 1.5 > _sizing.MAX_BITS:
+    if capacity * 1.5 > sizing.MAX_BITS:
         pytest.skip("this disk is larger than any filter may be")
     state = tmp_path / "s.bloom"
     started = time.monotonic()
@@ -285,7 +285,7 @@ def test_a_state_larger_than_the_free_disk_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_filter_larger_than_the_memory_is_refused() -> None:
-    available = _space.available_memory()
+    available = space.available_memory()
     assert available is not None
     capacity = _capacity_for(available * 2)
     for make in (
@@ -448,9 +448,9 @@ CUT_UNDER_DEDUP = r"""
 import io, os, sys
 from pathlib import Path
 from urlseen import BloomFilter
-from urlseen.dedup import _c_bloom, dedup
+from urlseen.job.dedup import _c_bloom, dedup
 from urlseen.errors import FormatError
-from urlseen.streams import Inputs
+from urlseen.job.streams import Inputs
 state, urls = Path(sys.argv[1]), sys.argv[2]
 seen = BloomFilter.create(state, capacity=100_000, error_rate=0.01)
 assert _c_bloom(seen) is seen, "the line engine no longer probes a state file's filter"

@@ -1,4 +1,4 @@
-"""Claims with leases (stores/redis_claims.py), one client against another, for each shared
+"""Claims with leases (shared/claims.py), one client against another, for each shared
 kind: a live claim is waited for until acknowledged, a dead client's claims are taken over
 after the lease, younger claims are not waited for, close() abandons what was never
 acknowledged, acknowledge() counts what was taken over, and a waiting batch keeps its own
@@ -152,11 +152,11 @@ def test_the_native_claim_rule_answers_seen_only_where_the_script_does(redis_url
 
     import redis
 
-    from urlseen.stores import redis_store
-    from urlseen.stores.redis_claims import claim_seen
+    from urlseen.shared import client as redis_store
+    from urlseen.shared.claims import claim_seen
 
     client = redis.Redis.from_url(redis_url)
-    lua = resources.files("urlseen.stores").joinpath("lua", "claims.lua").read_text()
+    lua = resources.files("urlseen.shared").joinpath("lua", "claims.lua").read_text()
     probe = """
 local c = claims_context(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local fps = {}
@@ -197,7 +197,7 @@ return table.concat(out)
 
 
 def test_repeats_inside_a_batch_are_asked_once_and_answered_as_the_script_would():
-    from urlseen.stores.redis_claims import ask_each_once
+    from urlseen.shared.claims import ask_each_once
 
     fps = [b"new", b"pending", b"seen", b"new", b"pending", b"seen", b"other"]
     script = {b"new": ord("1"), b"pending": ord("P"), b"seen": ord("0"), b"other": ord("1")}
@@ -215,7 +215,7 @@ def test_repeats_inside_a_batch_are_asked_once_and_answered_as_the_script_would(
 def test_claims_are_young_for_half_a_lease_from_before_their_batch():
     """Claims.young() lets RedisBloomFilter acknowledge without reading its claims: true only
     while every held claim's batch began less than half a lease ago."""
-    from urlseen.stores.redis_claims import Claims
+    from urlseen.shared.claims import Claims
 
     claims = Claims(lease=0.2)
     assert not claims.young()  # nothing held

@@ -487,16 +487,16 @@ NOT_AT_START = (
     "decimal",  # --capacity's parser
     "pathlib",  # state paths
     "tempfile",  # filters that keep a temporary library
-    "urlseen.stores.mmapfile",  # state files
-    "urlseen.stores._format",
-    "urlseen.filters._sizing_counting",  # the counting and splittable filters' sizing
-    "urlseen.filters._sizing_splittable",
-    "urlseen.filters.counting",  # the other kinds' filters
-    "urlseen.filters.exact",
-    "urlseen.filters.dsbf",
-    "urlseen.filters.mdbf",
-    "urlseen.filters.rotating",
-    "urlseen.filters.redis_bloom",
+    "urlseen.state.mmapfile",  # state files
+    "urlseen.state.format",
+    "urlseen.bloom.sizing_counting",  # the counting and splittable filters' sizing
+    "urlseen.splittable.sizing",
+    "urlseen.bloom.counting",  # the other kinds' filters
+    "urlseen.exact.filter",
+    "urlseen.splittable.filter",
+    "urlseen.bloom.mdbf",
+    "urlseen.bloom.rotating",
+    "urlseen.shared.bloom",
     "urlseen.similarity",
     "urlseen.integrations",
     "urlseen.cli.crawl",
@@ -524,6 +524,6 @@ def test_dedup_starts_without_what_it_does_not_need(tmp_path: Path) -> None:
     # what the interpreter's own start imports here (site hooks) is not the run's doing
     imported = _imported(*run) - _imported("-c", "pass")
     assert (tmp_path / "o").read_text() == "https://a.example/\n"
-    assert "urlseen.filters.bloom" in imported  # the listing is the run's
+    assert "urlseen.bloom.bloom" in imported  # the listing is the run's
     unwanted = {m for m in imported for heavy in NOT_AT_START if (m + ".").startswith(heavy + ".")}
     assert not unwanted, f"imported at start-up: {sorted(unwanted)}"

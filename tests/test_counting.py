@@ -32,8 +32,8 @@ from urlseen import (
     StateInUseError,
     _core,
 )
-from urlseen.filters import _sizing
-from urlseen.filters.counting import CountingBloomFilter
+from urlseen.bloom import sizing as _sizing
+from urlseen.bloom.counting import CountingBloomFilter
 
 PROPERTY = settings(max_examples=60, deadline=None)
 MASK64 = (1 << 64) - 1

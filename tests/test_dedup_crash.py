@@ -1,6 +1,6 @@
 """Crash safety of `urlseen dedup --state`: killed mid-run, rerun, nothing lost, little repeated.
 
-The promise (README, urlseen.dedup): a run killed at any moment and rerun on the same input
+The promise (README, urlseen.job.dedup): a run killed at any moment and rerun on the same input
 with `-a` prints every distinct URL at least once across the two runs, and at most
 `--batch-size` lines twice, because a batch's keys go into the state only after its lines
 are flushed. Checked end to end on real URLs with SIGKILL, and in the library with a filter
@@ -33,10 +33,10 @@ from conftest import require_dev_urls_path
 from urlseen import BloomFilter, UncleanShutdownWarning
 from urlseen.canonical import canonicalize
 from urlseen.cli import cli
-from urlseen.dedup import dedup
 from urlseen.errors import InvalidKeyError
-from urlseen.filters.base import FilterStats
-from urlseen.linekeys import LineKeyer
+from urlseen.job.dedup import dedup
+from urlseen.job.linekeys import LineKeyer
+from urlseen.protocol import FilterStats
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 1000

@@ -17,7 +17,7 @@ import pytest
 from cli_helpers import dedup, invoke, lines, one_line_error
 from mounts import read_only_view, tmpfs
 from urlseen import kinds
-from urlseen.stores import _space
+from urlseen.state import space as _space
 
 URLS = [f"https://example.com/a-rather-long-path/to/page/{i}" for i in range(60_000)]
 FILE_KINDS = [k.name for k in kinds.KINDS.values() if k.state == "file"]

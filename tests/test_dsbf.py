@@ -17,13 +17,14 @@ import pytest
 import redis
 
 from urlseen import ConfigError, FormatError, _core
-from urlseen.filters import _sizing, _sizing_splittable
-from urlseen.filters.dsbf import MAX_SPREAD, SplittableBloomFilter
-from urlseen.stores import redis_store
-from urlseen.stores.redis_claims import Claims
-from urlseen.stores.redis_leaves import RedisLeafStore
-from urlseen.stores.redis_store import FilterLostError, RemoteError
-from urlseen.stores.splittable import (
+from urlseen.bloom import sizing as _sizing
+from urlseen.shared import client as redis_store
+from urlseen.shared.claims import Claims
+from urlseen.shared.client import FilterLostError, RemoteError
+from urlseen.shared.leaves import RedisLeafStore
+from urlseen.splittable import sizing as _sizing_splittable
+from urlseen.splittable.filter import MAX_SPREAD, SplittableBloomFilter
+from urlseen.splittable.tree import (
     MISSING,
     LeafAnswer,
     LeafOp,

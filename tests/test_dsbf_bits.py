@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO_ROOT
-from urlseen.filters.dsbf import SplittableBloomFilter
+from urlseen.splittable.filter import SplittableBloomFilter
 
 np = pytest.importorskip("numpy")  # the benchmark's (the bench extra brings it)
 

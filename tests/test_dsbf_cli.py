@@ -12,7 +12,7 @@ import pytest
 
 from cli_helpers import invoke
 from conftest import fleet_streams
-from urlseen.filters.dsbf import SplittableBloomFilter
+from urlseen.splittable.filter import SplittableBloomFilter
 
 WORKERS = 4
 LINES = 60_000

@@ -1,5 +1,5 @@
 """The splittable filter's leaf format 5: fingerprints routed by their own prefix below the
-root, coded per leaf by a split (stores/_fingerprint_code.py), raw since; on both stores.
+root, coded per leaf by a split (splittable/coding.py), raw since; on both stores.
 
 What must hold: the code round-trips; a split's children answer every URL reported new; the
 fingerprints take fewer bits than raw; a damaged or vanished code stops a split with an error
@@ -14,10 +14,10 @@ import pytest
 import redis
 
 from urlseen import FormatError
-from urlseen.filters.dsbf import SplittableBloomFilter
-from urlseen.stores import _fingerprint_code as code
-from urlseen.stores.redis_leaves import RedisLeafStore
-from urlseen.stores.redis_store import FilterLostError
+from urlseen.shared.client import FilterLostError
+from urlseen.shared.leaves import RedisLeafStore
+from urlseen.splittable import coding as code
+from urlseen.splittable.filter import SplittableBloomFilter
 
 
 def urls(n: int, seed: int) -> list[str]:

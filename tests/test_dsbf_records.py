@@ -1,6 +1,6 @@
 """A splittable filter's leaves claim each call's new URLs in one record (format urlseen-dsbf/6):
 an acknowledgement deletes it whole, and one racing a split leaves no claim behind in the
-children (stores/redis_leaves.py, "Acknowledgements racing a split")."""
+children (shared/leaves.py, "Acknowledgements racing a split")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from urlseen import FormatError, _core
-from urlseen.filters.dsbf import SplittableBloomFilter
+from urlseen.splittable.filter import SplittableBloomFilter
 
 
 def urls(n: int, seed: int) -> list[str]:

@@ -40,11 +40,11 @@ from urlseen import (
     ReadOnlyError,
     StateInUseError,
 )
-from urlseen.filters import _sizing
-from urlseen.filters.exact import DEFAULT_CACHE_ENTRIES
-from urlseen.stores.library_protocol import Changes
-from urlseen.stores.memory_library import MemoryLibrary
-from urlseen.stores.sqlite_library import SQLiteLibrary
+from urlseen.bloom import sizing
+from urlseen.exact.filter import DEFAULT_CACHE_ENTRIES
+from urlseen.exact.library_protocol import Changes
+from urlseen.exact.memory_library import MemoryLibrary
+from urlseen.exact.sqlite_library import SQLiteLibrary
 
 PROPERTY = settings(max_examples=40, deadline=None)
 DEFAULT_CACHE = DEFAULT_CACHE_ENTRIES
@@ -348,7 +348,7 @@ def test_library_lookups_on_new_keys_follow_the_fp_rate(
         new = f.add_many(f"https://new.example/{i}" for i in range(start, start + 1000))
         assert new == [True] * 1000, "distinct keys are all new"
         for i in range(start, start + 1000):
-            p = _sizing.standard_error_rate(i, m, k)
+            p = sizing.standard_error_rate(i, m, k)
             mean, var = mean + p, var + p * (1 - p)
         lookups = f.io.lookups
         assert abs(lookups - mean) <= 5 * math.sqrt(var) + 2, (start, lookups, mean)

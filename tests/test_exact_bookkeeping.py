@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from urlseen import _core
-from urlseen.stores._staging import unpack_deltas
+from urlseen.exact.staging import unpack_deltas
 
 FPS = [bytes([i]) * 16 for i in range(8)]
 fps_st = st.sampled_from(FPS)

@@ -30,7 +30,7 @@ import pytest
 from cli_helpers import invoke, output_reaches
 from conftest import dev_urls_path
 from urlseen import CountersRebuiltWarning, ExactFilter, FingerprintLibraryFilter
-from urlseen.stores.sqlite_library import STORED_RECORDS
+from urlseen.exact.sqlite_library import STORED_RECORDS
 
 ENV = {**os.environ, "PYTHONWARNINGS": "default"}
 LIBRARY, COUNTERS = "library.sqlite", "counters.urlseen"
@@ -44,7 +44,7 @@ def _seed() -> int:
 
 def _library_rows(folder: Path) -> int:
     """Records actually in the file (not the library's own record counter): rows of the
-    fingerprints table and fingerprints in staged insert rows (stores/_staging.py)."""
+    fingerprints table and fingerprints in staged insert rows (exact/staging.py)."""
     db = sqlite3.connect(f"{(folder / LIBRARY).resolve().as_uri()}?mode=ro", uri=True)
     try:
         return int(db.execute(STORED_RECORDS).fetchone()[0])
@@ -639,7 +639,7 @@ def test_state_without_counter_file_is_rebuilt(
         assert "delete it" in first.stderr
         (state / COUNTERS).unlink()
     else:  # what ExactFilter.create leaves when killed right after the library's commit
-        from urlseen.stores.sqlite_library import SQLiteLibrary
+        from urlseen.exact.sqlite_library import SQLiteLibrary
 
         state.mkdir()
         SQLiteLibrary(state / LIBRARY, create=True).close()

@@ -3,7 +3,7 @@ truncated or foreign; verify(); an open that checks the data of a cleanly closed
 the header of one whose writer was killed; version 1 files still read.
 
 The header is parsed and rewritten here by an independent codec written from the layout table
-in stores/_format.py (not by importing its encoder), so these tests also pin the format.
+in state/format.py (not by importing its encoder), so these tests also pin the format.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ measured rate has standard deviation sigma(q) = sqrt(q*(1-q)/n) <= sqrt(q/n).
          double hashing adds a little), and 4 sigma leaves a correct filter a one-sided false
          alarm chance of about 3e-5.
   lower: measured >= 0.9 * q_model - 4 * sqrt(q_model / n), where q_model is the sizing model's
-         rate after n keys (filters/_sizing.py). A filter that answers "no" too often (or was
+         rate after n keys (bloom/sizing.py). A filter that answers "no" too often (or was
          sized far larger than asked) fails here; one that always says "no" measures 0.
 
 At p = 0.001, n = 200_000: sigma ~ 7e-5, so the accepted range is about [0.0006, 0.0014].
@@ -28,7 +28,7 @@ import random
 import pytest
 
 from urlseen import BloomFilter
-from urlseen.filters import _sizing
+from urlseen.bloom import sizing as _sizing
 
 CAPACITY = 200_000
 QUERIES = 200_000

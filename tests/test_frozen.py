@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from urlseen._frozen import Frozen
-from urlseen.filters._sizing import BloomSize
+from urlseen.bloom.sizing import BloomSize
 from urlseen.kinds import KINDS, OPTIONS, Kind, Option
 from urlseen.kinds._openers import Request, plain
 

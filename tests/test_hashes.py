@@ -1,4 +1,4 @@
-"""Hash names and seeds (filters/_hashes.py): every filter kind accepts the same ones and
+"""Hash names and seeds (hashes.py): every filter kind accepts the same ones and
 refuses the rest with the same message, and state files with others are refused."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 
 from test_format import edit_params
 from urlseen import BloomFilter, ConfigError, ExactFilter, FingerprintLibraryFilter, FormatError
-from urlseen.filters._hashes import DEFAULT_HASH, HASHES
-from urlseen.filters.counting import CountingBloomFilter
-from urlseen.filters.mdbf import MultiDimensionalBloomFilter
-from urlseen.filters.rotating import RotatingBloomFilter
+from urlseen.bloom.counting import CountingBloomFilter
+from urlseen.bloom.mdbf import MultiDimensionalBloomFilter
+from urlseen.bloom.rotating import RotatingBloomFilter
+from urlseen.hashes import DEFAULT_HASH, HASHES
 
 KINDS: dict[str, Callable[..., Any]] = {
     "bloom": BloomFilter,

@@ -1,4 +1,4 @@
-"""urlseen.inflate against gzip.GzipFile: the same bytes out, and the same kind of error (cut
+"""urlseen.job.inflate against gzip.GzipFile: the same bytes out, and the same kind of error (cut
 short, damaged) after them, on multi-member, padded, truncated and corrupted gzip data."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from urlseen.inflate import inflated
-from urlseen.streams import InputError, Inputs
+from urlseen.job.inflate import inflated
+from urlseen.job.streams import InputError, Inputs
 
 Outcome = tuple[bytes, str | None]
 

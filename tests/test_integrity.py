@@ -30,7 +30,7 @@ import urlseen
 from cli_helpers import dedup, invoke, lines
 from urlseen import kinds
 from urlseen.errors import FormatError
-from urlseen.filters.exact import CountersRebuiltWarning
+from urlseen.exact.filter import CountersRebuiltWarning
 
 FLIPS = 100  # per kind, each kind's files in turn, header and data regions alternating
 CUTS = 100

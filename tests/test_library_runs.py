@@ -1,4 +1,4 @@
-"""The library's sorted runs (stores/_runs.py, csrc/runs.h): the C kernels against plain
+"""The library's sorted runs (exact/runs.py, csrc/runs.h): the C kernels against plain
 Python, and runs of a few records a chunk, so that merges cross many chunks and windows."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import struct
 import pytest
 
 from urlseen import _core
-from urlseen.stores import _runs
-from urlseen.stores.library_protocol import Changes
-from urlseen.stores.memory_library import MemoryLibrary
-from urlseen.stores.sqlite_library import STORED_RECORDS, SQLiteLibrary
+from urlseen.exact import runs as _runs
+from urlseen.exact.library_protocol import Changes
+from urlseen.exact.memory_library import MemoryLibrary
+from urlseen.exact.sqlite_library import STORED_RECORDS, SQLiteLibrary
 
 RECORD = struct.Struct("<16sqqq")
 
@@ -116,9 +116,9 @@ def test_a_reader_keeps_what_it_read_of_old_runs_and_reads_new_ones(tmp_path):
 
 KILLED_WRITER = r"""
 import hashlib, json, sys
-from urlseen.stores import _runs
-from urlseen.stores.library_protocol import Changes
-from urlseen.stores.sqlite_library import SQLiteLibrary
+from urlseen.exact import runs as _runs
+from urlseen.exact.library_protocol import Changes
+from urlseen.exact.sqlite_library import SQLiteLibrary
 
 _runs.CHUNK, _runs.WINDOW = 3, 2  # merges across many chunks and windows
 path, start = sys.argv[1], int(sys.argv[2])

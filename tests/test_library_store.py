@@ -1,4 +1,4 @@
-"""The fingerprint library protocol (stores/library_protocol.py): MemoryLibrary and
+"""The fingerprint library protocol (exact/library_protocol.py): MemoryLibrary and
 SQLiteLibrary must behave the same, since ExactFilter is tested mostly on the first and runs on
 the second; and the SQLite file must refuse what is not a urlseen library, stay single-writer,
 and keep its data.
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from urlseen import FormatError, ReadOnlyError, StateInUseError
-from urlseen.stores.library_protocol import Changes, LibraryIO, Record
-from urlseen.stores.memory_library import MemoryLibrary
-from urlseen.stores.sqlite_library import (
+from urlseen.exact.library_protocol import Changes, LibraryIO, Record
+from urlseen.exact.memory_library import MemoryLibrary
+from urlseen.exact.sqlite_library import (
     APPLICATION_ID,
     SCHEMA_VERSION,
     STORED_RECORDS,
@@ -375,7 +375,7 @@ def test_a_failed_open_does_not_close_a_reused_descriptor(lib_path):
             os.close(fd)
 
 
-# ---- SQLiteLibrary: the stage (stores/_staging.py) ---------------------------------------------
+# ---- SQLiteLibrary: the stage (exact/staging.py) ---------------------------------------------
 
 
 def _same_contents(a, b, universe: list[bytes]) -> None:
@@ -603,7 +603,7 @@ def run_sizes(path: Path) -> list[int]:
 
 def test_runs_are_merged_by_size_tier(lib_path):
     """Every 4 runs of one tier become one of the next: after 16 stages of 10 records, one run
-    of 160; after 7 more, that run, one of 40 and three of 10 (stores/_runs.py)."""
+    of 160; after 7 more, that run, one of 40 and three of 10 (exact/runs.py)."""
     lib = SQLiteLibrary(lib_path, create=True, stage_limit=10)
     for i in range(16):
         lib.apply(Changes(float(i), inserts=[fp(i * 10 + j) for j in range(10)]))

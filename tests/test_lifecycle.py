@@ -21,12 +21,12 @@ from urlseen import (
     SimilarityFilter,
 )
 from urlseen._lifecycle import Closeable
-from urlseen.filters.counting import CountingBloomFilter
-from urlseen.stores.memory import MemoryStore
-from urlseen.stores.memory_library import MemoryLibrary
-from urlseen.stores.mmapfile import MappedFile
-from urlseen.stores.sqlite_library import SQLiteLibrary
-from urlseen.stores.url_db import SQLiteUrlDB
+from urlseen.bloom.counting import CountingBloomFilter
+from urlseen.exact.memory_library import MemoryLibrary
+from urlseen.exact.sqlite_library import SQLiteLibrary
+from urlseen.similarity.url_db import SQLiteUrlDB
+from urlseen.state.memory import MemoryStore
+from urlseen.state.mmapfile import MappedFile
 
 # name -> (make it in tmp_path, use it once)
 LOCAL: dict[str, tuple[Callable[[Path], Any], Callable[[Any], object]]] = {

@@ -1,4 +1,4 @@
-"""The C line engine (urlseen._core.LineEngine) against the Python reference loop of urlseen.dedup.
+"""The C line engine (urlseen._core.LineEngine) against the Python reference loop of the dedup job.
 
 The engine must give exactly what the reference gives: the same keys for every line of the dev
 file, and the same output, summary and filter state on generated streams full of odd input
@@ -27,11 +27,11 @@ from hypothesis import strategies as st
 
 from conftest import filter_bits, require_dev_urls_path
 from urlseen import BloomFilter, ExactFilter, _core
-from urlseen.dedup import DedupSummary, dedup
 from urlseen.errors import ConfigError
-from urlseen.filters.base import FilterStats
-from urlseen.linekeys import LineKeyer
-from urlseen.streams import Inputs
+from urlseen.job.dedup import DedupSummary, dedup
+from urlseen.job.linekeys import LineKeyer
+from urlseen.job.streams import Inputs
+from urlseen.protocol import FilterStats
 
 
 class MemoryInputs:

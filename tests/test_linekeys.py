@@ -6,7 +6,7 @@ import pytest
 
 from urlseen.canonical import canonicalize
 from urlseen.errors import ConfigError
-from urlseen.linekeys import DEFAULT_MAX_CANONICAL_BYTES, LineCounts, LineKeyer
+from urlseen.job.linekeys import DEFAULT_MAX_CANONICAL_BYTES, LineCounts, LineKeyer
 
 
 def test_plain_url_is_canonicalized_to_str() -> None:

@@ -23,8 +23,8 @@ from urlseen import (
     ReadOnlyError,
     _core,
 )
-from urlseen.filters import _mdbf_sizing as sizing
-from urlseen.filters._sizing import standard_error_rate
+from urlseen.bloom import mdbf_sizing as sizing
+from urlseen.bloom.sizing import standard_error_rate
 
 M = MultiDimensionalBloomFilter
 

@@ -13,8 +13,8 @@ import mmap
 import pytest
 
 from urlseen import BloomFilter, _core
-from urlseen.stores import memory
-from urlseen.stores.memory import MemoryStore
+from urlseen.state import memory
+from urlseen.state.memory import MemoryStore
 
 HUGE = 2 * 1024 * 1024
 

@@ -17,8 +17,8 @@ from urlseen import (
     RotatingBloomFilter,
     SimilarityFilter,
 )
-from urlseen.filters.counting import CountingBloomFilter
-from urlseen.stores.memory_library import MemoryLibrary
+from urlseen.bloom.counting import CountingBloomFilter
+from urlseen.exact.memory_library import MemoryLibrary
 
 FILTERS = [
     BloomFilter,

@@ -123,7 +123,7 @@ def test_union_contains_both_sets(shape, left, right, probes):
 
 def data_of(path: Path) -> bytes:
     raw = path.read_bytes()
-    data_offset = int.from_bytes(raw[12:16], "little")  # header layout: stores/_format.py
+    data_offset = int.from_bytes(raw[12:16], "little")  # header layout: state/format.py
     return raw[data_offset:]
 
 

@@ -17,10 +17,11 @@ import pytest
 import redis
 
 from urlseen import ConfigError, ExactFilter, FormatError, _core
-from urlseen.filters.library_only import FingerprintLibraryFilter
-from urlseen.stores import redis_library, redis_store
-from urlseen.stores.redis_library import RedisLibrary
-from urlseen.stores.redis_store import RemoteError
+from urlseen.exact.library_filter import FingerprintLibraryFilter
+from urlseen.shared import client as redis_store
+from urlseen.shared import library as redis_library
+from urlseen.shared.client import RemoteError
+from urlseen.shared.library import RedisLibrary
 
 
 def fingerprints(n: int, seed: int = 0) -> list[bytes]:

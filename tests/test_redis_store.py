@@ -1,4 +1,4 @@
-"""Parameters kept in Redis (stores/redis_store.py): the shared Bloom filter and the shared
+"""Parameters kept in Redis (shared/client.py): the shared Bloom filter and the shared
 library read, refuse and compare them the same way, each naming itself in the errors."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from urlseen import ConfigError, FormatError
-from urlseen.filters.redis_bloom import RedisBloomFilter
-from urlseen.stores import redis_store
-from urlseen.stores.redis_library import RedisLibrary
+from urlseen.shared import client as redis_store
+from urlseen.shared.bloom import RedisBloomFilter
+from urlseen.shared.library import RedisLibrary
 
 # kind -> (class, the key part holding its params, the noun in "not a urlseen ...")
 KINDS: dict[str, tuple[Any, str, str]] = {

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from urlseen import ClosedError, ConfigError, FormatError, RotatingBloomFilter
-from urlseen.filters.rotating import MANIFEST, generation_error_rate
+from urlseen.bloom.rotating import MANIFEST, generation_error_rate
 
 R = RotatingBloomFilter
 

@@ -21,8 +21,8 @@ from scrapy import Request, Spider
 from scrapy.core.scheduler import Scheduler
 from scrapy.utils.test import get_crawler
 
+from urlseen.bloom.bloom import BloomFilter
 from urlseen.errors import ConfigError, FormatError
-from urlseen.filters.bloom import BloomFilter
 from urlseen.integrations._grouped import GroupedAdds
 from urlseen.integrations.scrapy import UrlseenDupeFilter
 from urlseen.kinds import open_filter
@@ -175,7 +175,7 @@ def test_redis_shares_one_filter(redis_url: str, redis_name: str, kind: str | No
 
 
 def test_redis_default_name_is_the_spiders(redis_url: str) -> None:
-    from urlseen.stores.redis_library import RedisLibrary
+    from urlseen.shared.library import RedisLibrary
 
     scheduler, _ = _scheduler(URLSEEN_REDIS_URL=redis_url)
     assert RedisLibrary.exists(redis_url, "scrapy:test-spider")

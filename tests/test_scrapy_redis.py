@@ -27,9 +27,9 @@ import redis
 from scrapy import Request, Spider, signals
 from scrapy.utils.test import get_crawler
 
+from urlseen.exact.sqlite_library import STORED_RECORDS
 from urlseen.integrations.scrapy import UrlseenDupeFilter
-from urlseen.stores.redis_library import RedisLibrary
-from urlseen.stores.sqlite_library import STORED_RECORDS
+from urlseen.shared.library import RedisLibrary
 
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
 SCHEDULERS = {

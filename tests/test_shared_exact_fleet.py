@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import fleet_streams
-from urlseen.stores.redis_library import RedisLibrary
+from urlseen.shared.library import RedisLibrary
 
 WORKERS = 4
 LINES = 80_000  # the dev set's first lines: a feed polled many times, so streams overlap a lot
@@ -105,7 +105,7 @@ def test_dedup_exact_redis_forgets_refuses_and_fails_clearly(
     """--remove and --forget-older-than act on the shared library; an explicit --capacity that
     differs from the library's is a usage error; an unreachable Redis is exit status 1."""
     from cli_helpers import dedup, invoke
-    from urlseen.stores import redis_store
+    from urlseen.shared import client as redis_store
 
     src = tmp_path / "in.txt"
     src.write_text("https://a.example/\nhttps://b.example/\nhttps://a.example/\n")

@@ -18,6 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from urlseen.bloom import sizing as _sizing
+from urlseen.bloom.bloom import BloomFilter
 from urlseen.errors import (
     ClosedError,
     ConfigError,
@@ -25,14 +27,12 @@ from urlseen.errors import (
     InvalidKeyError,
     ReadOnlyError,
 )
-from urlseen.filters import _sizing
-from urlseen.filters.base import SeenFilter
-from urlseen.filters.bloom import BloomFilter
+from urlseen.protocol import SeenFilter
 from urlseen.similarity import SimilarityFilter
 from urlseen.similarity.features import FeatureExtractor
 from urlseen.similarity.sizing import is_prime, largest_prime_at_most
-from urlseen.stores import _format
-from urlseen.stores.url_db import SQLiteUrlDB
+from urlseen.similarity.url_db import SQLiteUrlDB
+from urlseen.state import format
 
 MODES = ("patent", "exact4", "composite")
 
@@ -356,11 +356,11 @@ def test_foreign_and_damaged_state_files_are_refused(tmp_path: Path) -> None:
         SimilarityFilter.open(bloom)
     good = tmp_path / "sim.urlseen"
     SimilarityFilter.create(good, 1000, 0.01, mode="patent").close()
-    header = _format.decode(good.read_bytes()[: _format.HEADER_SIZE], good.stat().st_size, "x")
+    header = format.decode(good.read_bytes()[: format.HEADER_SIZE], good.stat().st_size, "x")
     for change in ({"nbits": header.params["nbits"] - 8}, {"rules": 99}, {"mode": "fuzzy"}):
         bad = tmp_path / "bad.urlseen"
         raw = bytearray(good.read_bytes())
-        forged = _format.Header({**header.params, **change}, header.data_length).encode()
+        forged = format.Header({**header.params, **change}, header.data_length).encode()
         raw[: len(forged)] = forged
         bad.write_bytes(bytes(raw))
         with pytest.raises(FormatError):

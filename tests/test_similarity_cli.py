@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import dedup, invoke
-from urlseen.stores.url_db import SQLiteUrlDB
+from urlseen.similarity.url_db import SQLiteUrlDB
 
 LINES = [
     b"http://x.com/a/y/p.html",

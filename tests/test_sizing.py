@@ -1,11 +1,11 @@
-"""Bloom sizing (filters/_sizing.py): the blocked layout's pruned search gives exactly what a
+"""Bloom sizing (bloom/sizing.py): the blocked layout's pruned search gives exactly what a
 search of every candidate k over the whole range gives."""
 
 from __future__ import annotations
 
 import pytest
 
-from urlseen.filters import _sizing
+from urlseen.bloom import sizing as _sizing
 
 
 def every_k_searched(capacity: int, error_rate: float) -> tuple[int, int]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from urlseen import ConfigError
-from urlseen.filters._sizing import standard_error_rate
-from urlseen.filters._sizing_splittable import size_splittable
+from urlseen.bloom.sizing import standard_error_rate
+from urlseen.splittable.sizing import size_splittable
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The SQLite conventions both file stores share (stores/_sqlite.py): each refuses a missing,
+"""The SQLite conventions both file stores share (state/sqlite.py): each refuses a missing,
 existing, locked, foreign, newer or damaged file with the same error, worded for itself, and
 leaves a refused file as it was."""
 
@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from urlseen.errors import FormatError, StateInUseError
-from urlseen.stores import sqlite_library, url_db
-from urlseen.stores.sqlite_library import SQLiteLibrary
-from urlseen.stores.url_db import SQLiteUrlDB
+from urlseen.exact import sqlite_library
+from urlseen.exact.sqlite_library import SQLiteLibrary
+from urlseen.similarity import url_db
+from urlseen.similarity.url_db import SQLiteUrlDB
 
 # (opener, noun in messages, what a damaged file is called when opened)
 STORES: dict[str, tuple[Callable[..., Any], str, str]] = {

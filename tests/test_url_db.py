@@ -1,4 +1,4 @@
-"""URL_DB (stores/url_db.py): decisions round-trip in order, batches are all or nothing, and
+"""URL_DB (similarity/url_db.py): decisions round-trip in order, batches are all or nothing, and
 foreign, damaged or newer files are refused with FormatError and left untouched."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from urlseen.errors import ClosedError, FormatError, ReadOnlyError, StateInUseError
-from urlseen.stores.url_db import APPLICATION_ID, Decision, SQLiteUrlDB
+from urlseen.similarity.url_db import APPLICATION_ID, Decision, SQLiteUrlDB
 
 
 def _decisions() -> list[Decision]:

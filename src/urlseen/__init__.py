@@ -30,46 +30,41 @@ from urlseen.errors import (
 )
 
 if TYPE_CHECKING:
-    from urlseen.filters import (
-        BloomFilter,
-        CountersRebuiltWarning,
-        ExactFilter,
-        FilterStats,
-        FingerprintLibraryFilter,
-        MultiDimensionalBloomFilter,
-        QueryAnyWarning,
-        RotatingBloomFilter,
-        SeenFilter,
-        SplittableBloomFilter,
-    )
-    from urlseen.filters.redis_bloom import RedisBloomFilter
+    from urlseen.bloom.bloom import BloomFilter
+    from urlseen.bloom.mdbf import MultiDimensionalBloomFilter, QueryAnyWarning
+    from urlseen.bloom.rotating import RotatingBloomFilter
+    from urlseen.exact.filter import CountersRebuiltWarning, ExactFilter
+    from urlseen.exact.library_filter import FingerprintLibraryFilter
+    from urlseen.protocol import FilterStats, SeenFilter
+    from urlseen.shared.bloom import RedisBloomFilter
+    from urlseen.shared.client import EvictionPolicyError, FilterLostError, RemoteError
+    from urlseen.shared.library import RedisLibrary
     from urlseen.similarity import SimilarityFilter
-    from urlseen.stores.mmapfile import UncleanShutdownWarning
-    from urlseen.stores.redis_library import RedisLibrary
-    from urlseen.stores.redis_store import EvictionPolicyError, FilterLostError, RemoteError
+    from urlseen.splittable.filter import SplittableBloomFilter
+    from urlseen.state.mmapfile import UncleanShutdownWarning
 
     __version__: str
 
 # The filters are imported on first use (PEP 562), so that a command that needs one filter
 # (`urlseen dedup`) does not start by importing all of them, SQLite and Redis clients included.
 _LAZY = {
-    "BloomFilter": "urlseen.filters.bloom",
-    "CountersRebuiltWarning": "urlseen.filters.exact",
-    "ExactFilter": "urlseen.filters.exact",
-    "FilterStats": "urlseen.filters.base",
-    "FingerprintLibraryFilter": "urlseen.filters.library_only",
-    "MultiDimensionalBloomFilter": "urlseen.filters.mdbf",
-    "QueryAnyWarning": "urlseen.filters.mdbf",
-    "RotatingBloomFilter": "urlseen.filters.rotating",
-    "SeenFilter": "urlseen.filters.base",
-    "SplittableBloomFilter": "urlseen.filters.dsbf",
-    "RedisBloomFilter": "urlseen.filters.redis_bloom",
+    "BloomFilter": "urlseen.bloom.bloom",
+    "CountersRebuiltWarning": "urlseen.exact.filter",
+    "ExactFilter": "urlseen.exact.filter",
+    "FilterStats": "urlseen.protocol",
+    "FingerprintLibraryFilter": "urlseen.exact.library_filter",
+    "MultiDimensionalBloomFilter": "urlseen.bloom.mdbf",
+    "QueryAnyWarning": "urlseen.bloom.mdbf",
+    "RotatingBloomFilter": "urlseen.bloom.rotating",
+    "SeenFilter": "urlseen.protocol",
+    "SplittableBloomFilter": "urlseen.splittable.filter",
+    "RedisBloomFilter": "urlseen.shared.bloom",
     "SimilarityFilter": "urlseen.similarity",
-    "UncleanShutdownWarning": "urlseen.stores.mmapfile",
-    "RedisLibrary": "urlseen.stores.redis_library",
-    "EvictionPolicyError": "urlseen.stores.redis_store",
-    "FilterLostError": "urlseen.stores.redis_store",
-    "RemoteError": "urlseen.stores.redis_store",
+    "UncleanShutdownWarning": "urlseen.state.mmapfile",
+    "RedisLibrary": "urlseen.shared.library",
+    "EvictionPolicyError": "urlseen.shared.client",
+    "FilterLostError": "urlseen.shared.client",
+    "RemoteError": "urlseen.shared.client",
 }
 
 

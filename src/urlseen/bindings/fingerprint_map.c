@@ -1,6 +1,6 @@
 /* bindings/fingerprint_map.c: FingerprintMap, the Python face of csrc/fpmap.h (the library's
- * staged fingerprints with their batch times, stores/_staging.py), and the run functions, the
- * face of csrc/runs.h (the runs those become, stores/_runs.py). */
+ * staged fingerprints with their batch times, exact/staging.py), and the run functions, the
+ * face of csrc/runs.h (the runs those become, exact/runs.py). */
 #include "common.h"
 
 #include <math.h>
@@ -282,7 +282,7 @@ static PyTypeObject FingerprintMapType = {
     .tp_as_sequence = &FingerprintMap_as_sequence,
 };
 
-/* ---- the staged rows of reference deltas (stores/_staging.py) ---------------------------- */
+/* ---- the staged rows of reference deltas (exact/staging.py) ---------------------------- */
 
 /* *out = round(value * 1000) for an int or a float (as Python's round: ties to even); 0 or -1. */
 static int millis(PyObject *value, int64_t *out)

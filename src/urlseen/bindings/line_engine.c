@@ -1,4 +1,4 @@
-/* bindings/line_engine.c: the LineEngine type, the dedup job's hot path (urlseen.dedup).
+/* bindings/line_engine.c: the LineEngine type, the dedup job's hot path (urlseen.job.dedup).
  *
  * Bytes in (feed), batches of lines out (next_batch): the lines are split, keyed (csrc/lines.h)
  * and, for a Bloom filter, hashed and probed here, and the new lines come back as one bytes
@@ -1002,7 +1002,7 @@ static PyMethodDef LineEngine_methods[] = {
 PyDoc_STRVAR(LineEngine_doc,
              "LineEngine(canonicalize, max_canonical_bytes)\n\n"
              "The dedup job's line engine: bytes in, batches of keyed lines, new lines out as\n"
-             "bytes (urlseen.dedup drives it; urlseen.linekeys holds the reference rules).");
+             "bytes (urlseen.job.dedup drives it; urlseen.job.linekeys holds the reference rules).");
 
 static PyTypeObject LineEngineType = {
     PyVarObject_HEAD_INIT(NULL, 0)

@@ -16,7 +16,7 @@ from urlseen import kinds
 from urlseen.errors import UrlseenError
 
 if TYPE_CHECKING:
-    from urlseen.filters.base import SeenFilter
+    from urlseen.protocol import SeenFilter
 
 
 class Count(click.ParamType):  # type: ignore[type-arg]

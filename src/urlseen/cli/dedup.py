@@ -16,14 +16,14 @@ import click
 from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import cli_errors, human, kind_options, open_filter, sizing_options
-from urlseen.dedup import dedup
 from urlseen.errors import UrlseenError
-from urlseen.forget import forget
-from urlseen.linekeys import LineKeyer
-from urlseen.streams import Inputs, open_output, refuse_clobbering, total_bytes
+from urlseen.job.dedup import dedup
+from urlseen.job.forget import forget
+from urlseen.job.linekeys import LineKeyer
+from urlseen.job.streams import Inputs, open_output, refuse_clobbering, total_bytes
 
 if TYPE_CHECKING:
-    from urlseen.dedup import DedupSummary
+    from urlseen.job.dedup import DedupSummary
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64
 

@@ -1,6 +1,6 @@
 /* fpmap.h: a growing hash map from 16-byte fingerprints to a 64-bit value.
  *
- * Why: the fingerprint library stages a batch's new records as one row (stores/_staging.py) and
+ * Why: the fingerprint library stages a batch's new records as one row (exact/staging.py) and
  * must still answer look-ups of them from memory: a million staged fingerprints in a Python dict
  * cost ~150 bytes each (the bytes objects kept alive, the table) and a Python operation per
  * insert; here they cost ~24-48 bytes and no Python object.

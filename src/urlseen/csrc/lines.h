@@ -1,5 +1,5 @@
 /* lines.h: the dedup job's per-line work on raw bytes: splitting a buffer into lines, the
- * line-to-key rules of urlseen.linekeys for the lines they decide without Python, the
+ * line-to-key rules of urlseen.job.linekeys for the lines they decide without Python, the
  * canonical-URL shortcut of urlseen.canonical, and a set of a batch's digests.
  *
  * The rules (urlseen/linekeys.py is the reference; tests compare the two on the dev file and on

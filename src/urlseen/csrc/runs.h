@@ -1,4 +1,4 @@
-/* runs.h: the kernels of the library's sorted runs (stores/_runs.py), header-only.
+/* runs.h: the kernels of the library's sorted runs (exact/runs.py), header-only.
  *
  * Why in C: a run is packed records, 40 bytes each (the 16-byte fingerprint, then refs, first
  * seen and last seen as little-endian int64s), in fingerprint order. Merging runs and probing

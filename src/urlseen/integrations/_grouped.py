@@ -7,8 +7,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from urlseen.filters.base import FilterStats, Key, SeenFilter
-from urlseen.filters.exact import ExactFilter
+from urlseen.exact.filter import ExactFilter
+from urlseen.protocol import FilterStats, Key, SeenFilter
 
 
 class GroupedAdds:

@@ -28,8 +28,8 @@ from typing import Any
 
 from urlseen import kinds
 from urlseen.errors import ClosedError
-from urlseen.filters.base import SeenFilter
 from urlseen.integrations._grouped import grouped
+from urlseen.protocol import SeenFilter
 
 logger = logging.getLogger(__name__)
 

@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 from urlseen import kinds
 from urlseen.errors import MissingDependencyError
-from urlseen.filters.base import SeenFilter
 from urlseen.integrations._handle import SeenHandle
 from urlseen.integrations._stop import CrawlStopper
+from urlseen.protocol import SeenFilter
 
 try:
     from scrapy import signals

@@ -26,7 +26,7 @@ from urlseen.kinds._openers import OptionError, ParameterConflict, Request, Spel
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from urlseen.filters.base import SeenFilter
+    from urlseen.protocol import SeenFilter
 
 DEFAULT_CAPACITY = 10_000_000
 SMALL_BATCH = 8192  # lines per batch for in-memory kinds: the most a killed run prints again
@@ -125,7 +125,7 @@ class Kind(Frozen):
 
 
 def _options() -> dict[str, Option]:
-    from urlseen.filters._sizing import DEFAULT_CACHE_ENTRIES
+    from urlseen.bloom.sizing import DEFAULT_CACHE_ENTRIES
 
     return {
         option.name: option
@@ -295,7 +295,7 @@ def given_options(
 
 def shared_client(url: str) -> Any:
     """A redis-py client for a shared filter's Redis URL, checked as open_filter checks it."""
-    from urlseen.stores import redis_store
+    from urlseen.shared import client as redis_store
 
     return redis_store.connect(url)
 
@@ -304,7 +304,7 @@ def shared_key(name: str, part: str) -> str:
     """The Redis key of `part`, kept beside the keys of the shared filter `name` (same hash
     slot, the name escaped as in the filter's own keys): what a front end keeps with a filter,
     such as its fleet's members."""
-    from urlseen.stores import redis_store
+    from urlseen.shared import client as redis_store
 
     return redis_store.key(name, part)
 

@@ -13,9 +13,9 @@ if TYPE_CHECKING:  # the kinds table names these functions; their imports wait f
 def describe_file(path: Path, verify: bool) -> dict[str, Any]:
     """A state file (bloom, mdbf, similarity, counting): its header, and with verify its data
     checked against the checksum of its last clean close (None: nothing to check yet)."""
-    from urlseen.filters import _sizing
-    from urlseen.stores._format import FLAG_OPEN, FORMAT_VERSION
-    from urlseen.stores.mmapfile import read_header
+    from urlseen.bloom import sizing
+    from urlseen.state.format import FLAG_OPEN, FORMAT_VERSION
+    from urlseen.state.mmapfile import read_header
 
     header = read_header(path)
     params = header.params
@@ -29,7 +29,7 @@ def describe_file(path: Path, verify: bool) -> dict[str, Any]:
     }
     if params.get("kind") == "bloom":
         desc["bits_per_key"] = params["nbits"] / params["capacity"]
-        desc["estimated_error_rate"] = _sizing.error_rate_at(
+        desc["estimated_error_rate"] = sizing.error_rate_at(
             params["layout"], params["nbits"], params["k"], header.count
         )
     if verify:
@@ -40,8 +40,8 @@ def describe_file(path: Path, verify: bool) -> dict[str, Any]:
 def _verify_file(path: Path) -> bool | None:
     """True if the data matches its checksum, None if there is none yet (a writer has it open,
     or did not close it); FormatError if not. (Opening a cleanly closed file checks it.)"""
-    from urlseen.stores._format import FLAG_DATA_CRC
-    from urlseen.stores.mmapfile import MappedFile, read_header
+    from urlseen.state.format import FLAG_DATA_CRC
+    from urlseen.state.mmapfile import MappedFile, read_header
 
     if not read_header(path).flags & FLAG_DATA_CRC:
         return None
@@ -52,7 +52,7 @@ def _verify_file(path: Path) -> bool | None:
 def describe_rotating(path: Path, verify: bool) -> dict[str, Any]:
     """The manifest's configuration and each live generation; with verify, each generation's
     data checked too."""
-    from urlseen.filters import rotating
+    from urlseen.bloom import rotating
 
     desc = rotating.describe_folder(path)
     if verify:
@@ -62,7 +62,7 @@ def describe_rotating(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def describe_exact(path: Path, verify: bool) -> dict[str, Any]:
-    from urlseen.filters.exact import describe_state
+    from urlseen.exact.filter import describe_state
 
     return describe_state(path, verify)
 
@@ -84,7 +84,7 @@ def _head(url: str, name: str, stats: Any) -> dict[str, Any]:
 def describe_shared_bloom(url: str, name: str) -> dict[str, Any] | None:
     """Parameters, count and fill (BITCOUNT reads the bits on the server); None if Redis holds
     no such filter."""
-    from urlseen.filters.redis_bloom import RedisBloomFilter
+    from urlseen.shared.bloom import RedisBloomFilter
 
     if not RedisBloomFilter.exists(url, name):
         return None
@@ -106,7 +106,7 @@ def describe_shared_bloom(url: str, name: str) -> dict[str, Any] | None:
 def describe_shared_dsbf(url: str, name: str) -> dict[str, Any] | None:
     """Parameters, totals, and every live leaf (id, depth, URLs, fill of its capacity, state)
     as "tree"; None if Redis holds no such filter."""
-    from urlseen.filters.dsbf import SplittableBloomFilter
+    from urlseen.splittable.filter import SplittableBloomFilter
 
     if not SplittableBloomFilter.exists(url, name):
         return None
@@ -130,7 +130,7 @@ def describe_shared_dsbf(url: str, name: str) -> dict[str, Any] | None:
 
 
 def describe_shared_library(url: str, name: str) -> dict[str, Any] | None:
-    from urlseen.stores.redis_library import RedisLibrary, describe_redis_library
+    from urlseen.shared.library import RedisLibrary, describe_redis_library
 
     if not RedisLibrary.exists(url, name):
         return None

@@ -15,7 +15,7 @@ from urlseen.errors import ConfigError, FormatError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from urlseen.filters.base import SeenFilter
+    from urlseen.protocol import SeenFilter
 
 Spell = Callable[[str], str]
 """How a front end writes a parameter's name in messages: "--leaf-bits", "URLSEEN_CAPACITY"."""
@@ -123,8 +123,8 @@ def _created(path: Path, create: Callable[[], SeenFilter]) -> SeenFilter | None:
 def _folder_state(request: Request, marker: str) -> tuple[Path | None, bool]:
     """The folder, and whether it holds the kind's state already (its marker file). A folder
     that holds another kind's state is refused: a second filter would grow beside it."""
+    from urlseen.exact.sqlite_library import SQLiteLibrary
     from urlseen.kinds import KINDS
-    from urlseen.stores.sqlite_library import SQLiteLibrary
 
     folder = request.state
     if folder is None:
@@ -186,7 +186,7 @@ def _sizing(request: Request) -> tuple[Any, Any]:
 
 
 def open_bloom(request: Request) -> SeenFilter:
-    from urlseen.filters.bloom import BloomFilter
+    from urlseen.bloom.bloom import BloomFilter
 
     layout = request.value("layout")
     return _file_filter(
@@ -202,7 +202,7 @@ def open_bloom(request: Request) -> SeenFilter:
 
 
 def open_mdbf(request: Request) -> SeenFilter:
-    from urlseen.filters.mdbf import MultiDimensionalBloomFilter as Mdbf
+    from urlseen.bloom.mdbf import MultiDimensionalBloomFilter as Mdbf
 
     shape = {"groups": request.value("groups"), "query": request.value("query")}
     return _file_filter(
@@ -248,7 +248,7 @@ def open_similar(request: Request) -> SeenFilter:
 
 
 def open_rotating(request: Request) -> SeenFilter:
-    from urlseen.filters.rotating import MANIFEST, RotatingBloomFilter
+    from urlseen.bloom.rotating import MANIFEST, RotatingBloomFilter
 
     folder, exists = _folder_state(request, MANIFEST)
     sizing = (request.value("capacity"), request.value("error_rate"))
@@ -272,7 +272,7 @@ def open_rotating(request: Request) -> SeenFilter:
 def open_exact(request: Request) -> SeenFilter:
     """Without a state the library still lives on disk (a temporary folder), so memory stays
     bounded however many URLs come."""
-    from urlseen.filters.exact import LIBRARY_FILE, ExactFilter
+    from urlseen.exact.filter import LIBRARY_FILE, ExactFilter
 
     folder, exists = _folder_state(request, LIBRARY_FILE)
     sizing = (request.value("capacity"), request.value("error_rate"))
@@ -289,8 +289,8 @@ def open_exact(request: Request) -> SeenFilter:
 
 
 def open_library(request: Request) -> SeenFilter:
-    from urlseen.filters.exact import LIBRARY_FILE
-    from urlseen.filters.library_only import FingerprintLibraryFilter
+    from urlseen.exact.filter import LIBRARY_FILE
+    from urlseen.exact.library_filter import FingerprintLibraryFilter
 
     folder, exists = _folder_state(request, LIBRARY_FILE)
     if folder is None:
@@ -304,7 +304,7 @@ def open_library(request: Request) -> SeenFilter:
 
 def open_dsbf(request: Request) -> SeenFilter:
     """In this process's memory; shared_dsbf keeps it in Redis."""
-    from urlseen.filters.dsbf import SplittableBloomFilter
+    from urlseen.splittable.filter import SplittableBloomFilter
 
     if request.state is not None:
         raise OptionError(
@@ -331,7 +331,7 @@ def _sharing(request: Request) -> dict[str, Any]:
 
 
 def shared_bloom(request: Request) -> SeenFilter:
-    from urlseen.filters.redis_bloom import RedisBloomFilter
+    from urlseen.shared.bloom import RedisBloomFilter
 
     url, name = request.redis, request.name
     assert url is not None
@@ -353,8 +353,8 @@ def shared_bloom(request: Request) -> SeenFilter:
 def shared_library(request: Request) -> SeenFilter:
     """Exact and shared: with several writers local counters prove nothing, so the library
     in Redis decides every URL atomically (exact and library are one thing here)."""
-    from urlseen.filters.library_only import FingerprintLibraryFilter
-    from urlseen.stores.redis_library import RedisLibrary
+    from urlseen.exact.library_filter import FingerprintLibraryFilter
+    from urlseen.shared.library import RedisLibrary
 
     url, name = request.redis, request.name
     assert url is not None
@@ -368,7 +368,7 @@ def shared_library(request: Request) -> SeenFilter:
 
 
 def shared_dsbf(request: Request) -> SeenFilter:
-    from urlseen.filters.dsbf import SplittableBloomFilter
+    from urlseen.splittable.filter import SplittableBloomFilter
 
     url, name = request.redis, request.name
     assert url is not None

@@ -33,16 +33,16 @@ from typing import Any
 
 from urlseen import _core
 from urlseen._lifecycle import Closeable
+from urlseen.bloom import sizing as _sizing
 from urlseen.errors import ConfigError, FormatError, ReadOnlyError
-from urlseen.filters import _sizing
-from urlseen.filters.base import FilterStats, Key, creator
+from urlseen.protocol import FilterStats, Key, creator
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
-from urlseen.stores import _format
-from urlseen.stores.base import BufferStore
-from urlseen.stores.memory import MemoryStore
-from urlseen.stores.mmapfile import MappedFile, save_copy
-from urlseen.stores.url_db import Decision, SQLiteUrlDB, UrlDB
+from urlseen.similarity.url_db import Decision, SQLiteUrlDB, UrlDB
+from urlseen.state import format
+from urlseen.state.memory import MemoryStore
+from urlseen.state.mmapfile import MappedFile, save_copy
+from urlseen.state.store import BufferStore
 
 MODES = ("patent", "exact4", "composite")
 DEFAULT_MODE = "composite"
@@ -88,7 +88,7 @@ class SimilarityFilter(Closeable):
         False
     """
 
-    commits_after_callback = True  # add_many(before_commit=...): urlseen.dedup relies on it
+    commits_after_callback = True  # add_many(before_commit=...): urlseen.job.dedup relies on it
     _noun = "similarity filter"
 
     def __init__(
@@ -226,7 +226,7 @@ class SimilarityFilter(Closeable):
 
         Every key is parsed before anything changes, so a bad key leaves the filter as it was.
         before_commit(flags), if given, runs once the answers are known and before any bit
-        or URL_DB row is written (urlseen.dedup writes its output there).
+        or URL_DB row is written (urlseen.job.dedup writes its output there).
 
         Raises:
             InvalidKeyError: a key is not str or bytes, is empty, or has lone surrogates.
@@ -475,14 +475,14 @@ def _nbytes(params: dict[str, Any]) -> int:
     return (int(params["nbits"]) + 7) // 8
 
 
-def check_header(header: _format.Header, where: str) -> None:
+def check_header(header: format.Header, where: str) -> None:
     """Refuse a state file that is not a similarity filter this code reads exactly."""
     params = header.params
     if params.get("kind") != "similarity":
         raise FormatError(f"{where}: holds a {params.get('kind')!r} filter, not a similarity one")
-    _format.require(params, where, rules=int, mode=str, index=str, features=list, canonicalize=str)
-    _format.require(params, where, query_in_tail=bool, nbits=int, modulus=int, k=int)
-    _format.require(params, where, capacity=int, error_rate=float, hash=str)
+    format.require(params, where, rules=int, mode=str, index=str, features=list, canonicalize=str)
+    format.require(params, where, query_in_tail=bool, nbits=int, modulus=int, k=int)
+    format.require(params, where, capacity=int, error_rate=float, hash=str)
     if params["rules"] != RULES_VERSION:
         raise FormatError(f"{where}: feature rules version {params['rules']} is not supported")
     features = params["features"]

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 
+from urlseen.bloom.sizing import MAX_BITS, check_target
 from urlseen.errors import ConfigError
-from urlseen.filters._sizing import MAX_BITS, check_target
 
 SIZINGS = ("patent", "exact4")
 INDEXES = ("shared", "prime", "regions")

@@ -1,0 +1,403 @@
+"""The dedup job behind `urlseen dedup`: a stream of lines in, first occurrences out, in order.
+
+It is library code (the CLI only parses options), so a crawler's own pipeline can call it too.
+
+Crash safety with a persistent filter (`transactional=True`): the new lines of a batch are
+written and flushed before their keys are committed to the filter. A Bloom filter is first only
+tested, then added to; an exact filter (`commits_after_callback`) does both in one pass and
+writes the lines from its before_commit callback. The filter therefore never gets ahead of the
+output: a run killed at any moment and run again on the same input prints every distinct line
+at least once across the two runs, and at most one batch (`batch_size` lines) twice.
+
+Two loops do the same job. Given a streams.Inputs, the C line engine (_core.LineEngine) reads
+the bytes in large chunks and splits, keys and (for the C Bloom filter) probes each batch in C;
+Python keys only the lines the C rules defer (LineKeyer.key, w3lib) and runs the other filters
+on the engine's keys. Given any other iterable of lines, the reference loop runs, one Python
+object per line; the tests hold the two equal (output, summary and filter state).
+
+The engine runs on three threads, so that the filter's thread is not the only one working: a
+feeder thread reads the input (through streams' read-ahead, which inflates gzip) and hands the
+bytes to the engine; the engine's C worker splits, keys and hashes (with the C Bloom filter's or
+the exact filter's hash) the batches a few ahead; the calling thread takes them in order and
+runs the filter, the writes and the flushes, so the output and crash-safety rules are those of
+one thread. URLSEEN_LINE_WORKER=0 in the environment keeps all the engine's work on the calling
+thread (the engine before the worker: for A/B measurements).
+
+A filter that holds its answers until they are acknowledged (a shared one: `acknowledge()`)
+is switched to explicit acknowledgement for the run, and acknowledged once a batch's new lines
+are written and flushed: a process killed before that leaves the answers claimed, and the next
+run (or another process) that meets those URLs after the lease prints them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
+
+from urlseen import _core
+from urlseen.errors import ConfigError
+from urlseen.job.linekeys import LineCounts, LineKeyer
+from urlseen.protocol import SeenFilter
+
+if TYPE_CHECKING:
+    from urlseen.exact.filter import ExactFilter
+
+DEFAULT_BATCH_SIZE = 8192
+# the worker's feeder reads 256 KiB at a time: the ring holds a few such chunks (1 MiB ones put
+# peak RSS 5 MiB above the serial engine's; RESULTS.md, issue 14 part A2)
+WORKER_CHUNK_SIZE = 1 << 18
+# ...but 4 MiB for the exact filter: its batch step holds the GIL ~10 ms at a time, and the
+# feeder waits for the GIL after every chunk it reads (up to the 5 ms switch interval), which
+# starved the worker (dev file: the job waited 0.34 s for batches, 0.14-0.25 s with 4 MiB;
+# ring of 4 chunks: ~12 MiB more peak RSS)
+EXACT_CHUNK_SIZE = 1 << 22
+
+
+@dataclass
+class DedupSummary:
+    """What a dedup run did (the multi-dimensional Bloom filter paper's crawl metrics: speed =
+    new URLs/s, duplicate rate, space)."""
+
+    lines: int = 0
+    new: int = 0
+    duplicates: int = 0
+    seconds: float = 0.0
+    filter_bits: int = 0
+    filter_count: int = 0
+    filter_capacity: int = 0
+    filter_kind: str = ""
+    skipped: LineCounts = field(default_factory=LineCounts)
+
+    @property
+    def duplicate_rate(self) -> float:
+        """Duplicates over URL lines (empty lines excluded)."""
+        urls = self.new + self.duplicates
+        return self.duplicates / urls if urls else 0.0
+
+    @property
+    def new_per_second(self) -> float:
+        return self.new / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def lines_per_second(self) -> float:
+        return self.lines / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "new": self.new,
+            "duplicates": self.duplicates,
+            "duplicate_rate": self.duplicate_rate,
+            "seconds": self.seconds,
+            "new_per_second": self.new_per_second,
+            "lines_per_second": self.lines_per_second,
+            "filter_bits": self.filter_bits,
+            "filter_count": self.filter_count,
+            "filter_capacity": self.filter_capacity,
+            "filter_kind": self.filter_kind,
+            "over_capacity": self.filter_count > self.filter_capacity,
+            "skipped": self.skipped.as_dict(),
+        }
+
+
+def _batches(lines: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+    it = iter(lines)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def _strip_newline(line: bytes) -> bytes:
+    return line[:-1] if line.endswith(b"\n") else line
+
+
+def _new_in_batch(seen: SeenFilter, keys: list[Any], transactional: bool) -> list[bool]:
+    """Which keys are new. Transactional: test only, and drop repeats within the batch."""
+    if not transactional:
+        return seen.add_many(keys)
+    present = seen.contains_many(keys)
+    firsts: set[bytes] = set()  # as bytes: the filter hashes "x" and b"x" alike
+    flags = []
+    for key, hit in zip(keys, present, strict=True):
+        fresh = False
+        if not hit:
+            as_bytes = key.encode() if isinstance(key, str) else key
+            fresh = as_bytes not in firsts
+            firsts.add(as_bytes)
+        flags.append(fresh)
+    return flags
+
+
+def _write_new(out: BinaryIO, lines: list[bytes], flags: list[bool], flush: bool) -> list[bool]:
+    """Write the lines flagged new; with flush, they are out before their keys are committed."""
+    chunks = [line for line, fresh in zip(lines, flags, strict=True) if fresh]
+    if chunks:
+        out.write(b"\n".join(chunks) + b"\n")
+    if flush:
+        out.flush()
+    return flags
+
+
+ENGINES = ("auto", "c", "python")
+
+
+def dedup(
+    lines: Iterable[bytes],
+    seen: SeenFilter,
+    out: BinaryIO,
+    *,
+    keyer: LineKeyer | None = None,
+    transactional: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Callable[[int], None] | None = None,
+    engine: str = "auto",
+) -> DedupSummary:
+    """Write to `out` each line whose key `seen` has not seen, in input order.
+
+    Args:
+        lines: raw lines, with or without their b"\\n"; or a streams.Inputs, whose bytes the
+            C line engine reads in large chunks (the same lines, the same output).
+        seen: the filter; keys of new lines are added to it.
+        out: binary stream; each new line is written as read, plus b"\\n".
+        keyer: line-to-key rules (canonicalization); default LineKeyer().
+        transactional: add keys only after their lines are flushed to `out` (for persistent
+            filters: see the module docstring).
+        batch_size: lines per batch (the most a killed transactional run can print twice).
+        progress: called with the number of input bytes after each batch.
+        engine: "auto" (the C line engine when `lines` is a streams.Inputs, else Python),
+            "c" (the engine; `lines` must be a streams.Inputs) or "python" (the reference
+            loop, one Python object per line).
+    """
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    keyer = keyer or LineKeyer()
+    summary = DedupSummary(skipped=keyer.counts)
+    start = time.perf_counter()
+    acknowledge = getattr(seen, "acknowledge", None)
+    if acknowledge is not None:  # it holds its answers until their lines are out (_Job.settle)
+        seen.auto_acknowledge = False  # type: ignore[attr-defined]
+    chunks = getattr(lines, "chunks", None)
+    if engine == "c" and (chunks is None or type(keyer) is not LineKeyer):
+        raise ConfigError("engine='c' needs a streams.Inputs and a plain LineKeyer")
+    job = _Job(seen, out, keyer, transactional, batch_size, progress, summary)
+    if engine != "python" and chunks is not None and type(keyer) is LineKeyer:
+        _run_engine(job, lines)
+    else:
+        _run_python(job, lines)
+    out.flush()
+    summary.seconds = time.perf_counter() - start
+    stats = seen.stats()
+    summary.filter_bits, summary.filter_count = stats.bits, stats.count
+    summary.filter_capacity, summary.filter_kind = stats.capacity, stats.kind
+    return summary
+
+
+@dataclass
+class _Job:
+    """One dedup run's parameters, shared by the two loops."""
+
+    seen: SeenFilter
+    out: BinaryIO
+    keyer: LineKeyer
+    transactional: bool
+    batch_size: int
+    progress: Callable[[int], None] | None
+    summary: DedupSummary
+
+    def filter_step(self, keys: list[Any], write: Callable[[list[bool]], object]) -> int:
+        """A batch's keys through the filter in Python: the answers, the new lines written by
+        `write` (before the keys are committed, when transactional); returns how many new."""
+        seen = self.seen
+        if getattr(seen, "commits_after_callback", False):
+            flags = seen.add_many(keys, before_commit=write)  # type: ignore[call-arg]
+        else:
+            flags = _new_in_batch(seen, keys, self.transactional)
+            write(flags)
+            if self.transactional:
+                fresh_keys = [key for key, fresh in zip(keys, flags, strict=True) if fresh]
+                if fresh_keys:
+                    seen.add_many(fresh_keys)
+        return sum(flags)
+
+    def settle(self) -> None:
+        """The batch's new lines are written: a filter that holds its answers until they are
+        acknowledged (a shared one) gets them acknowledged once the lines are flushed."""
+        acknowledge = getattr(self.seen, "acknowledge", None)
+        if acknowledge is not None:
+            self.out.flush()
+            acknowledge()
+
+    def tally(self, lines: int, keys: int, new: int, nbytes: int) -> None:
+        summary = self.summary
+        summary.lines += lines
+        summary.new += new
+        summary.duplicates += keys - new
+        if self.progress is not None:
+            self.progress(nbytes)
+
+
+def _run_python(job: _Job, lines: Iterable[bytes]) -> None:
+    """The reference loop: one Python object per line."""
+    for batch in _batches(lines, job.batch_size):
+        raw = [_strip_newline(line) for line in batch]
+        keyed = [(line, job.keyer.key(line)) for line in raw]
+        urls = [(line, key) for line, key in keyed if key is not None]
+        keys = [key for _, key in urls]
+        lines_out = [line for line, _ in urls]
+        write = functools.partial(_write_new, job.out, lines_out, flush=job.transactional)
+        new = job.filter_step(keys, write)
+        job.settle()
+        job.tally(len(batch), len(keys), new, sum(len(line) for line in batch))
+
+
+def _c_bloom(seen: SeenFilter) -> _core.BitFilter | None:
+    """The filter, if it is a Bloom filter whose batch calls are the C core's own, or those
+    behind StoreBacked's check of its state file (the engine then probes it directly, and
+    runs that check itself before each batch), else None."""
+    if not isinstance(seen, _core.BitFilter):
+        return None
+    from urlseen.state.persistent import StoreBacked  # loaded with the filter already
+
+    kind = type(seen)
+    native = kind.add_many in (
+        _core.BitFilter.add_many,
+        StoreBacked.add_many,
+    ) and kind.contains_many in (_core.BitFilter.contains_many, StoreBacked.contains_many)
+    return seen if native else None
+
+
+def _c_exact(seen: SeenFilter) -> ExactFilter | None:
+    """The filter, if it is an exact filter whose add_many is ExactFilter's own (the engine
+    then hands it the batch's keys without making Python objects of them), else None."""
+    module = sys.modules.get("urlseen.exact.filter")  # not loaded: not an exact filter
+    if module is None:  # (and a Bloom filter's start-up does not pay for loading it)
+        return None
+    kind = module.ExactFilter
+    if isinstance(seen, kind) and type(seen).add_many is kind.add_many:
+        return cast("ExactFilter", seen)
+    return None
+
+
+def _engine_batches(
+    chunks: Iterator[bytes | None], engine: _core.LineEngine, batch_size: int
+) -> Generator[int, None, None]:
+    """Feed the chunks to the engine; yield once per batch it has ready."""
+    for chunk in chunks:
+        if chunk is None:
+            engine.end_input()
+            continue
+        engine.feed(chunk)
+        while engine.next_batch(batch_size):
+            yield engine.lines
+    while engine.next_batch(batch_size, final=True):
+        yield engine.lines
+
+
+def _worker_batches(
+    chunks: Iterator[bytes | None],
+    engine: _core.LineEngine,
+    batch_size: int,
+    hasher: _core.BitFilter | _core.CountingFilter | None,
+) -> Generator[int, None, None]:
+    """The same batches as _engine_batches, built ahead by the engine's C worker from the
+    chunks a feeder thread hands it. An error of the chunks is raised here after the batches
+    completed before it (the unfinished one is dropped), as _engine_batches raises it."""
+    from urlseen.job.streams import pump  # loaded with the Inputs already
+
+    engine.start(batch_size, hasher)
+    failure: list[BaseException] = []
+
+    def take(chunk: bytes | None) -> bool:
+        if chunk is not None:
+            return engine.feed(chunk)  # False: the job has stopped the engine
+        engine.end_input()
+        return True
+
+    def end(error: BaseException | None) -> None:  # an error: raised by the job's thread, in order
+        if error is not None:
+            failure.append(error)
+        engine.close_input(failed=error is not None)
+
+    feeder = pump(chunks, take, end, "urlseen-feed")
+    try:
+        while nlines := engine.next_batch(batch_size):
+            yield nlines
+    finally:
+        engine.stop()
+    feeder.join()
+    if failure:
+        raise failure[0]
+
+
+def _feed_chunks(inputs: Any, size: int) -> Iterator[bytes | None]:
+    """The chunks for the worker's feeder thread, which reads (and inflates) them itself: a
+    read-ahead thread's queue in front of the worker's ring would only hold more chunks (peak
+    RSS; Inputs.chunks)."""
+    from urlseen.job.streams import Inputs  # loaded with the Inputs already
+
+    if isinstance(inputs, Inputs):
+        return inputs.chunks(size, ahead=False)
+    return cast("Iterator[bytes | None]", inputs.chunks())
+
+
+def _run_engine(job: _Job, inputs: Any) -> None:
+    """The C line engine: lines split, keyed and (for the C Bloom filter) probed in C; Python
+    keys the lines the C rules defer, and runs every other filter on the engine's keys."""
+    keyer, out, transactional = job.keyer, job.out, job.transactional
+    engine = _core.LineEngine(keyer.profile != "none", keyer.max_canonical_bytes)
+    bloom = _c_bloom(job.seen)
+    check_store = getattr(bloom, "check_store", None)  # a state file cut short: FormatError
+
+    def write(flags: list[bool]) -> list[bool]:
+        engine.set_flags(flags)
+        _write_out(out, engine.output(), transactional)
+        return flags
+
+    exact = _c_exact(job.seen)
+    if os.environ.get("URLSEEN_LINE_WORKER", "1") == "0":
+        batches: Generator[int, None, None] = _engine_batches(
+            inputs.chunks(), engine, job.batch_size
+        )
+    else:  # the keys hashed ahead with the filter's own hash, where the engine knows it
+        hasher = bloom if exact is None else exact._counters
+        size = WORKER_CHUNK_SIZE if exact is None else EXACT_CHUNK_SIZE
+        batches = _worker_batches(_feed_chunks(inputs, size), engine, job.batch_size, hasher)
+    try:
+        for nlines in batches:
+            keyer.counts.empty += engine.empty
+            if engine.ndeferred:
+                engine.set_deferred([keyer.key(line) for line in engine.deferred()])
+            if check_store is not None:  # the engine probes the map: no SIGBUS on a cut file
+                check_store()
+            if (
+                exact is not None
+            ):  # the keys hashed from the engine's buffers, answers as add_many's
+                new = exact._add_engine_batch(engine, before_commit=write).count(True)
+            elif bloom is None:
+                new = job.filter_step(engine.keys(), write)
+            elif transactional:  # tested, written and flushed, then added
+                new = engine.bloom_test(bloom)
+                _write_out(out, engine.output(), True)
+                if new:
+                    if check_store is not None:  # (again: the write may have taken a while)
+                        check_store()
+                    engine.bloom_commit(bloom)
+            else:
+                new = engine.bloom_add(bloom)
+                _write_out(out, engine.output(), False)
+            job.settle()
+            job.tally(nlines, engine.nkeys, new, engine.input_bytes)
+    finally:
+        batches.close()  # the worker and the feeder stop now, not when collected
+
+
+def _write_out(out: BinaryIO, data: bytes, flush: bool) -> None:
+    if data:
+        out.write(data)
+    if flush:
+        out.flush()

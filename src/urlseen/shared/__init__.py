@@ -1,0 +1,1 @@
+"""The only Python wing that knows Redis: client, scripts, claims, and each shared filter."""

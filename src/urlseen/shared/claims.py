@@ -1,0 +1,306 @@
+"""Claims with leases: how a shared filter keeps each answer "new" until its caller has it.
+
+The seen-test in Redis records a URL as seen in the same atomic step that answers it new. If
+the client dies before its caller has the answer (killed at any instruction, a batch that fails
+half way), the URL would be seen forever and never delivered. So the step also writes a *claim*
+for each URL it answers new (shared/lua/claims.lua): the client's id, its batch's priority and
+a lease deadline, in a hash in the same slot as the URL's data. The client deletes its claims
+when the caller acknowledges the answers (`acknowledge()`; by default, just before add_many
+returns them). A URL found seen is answered by its claim:
+
+- no claim (acknowledged), or the asker's own: seen;
+- another client's claim whose lease ended (that client died or stalled before acknowledging):
+  the asker takes the claim over and gets the URL as new;
+- another client's live claim from an older batch: *pending*; the asker asks again (a bounded
+  poll, about one lease) until it is acknowledged (seen) or its lease ends (taken over, new);
+- another client's live claim from a younger batch: seen (its claimer delivers it, or its claim
+  outlives it for the next asker). Waiting only on older batches means no two clients ever wait
+  on each other.
+
+So a URL answered new reaches a caller: its claimer's, or, if the claimer died or stalled past
+its lease before acknowledging, the next client that meets it (a rerun, another member of the
+fleet). It is answered new twice only then: at most the claims a client held unacknowledged
+when it died or stalled (with explicit acknowledgement after each batch, one batch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from urlseen._lifecycle import Closeable
+from urlseen.errors import ConfigError
+
+LEASE_SECONDS = 10.0
+MAX_LEASE_SECONDS = 86_400.0
+RELEASE_CHUNK = 65536  # fingerprints per acknowledging call
+
+
+def check_lease(lease: object) -> float:
+    if (
+        isinstance(lease, bool)
+        or not isinstance(lease, (int, float))
+        or not math.isfinite(lease)
+        or not 0 < lease <= MAX_LEASE_SECONDS
+    ):
+        raise ConfigError(f"lease must be seconds in (0, {MAX_LEASE_SECONDS:g}], not {lease!r}")
+    return float(lease)
+
+
+class Claims:
+    """One client's side of the claims: its id, its lease, and the fingerprints it answered new
+    and has not released yet (in the order the filter hands them out).
+
+    auto: acknowledge each batch's answers just before add_many returns them (True, the
+    default); False keeps them claimed until the caller calls the filter's acknowledge(), for a
+    caller that persists the answers first (`urlseen dedup` writes and flushes its output).
+    """
+
+    def __init__(self, lease: float | None = None) -> None:
+        self.lease = LEASE_SECONDS if lease is None else check_lease(lease)
+        self.lease_ms = max(1, round(self.lease * 1000))
+        self.owner = uuid.uuid4().hex[:16]
+        self.auto = True
+        self.unacked: list[bytes] = []
+        self._oldest: int | None = None
+        self._calls = itertools.count(1)
+        self._renewed = time.monotonic()
+        self._started = -math.inf  # the current batch's start (monotonic)
+        self._since: float | None = None  # the start of the oldest batch whose claims are held
+
+    def priority(self) -> int:
+        """The priority of a new batch: its start (Unix ms), or that of the oldest batch whose
+        claims are still held, so a client's claims are never older than its own waiting."""
+        now = int(time.time() * 1000)
+        return now if self._oldest is None else min(self._oldest, now)
+
+    def args(self, priority: int) -> list[Any]:
+        """A script call's claim arguments: owner, priority, a fresh call id, lease (ms)."""
+        return [self.owner, priority, next(self._calls), self.lease_ms]
+
+    def hold(self, fps: list[bytes], priority: int) -> None:
+        """Remember fingerprints just answered new (claimed by this client)."""
+        if fps:
+            self.unacked.extend(fps)
+            self._oldest = priority if self._oldest is None else min(self._oldest, priority)
+            if self._since is None:
+                self._since = self._started
+
+    def young(self) -> bool:
+        """Whether every claim held was made less than half a lease ago (timed from before its
+        batch began): none can have been taken over yet, for a takeover needs its lease to end.
+        Then a release need not read them first."""
+        return self._since is not None and time.monotonic() - self._since < self.lease / 2
+
+    def take(self) -> list[bytes]:
+        """Every fingerprint held, forgotten here (the caller releases them in Redis)."""
+        fps, self.unacked, self._oldest, self._since = self.unacked, [], None, None
+        return fps
+
+    def renewal(self) -> list[bytes]:
+        """While a batch waits on other clients' claims, its own must not run out: every third
+        of a lease, the fingerprints whose leases to renew (all held; none if not due yet)."""
+        if time.monotonic() - self._renewed < self.lease / 3:
+            return []
+        self._renewed = time.monotonic()
+        return list(self.unacked)
+
+    def close(self, abandon: Callable[[list[bytes]], Any]) -> None:
+        """The filter closes: answers never acknowledged are abandoned (best effort), so the
+        next client to meet them takes them at once instead of after the lease."""
+        if self.unacked:
+            with contextlib.suppress(Exception):
+                abandon(self.take())
+
+    @contextlib.contextmanager
+    def batch(
+        self, abandon: Callable[[list[bytes]], Any], fps: Sequence[bytes] = ()
+    ) -> Iterator[int]:
+        """One batch of the fingerprints fps, at its priority. If it fails, the claims it made
+        are abandoned (their lease ends now, best effort: else it ends on its own), for its
+        caller never got them: those it knows of, and any of fps not held from an earlier
+        batch, which a call whose every reply was lost may have claimed unknown to it (an
+        abandoned claim is new again to every client, this one included)."""
+        mark = len(self.unacked)
+        self._renewed = self._started = time.monotonic()
+        try:
+            yield self.priority()
+        except BaseException:
+            failed = self.unacked[mark:]
+            del self.unacked[mark:]
+            if not self.unacked:
+                self._oldest = self._since = None
+            held = set(self.unacked)
+            failed = list(dict.fromkeys([*failed, *(fp for fp in fps if fp not in held)]))
+            if failed:
+                with contextlib.suppress(Exception):
+                    abandon(failed)
+            raise
+
+
+def claim_seen(value: bytes | None, owner: str, priority: int, now_ms: int | None) -> bool:
+    """Whether claims.lua's claim_present answers '0' (seen) for a URL present in the data whose
+    claim is `value` (None: no claim), to the client `owner` asking in a new call at `priority`,
+    at the server's time `now_ms`: the client-side twin for a native read of a snapshot. A new
+    call never made the asker's own claim, so an own live claim is seen; without the time
+    (None), no claim is judged live. False means: ask the script, which decides."""
+    if value is None:
+        return True
+    parts = value.split(b" ")
+    if len(parts) != 4 or not parts[1].isdigit() or not parts[3].isdigit():
+        return False  # not a claim this version reads: the script says what it is
+    holder, prio, deadline = parts[0].decode("ascii", "replace"), int(parts[1]), int(parts[3])
+    if now_ms is None or deadline <= now_ms:
+        return False  # maybe expired (the asker's own too): a takeover, made by the script
+    if holder == owner:
+        return True
+    return not (prio < priority or (prio == priority and holder < owner))  # older: pending
+
+
+class Claimant(Closeable):
+    """A filter (or store) that claims its answers: auto_acknowledge, acknowledge(), and a
+    close that abandons answers never acknowledged. A subclass sets _claims and _instance (once
+    it is open) and releases claims in Redis in _release."""
+
+    _claims: Claims
+    _instance: str = ""
+
+    def _release(self, fps: list[bytes], how: str) -> int:
+        """Release this client's claims of fps, how: "ack" (delete), "abandon" (end the lease
+        now) or "renew" (start a new lease); how many were no longer its."""
+        raise NotImplementedError
+
+    def claims_held(self) -> int:
+        """Claims in Redis, of every client: URLs answered new whose delivery no caller has
+        acknowledged yet (a live client's, or a dead one's waiting for the next asker)."""
+        raise NotImplementedError
+
+    @property
+    def auto_acknowledge(self) -> bool:
+        """True (default): answers are acknowledged just before they are returned. False: they
+        stay claimed until acknowledge() (see urlseen.shared.claims)."""
+        return self._claims.auto
+
+    @auto_acknowledge.setter
+    def auto_acknowledge(self, value: bool) -> None:
+        self._claims.auto = bool(value)
+
+    def acknowledge(self) -> int:
+        """Every answer given so far has reached the caller (and is persisted, if the caller
+        persists them): release their claims. Returns how many another client had taken over
+        meanwhile (their lease had ended: those URLs were answered new twice)."""
+        self._usable()
+        return self._release(self._claims.take(), "ack")
+
+    def _acknowledge_by(self, drop: Callable[[list[bytes]], int]) -> int:
+        """acknowledge() for a filter that deletes claims younger than half a lease unread
+        (bloom_batch.lua's DROP; none can have been taken over): drop(fps), at most
+        RELEASE_CHUNK at a time, returns how many of fps it did not find."""
+        self._usable()
+        if not self._claims.young():
+            return self._release(self._claims.take(), "ack")
+        fps = list(dict.fromkeys(self._claims.take()))
+        return sum(drop(fps[s : s + RELEASE_CHUNK]) for s in range(0, len(fps), RELEASE_CHUNK))
+
+    def _abandon(self, fps: list[bytes]) -> None:
+        self._release(fps, "abandon")
+
+    def _renew(self) -> None:
+        """Renew the held claims' leases if due (called while a batch waits)."""
+        fps = self._claims.renewal()
+        if fps:
+            self._release(fps, "renew")
+
+    def _close(self) -> None:
+        if self._instance:  # else it never opened: nothing claimed
+            self._claims.close(self._abandon)
+
+
+class Patience:
+    """How long a batch asks again about pending URLs: a little over one lease (by then every
+    claim it waits on was acknowledged or expired, unless its claimer has a longer lease: those
+    keys are then answered seen, their claim outliving them for the next asker)."""
+
+    def __init__(self, lease: float) -> None:
+        self._until = time.monotonic() + 1.5 * lease + 0.5
+        self._delay = 0.002
+
+    def wait(self) -> bool:
+        """Sleep a little before the next ask; False once patience is over."""
+        left = self._until - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(self._delay, left))
+        self._delay = min(self._delay * 2, 0.1)
+        return True
+
+
+PENDING = 0x50  # b"P": the script's answer for a URL another client's older claim holds
+
+
+def ask_each_once(idx: list[int], fps: list[bytes], ask: Callable[[list[int]], bytes]) -> bytes:
+    """ask(indices) for the first index of each distinct fingerprint among idx only, the
+    answers (one byte per index of idx) spread to the repeats as a script call answers them
+    (claims.lua): a repeat of a key answered new or seen in the same call is seen ("0"), one of
+    a pending key is pending too. Repeats inside a batch then cost the script nothing."""
+    first: dict[bytes, int] = {}
+    for i in idx:
+        first.setdefault(fps[i], i)
+    if len(first) == len(idx):
+        return ask(idx)
+    said = dict(zip(first.values(), ask(list(first.values())), strict=True))
+    out = bytearray()
+    for i in idx:
+        j = first[fps[i]]
+        out.append(said[i] if j == i else PENDING if said[j] == PENDING else 0x30)
+    return bytes(out)
+
+
+def settle(
+    ask: Callable[[list[int]], bytes], count: int, lease: float, renew: Callable[[], None]
+) -> list[bool]:
+    """Answers for keys 0..count-1: ask(indices) returns one byte per index (b"1" new, b"0"
+    seen, b"P" pending); pending ones are asked again until they settle or patience ends
+    (then: seen), renewing the asker's own claims meanwhile."""
+    answers = [False] * count
+    todo = list(range(count))
+    patience: Patience | None = None
+    while todo:
+        pending = []
+        for i, c in zip(todo, ask(todo), strict=True):
+            if c == PENDING:
+                pending.append(i)
+            else:
+                answers[i] = c == 0x31
+        todo = pending
+        if todo:
+            patience = patience or Patience(lease)
+            if not patience.wait():
+                break
+            renew()
+    return answers
+
+
+def record_parts(value: bytes) -> tuple[bytes, bytes]:
+    """A record's claim and its fingerprints, packed (claims.lua, claims_record: the claim, a
+    newline, the fingerprints)."""
+    cut = value.index(b"\n")
+    return value[:cut], value[cut + 1 :]
+
+
+def recorded_claims(records: Iterable[bytes], wanted: set[bytes], width: int) -> dict[bytes, bytes]:
+    """The claims that records (their values) hold of the fingerprints `wanted`, `width` bytes
+    each: fingerprint -> claim."""
+    out: dict[bytes, bytes] = {}
+    for value in records:
+        claim, body = record_parts(value)
+        for s in range(0, len(body), width):
+            fp = body[s : s + width]
+            if fp in wanted:
+                out[fp] = claim
+    return out

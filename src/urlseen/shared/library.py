@@ -1,0 +1,516 @@
+"""The fingerprint library in Redis: one exact record per URL, shared by a fleet of crawlers.
+
+With several writers a local filter can prove a URL neither new (another process may have added
+it) nor, once URLs can be forgotten, seen; so Redis decides every URL. A Lua script per batch
+(shared/lua/library_batch.lua) inserts each 16-byte fingerprint if it is absent and answers
+new/seen in the same atomic step, so among all processes each distinct URL is new exactly once.
+Like the Bloom script it leaves a receipt: a batch resent after a lost reply gets its first
+answer.
+
+Layout (chosen by measuring; benchmarks/redis_library.py, results in benchmarks/REDIS.md):
+records are fields of bucket hashes small enough to stay listpack-encoded (about 48 per bucket
+at capacity; redis.conf's limit is 128), keyed by the top bits of the fingerprint, so the field
+keeps only the remaining 14 bytes and the value is 12 packed bytes (refs, first and last seen,
+in seconds). That measured 38 B per URL against 76 B for SADD of the raw 16 bytes and 92 B for
+SADD of a 40-hex digest. Buckets fall into `groups` hash tags: a Redis Cluster spreads the
+groups over its masters, and a batch costs one script call per group there (one call in all on
+a single server). Each URL's claim is atomic; on a Cluster a batch as a whole is not.
+
+Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges
+it, so it reaches a caller even if this client dies first. The claim rides in the record's
+value, after its 12 bytes, written by the same HSET (one write per new URL instead of two,
+and a present URL's claim comes with its record; benchmarks/redis_cpu.py). Each group holds
+the library's instance id, checked by every call, so a library whose keys vanished fails
+(FilterLostError) instead of starting again from empty.
+
+Durability is Redis's: a server that fsyncs every write (appendonly yes, appendfsync always)
+and is killed comes back with every URL that claim() reported new.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from urlseen.errors import ConfigError, FormatError
+from urlseen.exact.library_protocol import LibraryIO, Record, time_index
+from urlseen.shared import client as redis_store
+from urlseen.shared.claims import Claimant, Claims, settle
+from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, FilterLostError, retrying
+
+FORMAT = "urlseen-redis-library/3"  # /2: claims in a hash per group; /1: no claims at all
+KIND = "library"
+FP_BYTES = 16
+PER_BUCKET = 48  # records per bucket at capacity: under the listpack limit (128) up to ~2.5x
+DEFAULT_GROUPS = 16
+# Fingerprints per script call: Redis stays responsive (about 30 ms of server time per call,
+# from benchmarks/REDIS.md's 3.8 s of server CPU per million URLs at batch 8192).
+CALL_KEYS = 8192
+_VALUE = 12  # refs, first_seen, last_seen: u32 little-endian each
+
+
+def bucket_bits(capacity: int, groups: int) -> int:
+    """Bits of the fingerprint that pick a bucket: about PER_BUCKET records per bucket at
+    capacity, at least one bucket per group."""
+    buckets = max(capacity // PER_BUCKET, groups, 1)
+    return min(max((buckets - 1).bit_length(), 1), 32)
+
+
+class RedisLibrary(Claimant):
+    """A fingerprint library in Redis, shared by any number of processes. close() forgets the
+    connection; the records stay in Redis.
+
+    Args:
+        redis: a Redis URL (redis://, rediss://, unix://, or redis-cluster://host:port for a
+            Redis Cluster) or a redis-py client.
+        name: the library's name (its keys are urlseen:{name}:kind, :library and
+            urlseen:{name#g}:... for each group g, the name escaped in the hash tags);
+            non-empty UTF-8, no braces, '#' or control characters.
+        capacity: distinct URLs it is sized for (sets the bucket count; more still work, at
+            more memory per URL once buckets outgrow Redis's compact encoding). Used when the
+            library does not exist yet; default 10,000,000.
+        fingerprint: "md5" (default, as in the IMP-CBFilter paper) or "xxh3_128"; an existing
+            library keeps its own.
+        groups: hash tags the buckets spread over (Redis Cluster slots); default 16.
+        lease: seconds an answer "new" stays claimed until acknowledged (default 10).
+        allow_eviction: use a server whose maxmemory-policy may evict keys (else refused).
+
+    Of the FingerprintLibrary protocol it has present, records, count, fingerprints,
+    older_than, get_meta and close; writes go through its own atomic batch operations (claim,
+    release, forget, forget_older_than) instead of transaction()/apply(), which several
+    writers could not make atomic, and it keeps no counter overflow table (no local counters
+    use it). Times have one-second resolution. claim() acknowledges its answers before it
+    returns them unless auto_acknowledge is False (then: acknowledge()).
+
+    Example:
+        >>> lib = RedisLibrary("redis://127.0.0.1:6379/0", "crawl")  # doctest: +SKIP
+        >>> lib.claim([b"0123456789abcdef", b"0123456789abcdef"])  # doctest: +SKIP
+        [True, False]
+    """
+
+    _noun = "library"
+
+    shared = True  # decides each URL itself: filters must not add a local decision
+
+    def __init__(
+        self,
+        redis: Any,
+        name: str,
+        capacity: int | None = None,
+        *,
+        fingerprint: str | None = None,
+        groups: int | None = None,
+        lease: float | None = None,
+        allow_eviction: bool = False,
+    ) -> None:
+        self.name = redis_store.check_name(name)
+        self._claims = Claims(lease)
+        self._client = redis_store.connect(redis)
+        self._what = f"library {name!r}"
+        self._cluster = redis_store.is_cluster(self._client)
+        self._script = redis_store.load_script(self._client, "library_batch.lua", claims=True)
+        self._meta = redis_store.key(name, "library")
+        self._prefix = f"urlseen:{{{redis_store.escape(name)}#"
+        self.io = LibraryIO()
+        self.readonly = False
+        redis_store.check_eviction(self._client, allow_eviction, self._what)
+        stored = self._load()
+        if stored is None:
+            stored = self._create(capacity, fingerprint, groups)
+        else:
+            given = {"capacity": capacity, "fingerprint": fingerprint, "groups": groups}
+            redis_store.check_given(stored, given, f"library {name!r}")
+        self.params = stored
+        self.fingerprint: str = stored["fingerprint"]
+        self.groups: int = stored["groups"]
+        self.bits: int = stored["bucket_bits"]
+        self._instance = stored["instance"]
+        self._mark_groups()
+
+    # -- parameters ---------------------------------------------------------------------
+
+    @staticmethod
+    def exists(redis: Any, name: str) -> bool:
+        """Whether Redis holds a library called name."""
+        return redis_store.holds(redis_store.connect(redis), redis_store.check_name(name), KIND)
+
+    def _load(self, create: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        noun = "fingerprint library"
+
+        def validate(params: dict[str, Any]) -> None:
+            ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
+                isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity")
+            )
+            if not ok:
+                raise FormatError(f"Redis key {self._meta}: not a urlseen {noun}")
+            if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
+                raise FormatError(f"Redis key {self._meta}: parameters out of range")
+
+        return redis_store.record(self._client, self.name, KIND, self._meta, FORMAT, noun,
+                                  validate, create)  # fmt: skip
+
+    def _mark_groups(self) -> None:
+        """Write the instance id into every group (once, by whoever opens the library first:
+        until the library is marked ready no client has written to a group, so a group marked
+        later is a group whose data vanished)."""
+
+        def ready() -> bool:
+            return bool(self._client.hexists(self._meta, "ready"))
+
+        if retrying(ready, f"{self._what}: open"):
+            return
+
+        def mark() -> None:
+            pipe = self._client.pipeline(transaction=False)
+            for g in range(self.groups):
+                pipe.hsetnx(f"{self._prefix}{g}}}:n", "instance", self._instance)
+            pipe.execute()
+            self._client.hset(self._meta, "ready", 1)
+
+        retrying(mark, f"{self._what}: create")
+
+    def _create(
+        self, capacity: int | None, fingerprint: str | None, groups: int | None
+    ) -> dict[str, Any]:
+        capacity = 10_000_000 if capacity is None else capacity
+        fingerprint = "md5" if fingerprint is None else fingerprint
+        groups = DEFAULT_GROUPS if groups is None else groups
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ConfigError(f"capacity must be an int >= 1, not {capacity!r}")
+        if fingerprint not in ("md5", "xxh3_128"):
+            raise ConfigError(f"fingerprint must be 'md5' or 'xxh3_128', not {fingerprint!r}")
+        if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= 1024:
+            raise ConfigError(f"groups must be an int in [1, 1024], not {groups!r}")
+        params = {
+            "format": FORMAT,
+            "fingerprint": fingerprint,
+            "capacity": capacity,
+            "groups": groups,
+            "bucket_bits": bucket_bits(capacity, groups),
+            "created": int(time.time()),
+            "instance": redis_store.new_instance(),
+        }
+        # Of two processes creating it at once, one wins; both then use the winner's
+        loaded = self._load(params)
+        assert loaded is not None
+        return loaded
+
+    # -- where a fingerprint lives ------------------------------------------------------
+
+    def _bucket(self, fp: bytes) -> int:
+        return int.from_bytes(fp[:4], "big") >> (32 - self.bits)
+
+    def _where(self, fp: bytes) -> tuple[str, bytes]:
+        bucket = self._bucket(fp)
+        return f"{self._prefix}{bucket % self.groups}}}:f:{bucket}", fp[self.bits // 8 :]
+
+    def _fp(self, bucket: int, field: bytes) -> bytes:
+        drop = self.bits // 8
+        head = (bucket >> (self.bits - 8 * drop)).to_bytes(drop, "big") if drop else b""
+        return head + field
+
+    # -- the batch script ----------------------------------------------------------------
+
+    def _check(self, fps: Sequence[bytes]) -> list[bytes]:
+        self._usable()
+        if isinstance(fps, (bytes, bytearray, str)):
+            raise TypeError("expected a sequence of 16-byte fingerprints, not a single value")
+        fps = list(fps)
+        for fp in fps:
+            if not isinstance(fp, bytes) or len(fp) != FP_BYTES:
+                raise TypeError(f"a fingerprint is 16 bytes, not {fp!r:.40}")
+        return fps
+
+    def _calls(self, fps: Sequence[bytes], idx: Sequence[int]) -> list[tuple[str, list[int]]]:
+        """The script calls for fingerprints fps[i], i in idx: (receipt prefix, positions in
+        idx), CALL_KEYS at most each, one group per call on a cluster."""
+        if self._cluster:
+            parts: defaultdict[int, list[int]] = defaultdict(list)
+            for pos, i in enumerate(idx):
+                parts[self._bucket(fps[i]) % self.groups].append(pos)
+            groups = [(f"{self._prefix}{g}}}:receipt:", p) for g, p in sorted(parts.items())]
+        else:
+            groups = [(redis_store.key(self.name, "receipt:"), list(range(len(idx))))]
+        return [
+            (prefix, positions[start : start + CALL_KEYS])
+            for prefix, positions in groups
+            for start in range(0, len(positions), CALL_KEYS)
+        ]
+
+    def _send(
+        self,
+        mode: str,
+        fps: Sequence[bytes],
+        idx: Sequence[int],
+        stamp: str,
+        claim: Callable[[], list[Any]],
+        hold: Callable[[list[bytes]], None] | None = None,
+    ) -> bytes:
+        """One script call per part of _calls: one answer byte per fps[i], i in idx, in order.
+        hold gets the fingerprints each call answered new, as soon as it answers."""
+        answers = bytearray(len(idx))
+        for receipt_prefix, positions in self._calls(fps, idx):
+            receipt = receipt_prefix + uuid.uuid4().hex
+            chunk = b"".join(fps[idx[p]] for p in positions)
+            args: list[Any] = [
+                mode, chunk, self._prefix, self.groups, self.bits, stamp, RECEIPT_SECONDS,
+                self._instance, *claim(),
+            ]  # fmt: skip
+
+            def call(receipt: str = receipt, args: list[Any] = args) -> Any:
+                return self._script(keys=[receipt], args=args)
+
+            answer = retrying(call, f"{self._what}: {mode}")
+            if len(answer) != len(positions):
+                raise FormatError(f"library script answered {len(answer)} of {len(positions)}")
+            for p, c in zip(positions, answer, strict=True):
+                answers[p] = c
+            if hold is not None:
+                hold([fps[idx[p]] for p, c in zip(positions, answer, strict=True) if c == 0x31])
+            self.io.round_trips += 1
+        return bytes(answers)
+
+    def _run(self, mode: str, fps: Sequence[bytes]) -> list[bool]:
+        """A batch that claims nothing (contains, release, forget): True where "1"."""
+        fps = self._check(fps)
+        answer = self._send(mode, fps, range(len(fps)), "0", lambda: self._claims.args(0))
+        self.io.lookups += len(fps)
+        if mode != "contains":
+            self.io.writes += len(fps)
+        return [c == 0x31 for c in answer]
+
+    def claim(self, fps: Sequence[bytes], now: float | None = None) -> list[bool]:
+        """Insert each fingerprint if absent, in order: True where it was new (refs = 1,
+        first and last seen = now); a present one gets one more reference and last seen = now.
+        Atomic per fingerprint among all clients: exactly one caller gets True for it (until
+        it is forgotten), unless its claimer died or stalled past its lease before
+        acknowledging (see shared/claims.py). Waits (about one lease at most) for
+        fingerprints another client claimed and has not acknowledged."""
+        fps = self._check(fps)
+        if not fps:
+            return []
+        stamp = str(min(max(int(time.time() if now is None else now), 0), 2**32 - 1))
+        claims = self._claims
+        with claims.batch(self._abandon, fps) as priority:
+
+            def ask(idx: list[int]) -> bytes:
+                return self._send("claim", fps, idx, stamp, lambda: claims.args(priority),
+                                  lambda new: claims.hold(new, priority))  # fmt: skip
+
+            answers = settle(ask, len(fps), claims.lease, self._renew)
+        self.io.lookups += len(fps)
+        self.io.writes += len(fps)
+        if claims.auto:
+            self.acknowledge()
+        return answers
+
+    def _release(self, fps: list[bytes], how: str) -> int:
+        if not fps:
+            return 0
+        answer = self._send(how, fps, range(len(fps)), "0", lambda: self._claims.args(0))
+        return answer.count(b"0")
+
+    def contains(self, fps: Sequence[bytes]) -> list[bool]:
+        """Whether each fingerprint is in the library (read only)."""
+        return self._run("contains", fps)
+
+    def present(self, fps: Sequence[bytes], *, batched: bool = True) -> set[bytes]:
+        """The FingerprintLibrary look-up: which of fps are in the library."""
+        return {fp for fp, hit in zip(fps, self.contains(fps), strict=True) if hit}
+
+    def release(self, fps: Sequence[bytes]) -> list[bool]:
+        """Drop one reference of each; a record at zero references is removed.
+        True where the fingerprint was present."""
+        return self._run("release", fps)
+
+    def forget(self, fps: Sequence[bytes]) -> list[bool]:
+        """Remove each fingerprint whatever its references (it is new again). True where it was
+        present."""
+        return self._run("forget", fps)
+
+    # -- reading the records ---------------------------------------------------------------
+
+    def records(self, fps: Iterable[bytes]) -> dict[bytes, Record]:
+        """The record of each fingerprint present (times in whole seconds)."""
+        self._usable()
+        wanted = list(dict.fromkeys(fps))
+
+        def read() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for fp in wanted:
+                pipe.hget(*self._where(fp))
+            return list(pipe.execute())
+
+        values = retrying(read, "records") if wanted else []
+        self.io.lookups += len(wanted)
+        self.io.round_trips += 1
+        return {fp: _record(v) for fp, v in zip(wanted, values, strict=True) if v is not None}
+
+    def _buckets(self) -> Iterator[list[tuple[int, dict[bytes, bytes]]]]:
+        """Every non-empty bucket with its fields, a few hundred buckets at a time."""
+        self._usable()
+        pattern = f"{_glob_escape(self._prefix)}*}}:f:*"
+        keys = retrying(lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan")
+        for start in range(0, len(keys), 512):
+            part = keys[start : start + 512]
+
+            def read(part: list[Any] = part) -> list[Any]:
+                pipe = self._client.pipeline(transaction=False)
+                for key in part:
+                    pipe.hgetall(key)
+                return list(pipe.execute())
+
+            contents = retrying(read, "scan")
+            yield [
+                (int(key.rsplit(b":", 1)[1]), fields)
+                for key, fields in zip(part, contents, strict=True)
+            ]
+
+    def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
+        """Every fingerprint, in chunks (a SCAN of the buckets: O(library))."""
+        out: list[bytes] = []
+        for buckets in self._buckets():
+            for bucket, fields in buckets:
+                out.extend(self._fp(bucket, field) for field in fields)
+            while len(out) >= chunk:
+                yield out[:chunk]
+                out = out[chunk:]
+        if out:
+            yield out
+
+    def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
+        """Fingerprints first reported new (or last seen) before timestamp (O(library))."""
+        column = time_index(by)
+        old = []
+        for buckets in self._buckets():
+            for bucket, fields in buckets:
+                for field, value in fields.items():
+                    if _record(value)[column] < timestamp:
+                        old.append(self._fp(bucket, field))
+        return old
+
+    def forget_older_than(self, timestamp: float, *, by: str = "first_seen") -> int:
+        """Forget every URL first reported new (or last seen) before timestamp; how many."""
+        return sum(self.forget(self.older_than(timestamp, by=by)))
+
+    def count(self) -> int:
+        """Records in the library (one counter per group)."""
+        self._usable()
+
+        def read() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for g in range(self.groups):
+                pipe.hmget(f"{self._prefix}{g}}}:n", "count", "instance")
+            return list(pipe.execute())
+
+        total = 0
+        for g, (count, instance) in enumerate(retrying(read, f"{self._what}: count")):
+            if instance is None or instance.decode() != self._instance:
+                marker = f"{self._prefix}{g}}}:n"
+                raise FilterLostError(f"{self._what}: {marker} is gone or replaced; {LOST_HELP}")
+            total += int(count or 0)
+        return total
+
+    def claims_held(self) -> int:
+        self._usable()
+
+        def read() -> int:
+            pipe = self._client.pipeline(transaction=False)
+            for g in range(self.groups):
+                pipe.hget(f"{self._prefix}{g}}}:n", "claims")
+            return sum(int(n or 0) for n in pipe.execute())
+
+        return retrying(read, f"{self._what}: claims")
+
+    def get_meta(self, name: str) -> str | None:
+        value = self.params.get(name)
+        return None if value is None else str(value)
+
+    def memory_usage(self, sample: int | None = None) -> int:
+        """Bytes Redis reports for the library's keys (MEMORY USAGE). Exact by default (a SCAN:
+        O(buckets)); with sample=n, estimated from n evenly spaced buckets (receipts and
+        counters left out)."""
+        self._usable()
+        nbuckets = 1 << self.bits
+        if sample is not None and sample < nbuckets:
+            step = nbuckets / max(sample, 1)
+            picked = sorted({int(i * step) for i in range(max(sample, 1))})
+            keys = [f"{self._prefix}{b % self.groups}}}:f:{b}" for b in picked]
+            scale = nbuckets / len(picked)
+        else:
+            pattern = f"{_glob_escape(self._prefix)}*"
+            keys = retrying(lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan")
+            scale = 1.0
+
+        def usage() -> int:
+            pipe = self._client.pipeline(transaction=False)
+            for key in [self._meta, *keys]:
+                pipe.memory_usage(key, samples=0)
+            meta, *rest = (int(v or 0) for v in pipe.execute())
+            return meta + round(sum(rest) * scale)
+
+        return retrying(usage, "memory usage")
+
+    def destroy(self) -> None:
+        """Delete every key of the library, its groups first, its record last (a destroy
+        that stops part way leaves a library that says it lost data, never one that looks
+        whole)."""
+        self._usable()
+        pattern = f"{_glob_escape(self._prefix)}*"
+
+        def delete() -> None:
+            keys = list(self._client.scan_iter(match=pattern, count=1000))
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.delete(key)
+            pipe.execute()
+            self._client.delete(self._meta, redis_store.key(self.name, "kind"))
+
+        retrying(delete, f"{self._what}: destroy")
+        self._claims.take()  # nothing left to release
+        self.close()
+
+    @property
+    def path(self) -> str:
+        return f"redis library {self.name!r}"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} groups={self.groups} bits={self.bits}>"
+
+
+def _record(value: bytes) -> Record:
+    """A record's value: refs, first and last seen, then its claim while it has one."""
+    if len(value) < _VALUE:
+        raise FormatError(f"a library record is at least {_VALUE} bytes, not {len(value)}")
+    refs = int.from_bytes(value[0:4], "little")
+    first = int.from_bytes(value[4:8], "little")
+    last = int.from_bytes(value[8:12], "little")
+    return Record(refs, float(first), float(last))
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def describe_redis_library(url: str, name: str) -> dict[str, object]:
+    """What `urlseen info --redis URL --name NAME` prints for a shared library; the memory is
+    exact up to 4096 buckets, an estimate from 1024 of them beyond."""
+    library = RedisLibrary(url, name, allow_eviction=True)  # read only: nothing to lose
+    count = library.count()
+    used = library.memory_usage(sample=None if library.bits <= 12 else 1024)
+    return {
+        "redis": url,
+        "name": name,
+        "kind": "redis-library",
+        "count": count,
+        "capacity": library.params["capacity"],
+        "fingerprint": library.fingerprint,
+        "groups": library.groups,
+        "buckets": 1 << library.bits,
+        "redis_bytes": used,
+        "bytes_per_url": used / count if count else None,
+        "claims": library.claims_held(),
+    }

@@ -1,1 +1,0 @@
-"""Where filters keep their data: process memory, memory-mapped state files, SQLite, Redis."""
