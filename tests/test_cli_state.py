@@ -12,7 +12,7 @@ import pytest
 
 from cli_helpers import dedup, invoke
 from urlseen.cli._common import flag
-from urlseen.kinds import ParameterConflict
+from urlseen.errors import ParameterConflict
 from urlseen.kinds._openers import Request, checked
 
 URLS = b"".join(b"https://example.com/%d\n" % i for i in range(50))

@@ -18,9 +18,9 @@ import redis
 
 from urlseen import ConfigError, FormatError, _core
 from urlseen.bloom import sizing as _sizing
+from urlseen.errors import FilterLostError, RemoteError
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import Claims
-from urlseen.shared.client import FilterLostError, RemoteError
 from urlseen.shared.leaves import RedisLeafStore
 from urlseen.splittable import sizing as _sizing_splittable
 from urlseen.splittable.filter import MAX_SPREAD, SplittableBloomFilter

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from urlseen import FormatError
-from urlseen.shared.client import FilterLostError
+from urlseen.errors import FilterLostError
 from urlseen.shared.leaves import RedisLeafStore
 from urlseen.splittable import coding as code
 from urlseen.splittable.filter import SplittableBloomFilter

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from urlseen.errors import InputError
 from urlseen.job.inflate import inflated
-from urlseen.job.streams import InputError, Inputs
+from urlseen.job.streams import Inputs
 
 Outcome = tuple[bytes, str | None]
 

@@ -29,8 +29,7 @@ import pytest
 import urlseen
 from cli_helpers import dedup, invoke, lines
 from urlseen import kinds
-from urlseen.errors import FormatError
-from urlseen.exact.filter import CountersRebuiltWarning
+from urlseen.errors import CountersRebuiltWarning, FormatError
 
 FLIPS = 100  # per kind, each kind's files in turn, header and data regions alternating
 CUTS = 100

@@ -12,10 +12,10 @@ import redis
 
 from conftest import filter_bits
 from urlseen import BloomFilter, ConfigError, FormatError
+from urlseen.errors import RemoteError
 from urlseen.shared import client as redis_store
 from urlseen.shared import native as redis_native
 from urlseen.shared.bloom import RedisBloomFilter
-from urlseen.shared.client import RemoteError
 
 
 def urls(n: int, seed: int = 0) -> list[str]:
@@ -179,7 +179,7 @@ def test_a_stream_of_new_keys_skips_the_native_read(redis_url, redis_name, monke
 
 
 def test_a_native_read_notices_lost_or_replaced_data(redis_url, redis_name):
-    from urlseen.shared.client import FilterLostError
+    from urlseen.errors import FilterLostError
 
     client = redis.Redis.from_url(redis_url)
     seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)

@@ -17,10 +17,10 @@ import pytest
 import redis
 
 from urlseen import ConfigError, ExactFilter, FormatError, _core
+from urlseen.errors import RemoteError
 from urlseen.exact.library_filter import FingerprintLibraryFilter
 from urlseen.shared import client as redis_store
 from urlseen.shared import library as redis_library
-from urlseen.shared.client import RemoteError
 from urlseen.shared.library import RedisLibrary
 
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from cli_helpers import assert_clean_error, invoke
 from conftest import require_dev_urls_path
 from urlseen import ConfigError, kinds
+from urlseen.errors import EvictionPolicyError, FilterLostError, RemoteError
 from urlseen.shared import client as redis_store
-from urlseen.shared.client import EvictionPolicyError, FilterLostError, RemoteError
 
 SHARED = ("bloom", "exact", "dsbf")
 SIZES = {"bloom": {"capacity": 100_000, "error_rate": 1e-9}, "exact": {"capacity": 100_000},

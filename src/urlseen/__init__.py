@@ -20,28 +20,32 @@ from typing import TYPE_CHECKING, Any
 from urlseen.errors import (
     ClosedError,
     ConfigError,
+    CountersRebuiltWarning,
+    EvictionPolicyError,
+    FilterLostError,
     FormatError,
     IncompatibleFiltersError,
     InvalidKeyError,
     MissingDependencyError,
+    QueryAnyWarning,
     ReadOnlyError,
+    RemoteError,
     StateInUseError,
+    UncleanShutdownWarning,
     UrlseenError,
 )
 
 if TYPE_CHECKING:
     from urlseen.bloom.bloom import BloomFilter
-    from urlseen.bloom.mdbf import MultiDimensionalBloomFilter, QueryAnyWarning
+    from urlseen.bloom.mdbf import MultiDimensionalBloomFilter
     from urlseen.bloom.rotating import RotatingBloomFilter
-    from urlseen.exact.filter import CountersRebuiltWarning, ExactFilter
+    from urlseen.exact.filter import ExactFilter
     from urlseen.exact.library_filter import FingerprintLibraryFilter
     from urlseen.protocol import FilterStats, SeenFilter
     from urlseen.shared.bloom import RedisBloomFilter
-    from urlseen.shared.client import EvictionPolicyError, FilterLostError, RemoteError
     from urlseen.shared.library import RedisLibrary
     from urlseen.similarity import SimilarityFilter
     from urlseen.splittable.filter import SplittableBloomFilter
-    from urlseen.state.mmapfile import UncleanShutdownWarning
 
     __version__: str
 
@@ -49,22 +53,16 @@ if TYPE_CHECKING:
 # (`urlseen dedup`) does not start by importing all of them, SQLite and Redis clients included.
 _LAZY = {
     "BloomFilter": "urlseen.bloom.bloom",
-    "CountersRebuiltWarning": "urlseen.exact.filter",
     "ExactFilter": "urlseen.exact.filter",
     "FilterStats": "urlseen.protocol",
     "FingerprintLibraryFilter": "urlseen.exact.library_filter",
     "MultiDimensionalBloomFilter": "urlseen.bloom.mdbf",
-    "QueryAnyWarning": "urlseen.bloom.mdbf",
     "RotatingBloomFilter": "urlseen.bloom.rotating",
     "SeenFilter": "urlseen.protocol",
     "SplittableBloomFilter": "urlseen.splittable.filter",
     "RedisBloomFilter": "urlseen.shared.bloom",
     "SimilarityFilter": "urlseen.similarity",
-    "UncleanShutdownWarning": "urlseen.state.mmapfile",
     "RedisLibrary": "urlseen.shared.library",
-    "EvictionPolicyError": "urlseen.shared.client",
-    "FilterLostError": "urlseen.shared.client",
-    "RemoteError": "urlseen.shared.client",
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from urlseen import _core
 from urlseen.bloom import mdbf_sizing as sizing
 from urlseen.bloom.sizing import MAX_BITS, MAX_K, check_target
-from urlseen.errors import ConfigError, FormatError
+from urlseen.errors import ConfigError, FormatError, QueryAnyWarning
 from urlseen.hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.protocol import FilterStats, creator
 from urlseen.state import format
@@ -27,10 +27,6 @@ from urlseen.state.store import BufferStore
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES = {"all": _core.MDBF_QUERY_ALL, "any": _core.MDBF_QUERY_ANY}
-
-
-class QueryAnyWarning(UserWarning):
-    """QUERY_ANY was chosen: its false-positive rate grows with the number of groups."""
 
 
 def _outside_urlseen() -> int:

@@ -38,23 +38,26 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.bloom.counting import CountingBloomFilter, make_params
 from urlseen.bloom.sizing import DEFAULT_CACHE_ENTRIES
-from urlseen.errors import ClosedError, ConfigError, FormatError, InvalidKeyError
+from urlseen.errors import (
+    ClosedError,
+    ConfigError,
+    CountersRebuiltWarning,
+    DataChecksumError,
+    FormatError,
+    InvalidKeyError,
+    UncleanShutdownWarning,
+)
 from urlseen.exact.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.exact.memory_library import MemoryLibrary
 from urlseen.exact.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 from urlseen.hashes import check_fingerprint
 from urlseen.protocol import FilterStats, Key, creator, in_temporary_folder, key_batch
 from urlseen.state.format import FLAG_OPEN
-from urlseen.state.mmapfile import DataChecksumError, UncleanShutdownWarning, read_header
+from urlseen.state.mmapfile import read_header
 
 LIBRARY_FILE = "library.sqlite"
 COUNTERS_FILE = "counters.urlseen"
 _KEY_ERRORS = (TypeError, InvalidKeyError, ClosedError)  # raised before anything changed
-
-
-class CountersRebuiltWarning(UserWarning):
-    """The counting filter was rebuilt from the library (after an unclean shutdown, or because
-    the counter file did not match the library). Nothing was lost; it took time."""
 
 
 class ExactFilter(Closeable):

@@ -31,18 +31,10 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, Protocol, TextIO, TypeVar
 
-from urlseen.errors import UrlseenError
+from urlseen.errors import InputError
 from urlseen.job.inflate import GZIP_MAGIC, inflated
 
 _READ_ERRORS = (OSError, EOFError, zlib.error)
-
-
-class InputError(UrlseenError, OSError):
-    """An input that cannot be read to its end (missing, damaged or cut-short gzip data): the
-    message names the file."""
-
-    def __str__(self) -> str:
-        return f"{self.filename}: {self.strerror}"
 
 
 def _label(name: str) -> str:

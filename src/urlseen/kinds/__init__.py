@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from urlseen._frozen import Frozen
-from urlseen.errors import ConfigError
+from urlseen.errors import ConfigError, OptionError, ParameterConflict
 from urlseen.kinds import _describers as describers
 from urlseen.kinds import _openers as openers
-from urlseen.kinds._openers import OptionError, ParameterConflict, Request, Spell, plain
+from urlseen.kinds._openers import Request, Spell, plain
 
 # pathlib is imported where a path is made, not here: `urlseen dedup` in memory makes none, and
 # pathlib (with urllib.parse) is ~5% of its start-up (benchmarks/callgrind_startup.py).

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from urlseen._frozen import Frozen
-from urlseen.errors import ConfigError, FormatError
+from urlseen.errors import FormatError, OptionError, ParameterConflict
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,14 +23,6 @@ Spell = Callable[[str], str]
 
 def plain(name: str) -> str:
     return name
-
-
-class OptionError(ConfigError):
-    """A parameter that does not fit the kind or the place (a front end's usage error)."""
-
-
-class ParameterConflict(OptionError):
-    """A value given that contradicts the one an existing filter was created with."""
 
 
 class Request(Frozen):

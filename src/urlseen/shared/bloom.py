@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from urlseen import _core
 from urlseen.bloom import sizing
 from urlseen.bloom.bloom import DEFAULT_HASH, HASHES, _params
-from urlseen.errors import ConfigError, FormatError
+from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.protocol import FilterStats, Key, key_batch
 from urlseen.shared import client as redis_store
 from urlseen.shared import native as redis_native
@@ -43,7 +43,7 @@ from urlseen.shared.claims import (
     recorded_claims,
     settle,
 )
-from urlseen.shared.client import LOST_HELP, FilterLostError, retrying
+from urlseen.shared.client import LOST_HELP, retrying
 from urlseen.shared.native import BitsRead, seen_by_claims, server_ms
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}

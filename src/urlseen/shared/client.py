@@ -37,7 +37,14 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from urlseen.errors import ConfigError, FormatError, MissingDependencyError, UrlseenError
+from urlseen.errors import (
+    ConfigError,
+    EvictionPolicyError,
+    FilterLostError,
+    FormatError,
+    MissingDependencyError,
+    RemoteError,
+)
 
 RECEIPT_SECONDS = 120  # far longer than the retries take (~7 s); receipts cost ~1 B per URL
 RETRIES = 8  # backoff 0.05 s doubling to 2 s: ~7 s, a Redis failover's order of magnitude
@@ -47,19 +54,6 @@ T = TypeVar("T")
 
 _SAFE = frozenset(string.ascii_letters + string.digits + "-._~/@+=,;!$&'()")
 _LOST = "URLSEEN-LOST "
-
-
-class RemoteError(UrlseenError, ConnectionError):
-    """Redis could not be reached (after retries) or answered with an error."""
-
-
-class FilterLostError(RemoteError):
-    """A shared filter's data vanished from Redis, or was replaced by a filter made anew under
-    the same name, since this client opened it: its answers can no longer be trusted."""
-
-
-class EvictionPolicyError(ConfigError):
-    """The Redis server may evict a shared filter's keys (maxmemory-policy allkeys-*)."""
 
 
 LOST_HELP = (

@@ -50,7 +50,7 @@ from importlib import resources
 from typing import Any
 
 from urlseen import _core
-from urlseen.errors import ConfigError, FormatError
+from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import record_parts, recorded_claims
 from urlseen.shared.client import RECEIPT_SECONDS, retrying
@@ -577,7 +577,7 @@ class RedisLeafStore:
         if size:
             code = retrying(lambda: self.client.getrange(fps, 0, size - 1), what)
         if len(code) != size:
-            raise redis_store.FilterLostError(
+            raise FilterLostError(
                 f"{self._what}: leaf {leaf} lost its coded fingerprints; {redis_store.LOST_HELP}"
             )
         return code

@@ -35,11 +35,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from urlseen.errors import ConfigError, FormatError
+from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import Claimant, Claims, settle
-from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, FilterLostError, retrying
+from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
 
 FORMAT = "urlseen-redis-library/3"  # /2: claims in a hash per group; /1: no claims at all
 KIND = "library"

@@ -57,10 +57,10 @@ import numpy as np
 
 from urlseen import _core
 from urlseen.bloom import sizing
-from urlseen.errors import ConfigError, FormatError
+from urlseen.errors import ConfigError, FilterLostError, FormatError, RemoteError
 from urlseen.protocol import FilterStats, Key, key_batch
 from urlseen.shared.claims import Claimant, Claims, Patience
-from urlseen.shared.client import LOST_HELP, FilterLostError, RemoteError, new_instance
+from urlseen.shared.client import LOST_HELP, new_instance
 from urlseen.splittable import coding as fingerprint_code
 from urlseen.splittable.sizing import size_splittable
 from urlseen.splittable.tree import (

@@ -31,20 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from urlseen._lifecycle import Closeable
-from urlseen.errors import ClosedError, FormatError, StateInUseError
+from urlseen.errors import (
+    ClosedError,
+    DataChecksumError,
+    FormatError,
+    StateInUseError,
+    UncleanShutdownWarning,
+)
 from urlseen.state import format, space
 from urlseen.state import sealed as _sealed
 from urlseen.state.format import FLAG_DATA_CRC, FLAG_OPEN, FORMAT_VERSION, Header
 from urlseen.state.store import BufferStore
-
-
-class UncleanShutdownWarning(UserWarning):
-    """A state file was not closed by its last writer (killed, crashed)."""
-
-
-class DataChecksumError(FormatError):
-    """A state file's data does not match the checksum of its last clean close (its header is
-    sound: derived data, like an exact filter's counters, can be rebuilt)."""
 
 
 def read_header(path: str | os.PathLike[str]) -> Header:
