@@ -45,12 +45,11 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from urlseen import kinds
-from urlseen.errors import MissingDependencyError
+from urlseen.errors import ConfigError, MissingDependencyError
 from urlseen.integrations._handle import SeenHandle
 from urlseen.integrations._stop import CrawlStopper
 from urlseen.protocol import SeenFilter
@@ -228,11 +227,9 @@ class UrlseenDupeFilter(BaseDupeFilter):
         name = settings.get("URLSEEN_REDIS_NAME")
         if not name and scrapy_redis and settings.get("SCHEDULER_DUPEFILTER_KEY"):
             name = settings["SCHEDULER_DUPEFILTER_KEY"] % {"spider": spider_name}
-        rate = settings.get("URLSEEN_ERROR_RATE")
-        capacity = settings.get("URLSEEN_CAPACITY")
         sizing = (
-            None if capacity is None else settings.getint("URLSEEN_CAPACITY"),
-            None if rate is None else settings.getfloat("URLSEEN_ERROR_RATE"),
+            _typed(settings, "URLSEEN_CAPACITY", int),
+            _typed(settings, "URLSEEN_ERROR_RATE", float),
         )
         capacity, rate, options = _translate_bloomfilter(settings, kind, *sizing)
         options |= _kind_settings(settings)
@@ -401,18 +398,35 @@ _SETTINGS = {"filter": "URLSEEN_FILTER", "redis": "URLSEEN_REDIS_URL", "name": "
 def _kind_settings(settings: BaseSettings) -> dict[str, Any]:
     """The kind options given as settings (URLSEEN_LAYOUT, URLSEEN_LEASE, ...), typed; a flag
     set False counts as not given."""
-    read: dict[type, Callable[[str], Any]] = {
-        bool: settings.getbool,
-        int: settings.getint,
-        float: settings.getfloat,
-    }
     given: dict[str, Any] = {}
     for name, option in kinds.OPTIONS.items():
-        setting = _setting(name)
-        if settings.get(setting) in (None, False):
-            continue
-        given[name] = read.get(option.type, settings.get)(setting)
+        value = _typed(settings, _setting(name), option.type)
+        if value is not None and value is not False:
+            given[name] = value
     return given
+
+
+_READERS: dict[type, tuple[str, str]] = {
+    bool: ("getbool", "true or false"),
+    int: ("getint", "a whole number"),
+    float: ("getfloat", "a number"),
+}
+
+
+def _typed(settings: BaseSettings, setting: str, kind: type) -> Any:
+    """A setting read as its type (None when not set); ConfigError naming the setting when
+    its value is not of that type."""
+    value = settings.get(setting)
+    if value is None or kind not in _READERS:
+        return value
+    method, noun = _READERS[kind]
+    try:
+        typed = getattr(settings, method)(setting)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{setting} must be {noun}, not {value!r}") from None
+    if kind is not bool and isinstance(value, bool):
+        raise ConfigError(f"{setting} must be {noun}, not {value!r}")
+    return typed
 
 
 def _setting(name: str) -> str:

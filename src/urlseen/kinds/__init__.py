@@ -290,7 +290,23 @@ def given_options(
             )
         if OPTIONS[key].shared and not shared:
             raise OptionError(f"{spell(key)} applies to a filter shared through {spell('redis')}")
+        _check_range(OPTIONS[key], given[key], spell)
     return given
+
+
+def _check_range(option: Option, value: Any, spell: Spell) -> None:
+    """A number option within its bounds (a float's low bound excluded: seconds > 0)."""
+    if option.type not in (int, float) or isinstance(value, bool):
+        return
+    if not isinstance(value, (int, float)):
+        return  # the filter's own check names the type it takes
+    low, high = option.low, option.high
+    too_low = low is not None and (value <= low if option.type is float else value < low)
+    if too_low or (high is not None and value > high) or value != value:
+        lower = "" if low is None else (f"> {low}" if option.type is float else f">= {low}")
+        upper = "" if high is None else f"<= {high}"
+        bounds = " and ".join(b for b in (lower, upper) if b)
+        raise OptionError(f"{spell(option.name)} must be {bounds}, not {value!r}")
 
 
 def shared_client(url: str) -> Any:
@@ -333,7 +349,9 @@ def describe(
             found = row.describe_shared(redis, name or "") if row.describe_shared else None
             if found is not None:
                 return found
-        raise OptionError(f"no urlseen filter named {name!r} in {redis}")
+        from urlseen.shared.client import redacted
+
+        raise OptionError(f"no urlseen filter named {name!r} in {redacted(redis)}")
     if path is None:
         raise OptionError("give a state's path, or a Redis URL and a name")
     from pathlib import Path

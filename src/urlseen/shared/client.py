@@ -30,6 +30,7 @@ import json
 import re
 import string
 import time
+import unicodedata
 import uuid
 import warnings
 from collections.abc import Callable
@@ -48,6 +49,18 @@ from urlseen.errors import (
 
 RECEIPT_SECONDS = 120  # far longer than the retries take (~7 s); receipts cost ~1 B per URL
 RETRIES = 8  # backoff 0.05 s doubling to 2 s: ~7 s, a Redis failover's order of magnitude
+RETRY_SECONDS = 8.0  # no retry starts later than this after the first attempt (~7 s of backoff)
+# A server that accepts connections and never answers fails a call after SOCKET_TIMEOUT, not
+# never; a URL's own ?socket_timeout= / ?socket_connect_timeout= wins.
+SOCKET_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 5.0
+# The URL query options redis-py takes, and the value each must have.
+_NUMBER_OPTIONS = ("socket_timeout", "socket_connect_timeout", "health_check_interval")
+_WHOLE_OPTIONS = ("max_connections",)
+_BOOL_OPTIONS = ("socket_keepalive", "retry_on_timeout", "ssl_check_hostname")
+_TEXT_OPTIONS = ("client_name", "protocol", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+_SSL_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile",
+                "ssl_check_hostname")  # fmt: skip
 MAX_NAME_BYTES = 200
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 T = TypeVar("T")
@@ -77,7 +90,7 @@ def _redis() -> Any:
 # -- URLs and connections -------------------------------------------------------------------
 
 
-def _redacted(url: str) -> str:
+def redacted(url: str) -> str:
     """url without its password (for messages)."""
     try:
         parts = urlsplit(url)
@@ -92,7 +105,7 @@ def _redacted(url: str) -> str:
 
 def check_url(url: str) -> None:
     """Refuse a Redis URL that redis-py would misread or choke on, with the reason."""
-    shown = _redacted(url)
+    shown = redacted(url)
 
     def bad(why: str) -> ConfigError:
         return ConfigError(f"malformed Redis URL {shown!r}: {why}")
@@ -111,6 +124,9 @@ def check_url(url: str) -> None:
         query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as exc:
         raise bad(f"its query: {exc}") from None
+    _check_query(query, parts.scheme, bad)
+    if parts.scheme in ("redis", "rediss", "redis-cluster") and parts.port == 0:
+        raise bad("the port is a number from 1 to 65535, not 0")
     dbs = query.get("db", [])
     if parts.scheme == "unix":
         if not parts.path:
@@ -132,13 +148,22 @@ def connect(target: Any) -> Any:
     redis = _redis()
     if isinstance(target, str):
         check_url(target)
+        query = parse_qs(urlsplit(target).query)
+        timeouts = {
+            name: value
+            for name, value in (
+                ("socket_timeout", SOCKET_TIMEOUT),
+                ("socket_connect_timeout", CONNECT_TIMEOUT),
+            )
+            if name not in query
+        }
         try:
             if target.startswith("redis-cluster://"):
                 url = "redis://" + target[len("redis-cluster://") :]
-                return retrying(lambda: redis.RedisCluster.from_url(url), "connect")
-            return redis.Redis.from_url(target)
+                return retrying(lambda: redis.RedisCluster.from_url(url, **timeouts), "connect")
+            return redis.Redis.from_url(target, **timeouts)
         except ValueError as exc:
-            raise ConfigError(f"malformed Redis URL {_redacted(target)!r}: {exc}") from None
+            raise ConfigError(f"malformed Redis URL {redacted(target)!r}: {exc}") from None
     if isinstance(target, (redis.Redis, redis.RedisCluster)):
         return target
     raise ConfigError(f"expected a Redis URL or a redis-py client, not {type(target).__name__}")
@@ -186,6 +211,37 @@ def check_eviction(client: Any, allow: bool, what: str) -> None:
         )
 
 
+def _check_query(
+    query: dict[str, list[str]], scheme: str, bad: Callable[[str], ConfigError]
+) -> None:
+    """Refuse query options redis-py would reject late (a traceback at the first command) or
+    misread: unknown names, SSL options on a plain connection, values of the wrong form."""
+    known = {"db", *_NUMBER_OPTIONS, *_WHOLE_OPTIONS, *_BOOL_OPTIONS, *_TEXT_OPTIONS,
+             *_SSL_OPTIONS}  # fmt: skip
+    for option, values in query.items():
+        if option not in known:
+            raise bad(f"unknown option {option!r} (known: {', '.join(sorted(known))})")
+        if option in _SSL_OPTIONS and scheme != "rediss":
+            raise bad(f"{option} needs a TLS connection (rediss://)")
+        for value in values:
+            if option in _NUMBER_OPTIONS:
+                try:
+                    number = float(value)
+                except ValueError:
+                    number = -1.0
+                if not number >= 0 or number == float("inf"):
+                    raise bad(f"{option} is a number of seconds >= 0, not {value!r}")
+            elif option in _WHOLE_OPTIONS and not re.fullmatch(r"[1-9][0-9]*", value):
+                raise bad(f"{option} is a positive whole number, not {value!r}")
+            elif option in _BOOL_OPTIONS and value.lower() not in _BOOLS:
+                raise bad(f"{option} is true or false, not {value!r}")
+            elif option == "ssl_cert_reqs" and value not in ("none", "optional", "required"):
+                raise bad(f"ssl_cert_reqs is none, optional or required, not {value!r}")
+
+
+_BOOLS = ("0", "1", "true", "false", "yes", "no", "y", "n", "on", "off")
+
+
 # -- names and keys -------------------------------------------------------------------------
 
 
@@ -205,7 +261,7 @@ def check_name(name: object) -> str:
         ) from None
     if size > MAX_NAME_BYTES:
         raise ConfigError(f"a filter name has at most {MAX_NAME_BYTES} bytes, not {size}")
-    if any(c in "{}#" or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if any(c in "{}#" or unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in name):
         raise ConfigError(f"a filter name has no braces, '#' or control characters: {name!r}")
     return name
 
@@ -358,16 +414,23 @@ def retrying(call: Callable[[], T], what: str) -> T:
         redis.exceptions.TimeoutError,
         redis.exceptions.RedisClusterException,
     )
-    delay = 0.05
+    refused = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+    delay, start = 0.05, time.monotonic()
     for attempt in range(RETRIES + 1):
         try:
             return call()
+        except refused as exc:
+            raise RemoteError(
+                f"{what}: Redis refused the URL's credentials ({exc}); check the user and "
+                "password in the URL"
+            ) from exc
         except transient as exc:
             if "not enabled" in str(exc):  # a plain server named as redis-cluster://
                 raise RemoteError(f"{what}: {exc}") from exc
-            if attempt == RETRIES:
+            if attempt == RETRIES or time.monotonic() - start + delay > RETRY_SECONDS:
                 raise RemoteError(
-                    f"{what}: Redis unreachable after {RETRIES} retries ({exc})"
+                    f"{what}: Redis unreachable after {attempt} retries in "
+                    f"{time.monotonic() - start:.1f} s ({exc})"
                 ) from exc
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
