@@ -1,4 +1,4 @@
-"""The counting filter's blocked layout (csrc/counting.h, bloom/counter_layout.py): a key's
+"""The counting filter's blocked layout (csrc/counting.h, bloom/sizing.py): a key's
 counters in one 128-byte block, sized to the same error rate; the exact filter's default.
 Counter files of the standard layout (every file written before the layouts) are still read as
 they are, and a rebuilt one becomes blocked."""
@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from urlseen import ExactFilter
-from urlseen.bloom import counter_layout
+from urlseen.bloom import sizing
 from urlseen.bloom.counting import BLOCKED_KIND, CountingBloomFilter, make_params
 from urlseen.errors import ConfigError
 from urlseen.exact import filter as exact
@@ -26,7 +26,7 @@ def keys(n: int, tag: str = "k") -> list[str]:
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_a_keys_counters_are_in_one_block(bits):
     c = CountingBloomFilter(5000, 0.01, counter_bits=bits, layout="blocked", hash="md5")
-    per_block = counter_layout.block_counters(bits)
+    per_block = sizing.block_counters(bits)
     assert c.layout == "blocked" and c._layout == 1 and c.ncounters % per_block == 0
     spread = Counter()
     for key in keys(2000):
@@ -60,7 +60,7 @@ def test_blocked_counters_count_and_remove_exactly(bits):
 def test_blocked_sizing_meets_the_error_rate(error_rate):
     capacity = 20_000
     c = CountingBloomFilter(capacity, error_rate, layout="blocked")
-    assert counter_layout.blocked_error_rate(capacity, c.ncounters, c.k, 4) <= error_rate
+    assert sizing.counting_blocked_error_rate(capacity, c.ncounters, c.k, 4) <= error_rate
     c.add_many(keys(capacity))
     probes = 200_000
     false = sum(c.contains_many(keys(probes, "absent")))
