@@ -14,8 +14,8 @@ import pytest
 from urlseen import ExactFilter
 from urlseen.bloom import sizing
 from urlseen.bloom.counting import BLOCKED_KIND, CountingBloomFilter, make_params
-from urlseen.errors import ConfigError
-from urlseen.exact import filter as exact
+from urlseen.errors import ConfigError, CountersRebuiltWarning
+from urlseen.exact import folder as exact_folder
 from urlseen.state.mmapfile import read_header
 
 
@@ -118,13 +118,13 @@ def test_a_standard_counter_file_is_read_as_it_is_and_rebuilt_blocked(tmp_path, 
     """A folder written before the layouts (standard counters) opens without a rebuild and
     answers the same; when its counters must be rebuilt, the new ones are blocked."""
     folder = tmp_path / "old"
-    sized = exact._sized_params
+    sized = exact_folder._sized_params
 
     def standard(sizing: dict, library: object) -> dict:  # as before the layouts
         params = make_params(sizing["capacity"], sizing["error_rate"], 4, None, None, 0, "md5")
         return {**sized(sizing, library), **{n: params[n] for n in ("kind", "ncounters", "k")}}
 
-    monkeypatch.setattr(exact, "_sized_params", standard)
+    monkeypatch.setattr(exact_folder, "_sized_params", standard)
     ks = keys(2000)
     with ExactFilter.create(folder, 5000) as f:
         assert f.counters.layout == "standard"
@@ -137,8 +137,8 @@ def test_a_standard_counter_file_is_read_as_it_is_and_rebuilt_blocked(tmp_path, 
             assert g.add_many(ks[:10] + keys(10, "new")) == [False] * 10 + [True] * 10
             g._dirty = True  # counters may disagree with the library: rebuilt before the next use
             assert g.contains_many(ks[:5]) == [True] * 5
-    os.remove(folder / exact.COUNTERS_FILE)
-    with pytest.warns(exact.CountersRebuiltWarning), ExactFilter.open(folder) as h:
+    os.remove(folder / exact_folder.COUNTERS_FILE)
+    with pytest.warns(CountersRebuiltWarning), ExactFilter.open(folder) as h:
         assert h.counters.layout == "blocked"
         assert h.add_many(ks + keys(10, "new")) == [False] * 2010
         assert h.add_many(keys(5, "newer")) == [True] * 5

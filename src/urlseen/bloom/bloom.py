@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from urlseen import _core
 from urlseen.bloom import sizing
 from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.hashes import BLOOM_HASH, HASHES, check_hash, check_seed
-from urlseen.protocol import FilterStats, creator
+from urlseen.protocol import Batch, FilterStats, creator
 from urlseen.state.persistent import StoreBacked, stored_params
 from urlseen.state.store import BufferStore
 
@@ -152,6 +152,38 @@ class BloomFilter(StoreBacked, _core.BitFilter):
     def _repr_fields(self) -> str:
         where = f" path={self.path!r}" if self.path else ""
         return f"layout={self._live_store().params()['layout']} count={len(self)}{where}"
+
+    # -- the dedup job's batches (protocol.DedupStep) --------------------------------------
+
+    def _probes_itself(self) -> bool:
+        """The line engine may probe the bits directly: add_many and contains_many are this
+        class's own (a subclass that changes them gets its batches through them)."""
+        kind = type(self)
+        return kind.add_many is BloomFilter.add_many and (
+            kind.contains_many is BloomFilter.contains_many
+        )
+
+    def dedup_hasher(self) -> BloomFilter | None:
+        return self if self._probes_itself() else None
+
+    def dedup_step(
+        self, batch: Batch, write: Callable[[list[bool] | None], object], transactional: bool
+    ) -> int | None:
+        """The line engine probes the bits in place; transactional: tested, the new lines
+        written and flushed, then added."""
+        if not isinstance(batch, _core.LineEngine) or not self._probes_itself():
+            return None
+        self.check_store()  # the engine probes the map: a state file cut short, not a SIGBUS
+        if not transactional:
+            new = batch.bloom_add(self)
+            write(None)
+            return new
+        new = batch.bloom_test(self)
+        write(None)
+        if new:
+            self.check_store()  # again: the write may have taken a while
+            batch.bloom_commit(self)
+        return new
 
 
 def _params(

@@ -35,7 +35,7 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.bloom import sizing as _sizing
 from urlseen.errors import ConfigError, FormatError, ReadOnlyError
-from urlseen.protocol import FilterStats, Key, creator
+from urlseen.protocol import CommitAfterWrite, FilterStats, Key, creator
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
 from urlseen.similarity.url_db import Decision, SQLiteUrlDB, UrlDB
@@ -56,7 +56,7 @@ def _composite_key(values: Sequence[str]) -> str:
     return "".join(f"{len(v)}:{v}" for v in values)
 
 
-class SimilarityFilter(Closeable):
+class SimilarityFilter(CommitAfterWrite, Closeable):
     """The patent's similarity filter: NEW or SIMILAR by URL features, with an audit log.
 
     Args:
@@ -88,7 +88,6 @@ class SimilarityFilter(Closeable):
         False
     """
 
-    commits_after_callback = True  # add_many(before_commit=...): urlseen.job.dedup relies on it
     _noun = "similarity filter"
 
     def __init__(
