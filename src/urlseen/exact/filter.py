@@ -2,10 +2,9 @@
 
 A counting Bloom filter answers most new URLs from memory (some counter is 0: certainly new, no
 library I/O); the fingerprint library, which holds the MD5 of every URL seen, decides the rest,
-so the answer is exact (the paper's procedure, with its double increment on the false-positive
-path fixed: a counter counts each fingerprint once). Deleting keeps the counters exact too: an
-unsaturated counter always equals the number of library records that map to it, and saturated
-ones are recounted from the library's overflow table.
+so the answer is exact (the paper's procedure, a counter counting each fingerprint once).
+Deleting keeps the counters exact too: an unsaturated counter always equals the number of
+library records that map to it, and saturated ones are recounted (exact/batches.py).
 
 Duplicates are most of a crawl's stream, and the counting filter sends every one of them to the
 library: a cache of hot fingerprints answers most of them from memory (exact/pending_refs.py),
@@ -19,11 +18,11 @@ cost: reference-count increments not yet written back, never a fingerprint repor
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -32,20 +31,11 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.bloom.counting import CountingBloomFilter
 from urlseen.bloom.sizing import DEFAULT_CACHE_ENTRIES
-from urlseen.errors import (
-    ClosedError,
-    ConfigError,
-    CountersRebuiltWarning,
-    FormatError,
-    InvalidKeyError,
-)
-from urlseen.exact.counts import overflow_after_adds, plan_drop, recount_saturated
-from urlseen.exact.folder import LIBRARY_FILE, new_folder, open_folder, rebuild_counters
+from urlseen.errors import ClosedError, FormatError, InvalidKeyError
+from urlseen.exact import batches, folder
 from urlseen.exact.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
-from urlseen.exact.memory_library import MemoryLibrary
-from urlseen.exact.pending_refs import Increments, PendingRefs, seconds
-from urlseen.exact.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
-from urlseen.hashes import check_fingerprint
+from urlseen.exact.pending_refs import PendingRefs, seconds
+from urlseen.exact.sqlite_library import DEFAULT_CACHE_KIB
 from urlseen.protocol import (
     Batch,
     CommitAfterWrite,
@@ -72,11 +62,9 @@ class ExactFilter(CommitAfterWrite, Closeable):
         error_rate: the counting filter's false-positive rate at capacity: the share of new
             URLs that need a library look-up. Never a wrong answer.
         counter_bits: 2, 4 (default) or 8 bits per counter.
-        k, counters_per_key: override the sizing (the paper's experiment: k=8, 20 per key).
-            Without them the counters are in the blocked layout (CountingBloomFilter's
-            layout="auto": a key's counters in one 128-byte block, one memory round trip per
-            new URL instead of k; ~15% more counters at the default error rate). Counter
-            files of the standard layout are read as they are; rebuilt ones become blocked.
+        k, counters_per_key: override the sizing (the paper's experiment: k=8, 20 per key);
+            without them the counters take the blocked layout (CountingBloomFilter's
+            layout="auto": one memory round trip per new URL instead of k).
         hash: fingerprint, "md5" (default, as the paper) or "xxh3_128" (faster).
         cache_entries: hot fingerprints kept in memory (32 bytes each); 0 disables the cache.
         library: where the records live; default an in-memory one. ExactFilter.create/open
@@ -120,20 +108,8 @@ class ExactFilter(CommitAfterWrite, Closeable):
         durable: bool = False,
         library_cache_kib: int = DEFAULT_CACHE_KIB,
     ) -> None:
-        if path is None:
-            counters = CountingBloomFilter(
-                capacity, error_rate, counter_bits=counter_bits, k=k,
-                counters_per_key=counters_per_key, hash=check_fingerprint(hash), layout="auto",
-            )  # fmt: skip
-            library = library if library is not None else MemoryLibrary()
-        elif library is not None:
-            raise ConfigError("a filter made in a folder (path) keeps its own library: not both")
-        else:
-            sizing = {
-                "capacity": capacity, "error_rate": error_rate, "counter_bits": counter_bits,
-                "k": k, "counters_per_key": counters_per_key,
-            }  # fmt: skip
-            counters, library = new_folder(Path(path), sizing, hash, durable, library_cache_kib)
+        size = folder.Sizing(capacity, error_rate, counter_bits, k, counters_per_key)
+        counters, library = folder.new_state(size, hash, path, library, durable, library_cache_kib)
         self._setup(counters, library, cache_entries, write_back, batched_lookups, clock)
         if library.count():
             self._rebuild()
@@ -144,11 +120,9 @@ class ExactFilter(CommitAfterWrite, Closeable):
         __init__,
         """A new filter in the directory `path` (created; it must not hold a filter already):
         library.sqlite (the records) and counters.urlseen (the memory-mapped counters). The
-        constructor with path=path.
-
-        durable=True makes every batch's commit reach the disk before add_many returns (slower);
-        by default a killed process loses nothing and an OS crash may lose the last commits.
-        """,
+        constructor with path=path. durable=True makes every batch's commit reach the disk
+        before add_many returns (slower); by default a killed process loses nothing and an OS
+        crash may lose the last commits.""",
     )
 
     @classmethod
@@ -157,9 +131,8 @@ class ExactFilter(CommitAfterWrite, Closeable):
         removed on close: memory stays bounded however many URLs come. The counters live in
         memory (nothing to seal); options are the constructor's."""
 
-        def make(folder: Path) -> ExactFilter:
-            library = SQLiteLibrary(folder / LIBRARY_FILE, create=True)
-            library.seal_on_close = False  # thrown away on close
+        def make(where: Path) -> ExactFilter:
+            library = folder.throwaway_library(where)
             return cls(capacity, error_rate, library=library, **options)
 
         return in_temporary_folder(make)
@@ -184,21 +157,13 @@ class ExactFilter(CommitAfterWrite, Closeable):
                 does for a folder made by FingerprintLibraryFilter).
             StateInUseError: another process has the filter open for writing.
         """
-        folder = Path(path)
-        counters, library, why = open_folder(
-            folder, readonly=readonly, durable=durable, library_cache_kib=library_cache_kib
+        counters, library, why = folder.open_folder(
+            Path(path), readonly=readonly, durable=durable, library_cache_kib=library_cache_kib
         )
         self = cls.__new__(cls)
         self._setup(counters, library, cache_entries, **options)
         if why:
-            started = time.perf_counter()
-            self._rebuild()
-            warnings.warn(
-                f"{folder}: counters rebuilt from the library ({why}): {len(self):,} "
-                f"fingerprints in {time.perf_counter() - started:.1f} s; nothing was lost",
-                CountersRebuiltWarning,
-                stacklevel=2,
-            )
+            folder.rebuild_with_warning(Path(path), why, self._rebuild)
         if not readonly:
             library.apply(Changes(time.time(), meta={"counters": ""}))  # open: not in sync
         return self
@@ -212,11 +177,6 @@ class ExactFilter(CommitAfterWrite, Closeable):
         batched_lookups: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if getattr(library, "shared", False):  # one that other processes write too
-            raise ConfigError(
-                "a shared library decides each URL itself (other processes write it, so local "
-                "counters can prove nothing): use FingerprintLibraryFilter(library=...)"
-            )
         self._pending = PendingRefs(cache_entries)
         self._counters = counters
         self._library = library
@@ -264,11 +224,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
             return super().dedup_step(batch, write, transactional)
         if type(self).add_many is not ExactFilter.add_many:
             return None  # a subclass's own add_many: the job hands the keys over as a list
-        counters = self._counters
-
-        def step(cache: _core.FingerprintCache | None, stamp: int) -> _core.ExactStepResult:
-            return batch.exact_step(counters, cache, stamp)
-
+        step = functools.partial(batch.exact_step, self._counters)
         return self._add_batch(step, write).count(True)
 
     def _add_batch(
@@ -285,19 +241,19 @@ class ExactFilter(CommitAfterWrite, Closeable):
             stamp = seconds(now)
             try:
                 step = run_step(self._pending.cache, stamp)
-                flags, fresh, ask = step.answers, step.new_fingerprints, step.undecided
-                spills, events = step.evicted, step.counter_overflows
-            except _KEY_ERRORS:
+            except BaseException as exc:  # a bad key changed nothing; anything else may have
+                self._dirty |= not isinstance(exc, _KEY_ERRORS)
                 raise
-            except BaseException:
-                self._dirty = True
-                raise
+            flags, fresh, spills = step.answers, step.new_fingerprints, step.evicted
             increments = self._pending.batch_increments(spills)
             try:
                 with self._library.transaction():
-                    if ask:
-                        self._resolve(ask, flags, fresh, increments, events, stamp)
-                    overflow = overflow_after_adds(self._library, events)
+                    if step.undecided:
+                        batches.resolve_undecided(
+                            self._library, self._counters, self._pending, step, increments,
+                            stamp, batched=self._batched,
+                        )  # fmt: skip
+                    overflow = batches.overflow_after_adds(self._library, step.counter_overflows)
                     answers = cast("list[bool]", flags)  # every None was resolved above
                     if before_commit is not None:
                         before_commit(answers)
@@ -314,32 +270,6 @@ class ExactFilter(CommitAfterWrite, Closeable):
             self._records += len(fresh)
             self._counters.count = self._records
             return answers
-
-    def _resolve(
-        self,
-        ask: list[tuple[int, bytes]],
-        flags: list[bool | None],
-        fresh: list[bytes],
-        increments: Increments,
-        events: list[tuple[int, int]],
-        stamp: int,
-    ) -> None:
-        """Decide the URLs the counters and the cache could not: one library look-up."""
-        # The asked fingerprints new earlier in this batch (only those are ever looked up in
-        # it: a set of the few asked ones, not of the batch's many new ones).
-        batch_new = {fp for _, fp in ask}.intersection(fresh)
-        unknown = list(dict.fromkeys(fp for _, fp in ask if fp not in batch_new))
-        present = self._library.present(unknown, batched=self._batched)
-        for pos, fp in ask:
-            if fp in present or fp in batch_new:
-                flags[pos] = False
-                self._pending.duplicate(fp, stamp, increments)
-            else:  # a false positive of the counters: new after all
-                flags[pos] = True
-                batch_new.add(fp)
-                fresh.append(fp)
-                events.extend(self._counters.add_fingerprints([fp]))
-                self._pending.inserted(fp, stamp, increments)
 
     def __contains__(self, key: object) -> bool:
         return self.contains_many([key])[0]  # type: ignore[list-item]
@@ -393,12 +323,12 @@ class ExactFilter(CommitAfterWrite, Closeable):
             try:
                 with self._library.transaction():
                     stored = self._library.records(fps)
-                    result, changes = plan_drop(
+                    result, changes = batches.plan_drop(
                         fps, stored, pending, purge=purge, now=self._clock()
                     )
                     dropped = changes.deletes
                     try:
-                        changes.overflow, recounted = recount_saturated(
+                        changes.overflow, recounted = batches.recount_saturated(
                             self._counters, self._library, dropped
                         )
                     except FormatError:
@@ -429,10 +359,12 @@ class ExactFilter(CommitAfterWrite, Closeable):
 
     # -- consistency, persistence ------------------------------------------------------------
 
-    def _rebuild(self) -> None:
-        """Counters and overflow table from the library (folder.rebuild_counters)."""
-        self._records = rebuild_counters(self._counters, self._library)
+    def _rebuild(self) -> int:
+        """Counters and overflow table from the library (folder.rebuild_counters); the number
+        of records."""
+        self._records = folder.rebuild_counters(self._counters, self._library)
         self._dirty = False
+        return self._records
 
     def _usable(self) -> None:
         super()._usable()
@@ -442,12 +374,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
     def _checkpoint(self) -> None:
         """Write back every committed increment waiting in the cache (and the carry)."""
         if not self._library.readonly:
-            self._pending.checkpoint(self._write_increments)
-
-    def _write_increments(self, increments: Increments) -> None:
-        changes = Changes(self._clock())
-        increments.fill(changes)
-        self._library.apply(changes)
+            self._pending.checkpoint(self._library, self._clock)
 
     def flush(self) -> None:
         """Write back pending reference counts and push the counters to disk."""
@@ -497,12 +424,11 @@ class ExactFilter(CommitAfterWrite, Closeable):
         with self._lock:
             self._usable()
             c = self._counters.stats()
-            cache_bytes = self._pending.nbytes
             return FilterStats(
                 kind="exact",
                 capacity=c.capacity,
                 count=self._records,
-                bits=c.bits + cache_bytes * 8,
+                bits=c.bits + self._pending.nbytes * 8,
                 error_rate=0.0,
                 estimated_error_rate=0.0,
                 details={
@@ -511,7 +437,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
                     "filter_estimated_error_rate": c.estimated_error_rate,
                     "counter_bytes": c.bits // 8,
                     "cache_entries": self._pending.entries,
-                    "cache_bytes": cache_bytes,
+                    "cache_bytes": self._pending.nbytes,
                     "library": self._library.path,
                     "library_io": vars(self._library.io).copy(),
                 },

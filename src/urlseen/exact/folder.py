@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from urlseen.bloom.counting import CountingBloomFilter, make_params
-from urlseen.errors import DataChecksumError, FormatError, UncleanShutdownWarning
+from urlseen.errors import (
+    ConfigError,
+    CountersRebuiltWarning,
+    DataChecksumError,
+    FormatError,
+    UncleanShutdownWarning,
+)
 from urlseen.exact.library_protocol import FingerprintLibrary
+from urlseen.exact.memory_library import MemoryLibrary
 from urlseen.exact.sqlite_library import SQLiteLibrary
 from urlseen.hashes import check_fingerprint
 from urlseen.state.format import FLAG_OPEN
@@ -27,6 +36,41 @@ from urlseen.state.mmapfile import read_header
 
 LIBRARY_FILE = "library.sqlite"
 COUNTERS_FILE = "counters.urlseen"
+
+
+class Sizing(NamedTuple):
+    """The counting filter's sizing, as the constructor takes it and the library records it."""
+
+    capacity: int
+    error_rate: float
+    counter_bits: int = 4
+    k: int | None = None
+    counters_per_key: float | None = None
+
+
+def new_state(
+    sizing: Sizing,
+    hash: str,
+    path: str | os.PathLike[str] | None,
+    library: FingerprintLibrary | None,
+    durable: bool,
+    library_cache_kib: int,
+) -> tuple[CountingBloomFilter, FingerprintLibrary]:
+    """The counters and library of a new filter: in memory (the library given, or a
+    MemoryLibrary), or in a new folder at path (see new_folder)."""
+    if getattr(library, "shared", False):  # one that other processes write too
+        raise ConfigError(
+            "a shared library decides each URL itself (other processes write it, so local "
+            "counters can prove nothing): use FingerprintLibraryFilter(library=...)"
+        )
+    if path is None:
+        params = _params(sizing._asdict(), check_fingerprint(hash))
+        return CountingBloomFilter.from_params(
+            params
+        ), library if library is not None else MemoryLibrary()
+    if library is not None:
+        raise ConfigError("a filter made in a folder (path) keeps its own library: not both")
+    return new_folder(Path(path), sizing._asdict(), hash, durable, library_cache_kib)
 
 
 def new_folder(
@@ -77,6 +121,26 @@ def open_folder(
         library.close()
         raise
     return counters, library, why
+
+
+def throwaway_library(folder: Path) -> SQLiteLibrary:
+    """A new library in folder that is not sealed on close: a temporary filter's."""
+    library = SQLiteLibrary(folder / LIBRARY_FILE, create=True)
+    library.seal_on_close = False
+    return library
+
+
+def rebuild_with_warning(folder: Path, why: str, rebuild: Callable[[], int]) -> None:
+    """rebuild() the counters of the filter in folder, and say so (CountersRebuiltWarning, to
+    the caller of ExactFilter.open)."""
+    started = time.perf_counter()
+    records = rebuild()
+    warnings.warn(
+        f"{folder}: counters rebuilt from the library ({why}): {records:,} "
+        f"fingerprints in {time.perf_counter() - started:.1f} s; nothing was lost",
+        CountersRebuiltWarning,
+        stacklevel=3,
+    )
 
 
 def rebuild_counters(counters: CountingBloomFilter, library: FingerprintLibrary) -> int:
@@ -153,6 +217,11 @@ def _open_quietly(path: Path, *, readonly: bool) -> CountingBloomFilter:
 
 
 def _sized_params(sizing: dict[str, Any], library: FingerprintLibrary) -> dict[str, Any]:
+    return _params(sizing, library.get_meta("fingerprint") or "md5")
+
+
+def _params(sizing: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+    """The counters' params for a sizing (the exact filter's: layout "auto", seed 0)."""
     return make_params(
         sizing["capacity"],
         sizing["error_rate"],
@@ -160,7 +229,7 @@ def _sized_params(sizing: dict[str, Any], library: FingerprintLibrary) -> dict[s
         sizing.get("k"),
         sizing.get("counters_per_key"),
         0,
-        library.get_meta("fingerprint") or "md5",
+        fingerprint,
         "auto",
     )
 

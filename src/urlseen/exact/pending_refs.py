@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from urlseen import _core
 from urlseen.errors import ConfigError
-from urlseen.exact.library_protocol import Changes
+from urlseen.exact.library_protocol import Changes, FingerprintLibrary
 
 Entry = tuple[bytes, int, int, int]  # an evicted cache entry: fingerprint, pending, batch, seen
 
@@ -145,16 +145,18 @@ class PendingRefs:
                 self.cache.insert(fp, 0, entry[2], entry[0])  # room: nothing is evicted
         return pending
 
-    def checkpoint(self, write: Callable[[Increments], None]) -> None:
-        """write() every pending increment (the carried ones and all the cache holds); if it
-        fails, they are carried to the next batch: nothing is lost."""
+    def checkpoint(self, library: FingerprintLibrary, clock: Callable[[], float]) -> None:
+        """Write every pending increment (the carried ones and all the cache holds) to the
+        library; if that fails, they are carried to the next batch: nothing is lost."""
         increments = self._carry.copy()
         if self.cache is not None:
             for fp, pending, _batch, seen in self.cache.drain():
                 increments.add(fp, pending, seen)
         if increments:
+            changes = Changes(clock())
+            increments.fill(changes)
             try:
-                write(increments)
+                library.apply(changes)
             except BaseException:
                 self._carry = increments
                 raise

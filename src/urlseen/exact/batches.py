@@ -1,10 +1,12 @@
-"""The counts the exact filter keeps exact: records' references and saturated counters.
+"""What the exact filter's batches change in its library, inside one transaction.
 
-remove() undoes one add (the reference count drops by one, and at zero the record goes);
-forget() drops the record whatever its count. A dropped record takes its fingerprint out of the
-counters. A counter at its maximum cannot follow its keys, so the library's overflow table
-holds the true count of every saturated counter: adds raise it, and a delete recounts the
-saturated counters from it instead of scanning the library.
+A check-and-add batch leaves undecided the keys whose counters are all set and that the cache
+does not hold: one library look-up decides them (resolve_undecided). remove() undoes one add
+(the reference count drops by one, and at zero the record goes); forget() drops the record
+whatever its count (plan_drop). A counter at its maximum cannot follow its keys, so the
+library's overflow table holds the true count of every saturated counter: adds raise it
+(overflow_after_adds), and a delete recounts the saturated counters from it instead of
+scanning the library (recount_saturated).
 """
 
 from __future__ import annotations
@@ -12,9 +14,42 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
+from urlseen._core import ExactStepResult
 from urlseen.bloom.counting import CountingBloomFilter
 from urlseen.errors import FormatError
 from urlseen.exact.library_protocol import Changes, FingerprintLibrary, Record
+from urlseen.exact.pending_refs import Increments, PendingRefs
+
+
+def resolve_undecided(
+    library: FingerprintLibrary,
+    counters: CountingBloomFilter,
+    pending: PendingRefs,
+    step: ExactStepResult,
+    increments: Increments,
+    stamp: int,
+    *,
+    batched: bool,
+) -> None:
+    """Decide the keys the counters and the cache could not (step.undecided), with one library
+    look-up: a duplicate gets one more reference, a false positive of the counters is new after
+    all (counted in, and added to step's answers, new fingerprints and overflow events)."""
+    ask, flags, fresh = step.undecided, step.answers, step.new_fingerprints
+    # The asked fingerprints new earlier in this batch (only those are ever looked up in it:
+    # a set of the few asked ones, not of the batch's many new ones).
+    batch_new = {fp for _, fp in ask}.intersection(fresh)
+    unknown = list(dict.fromkeys(fp for _, fp in ask if fp not in batch_new))
+    present = library.present(unknown, batched=batched)
+    for pos, fp in ask:
+        if fp in present or fp in batch_new:
+            flags[pos] = False
+            pending.duplicate(fp, stamp, increments)
+        else:
+            flags[pos] = True
+            batch_new.add(fp)
+            fresh.append(fp)
+            step.counter_overflows.extend(counters.add_fingerprints([fp]))
+            pending.inserted(fp, stamp, increments)
 
 
 def plan_drop(
