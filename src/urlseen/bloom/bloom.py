@@ -36,12 +36,12 @@ class BloomFilter(StoreBacked, _core.BitFilter):
         capacity: distinct keys the filter must hold at error_rate.
         error_rate: false-positive rate at capacity, in (0, 1).
         layout: "blocked" (default): every key in one 64-byte cache line, fastest once the
-            filter outgrows the CPU cache, at some extra memory (8.6% at 0.001, see
-            benchmarks/RESULTS.md); "standard": the textbook filter, minimal memory.
+            filter outgrows the CPU cache, at some extra memory (measured by
+            benchmarks/layouts.py); "standard": the textbook filter, minimal memory.
         seed: hash seed, in [0, 2**32); filters combine only with the same seed and hash.
-        hash: "xxh3_64" (default: the probes need no more than 64 bits, ~6 ns per URL),
-            "xxh3_128" (~9 ns; the default before xxh3_64 existed), "murmur3_x64_128" (~22 ns)
-            or "md5"; each fixed forever, and state files record which.
+        hash: "xxh3_64" (default: the probes need no more than 64 bits, and it is the
+            fastest), "xxh3_128", "murmur3_x64_128" or "md5"; each fixed forever, and state
+            files record which.
         path: keep the filter in a new state file there (memory-mapped), as create() does;
             None (default): in memory.
         overwrite: with path, replace an existing file (else FileExistsError).
@@ -189,7 +189,8 @@ class BloomFilter(StoreBacked, _core.BitFilter):
 def _params(
     capacity: object, error_rate: object, layout: object, seed: object, hash: object
 ) -> dict[str, Any]:
-    size = sizing.size_filter(capacity, error_rate, layout)
+    capacity, rate = sizing.check_target(capacity, error_rate)
+    size = sizing.size_filter(capacity, rate, layout)
     check_hash(hash)
     return {
         "kind": "bloom",
@@ -199,7 +200,7 @@ def _params(
         "seed": check_seed(seed),
         "hash": hash,
         "capacity": capacity,
-        "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "error_rate": rate,
     }
 
 
@@ -210,9 +211,17 @@ def _nbytes(params: dict[str, Any]) -> int:
 def _check_header(header: format.Header, where: str) -> None:
     """A state file's params must describe a Bloom filter this code can probe, exactly."""
     params = stored_params(
-        header, where, "bloom", "a Bloom filter",
-        nbits=int, k=int, seed=int, capacity=int, layout=str, hash=str,
-    )  # fmt: skip
+        header,
+        where,
+        "bloom",
+        "a Bloom filter",
+        nbits=int,
+        k=int,
+        seed=int,
+        capacity=int,
+        layout=str,
+        hash=str,
+    )
     if params["layout"] not in _LAYOUT_CODES:
         raise FormatError(f"{where}: unknown layout {params['layout']!r}")
     try:

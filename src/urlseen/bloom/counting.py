@@ -228,9 +228,13 @@ def make_params(
     capacity, rate = _sizing.check_target(capacity, error_rate)
     size = _sizing.size_counting(capacity, rate, k, counters_per_key)
     layout, m, kk = _sizing.choose_counter_layout(
-        layout, capacity, rate, counter_bits, (size.ncounters, size.k),
+        layout,
+        capacity,
+        rate,
+        counter_bits,
+        (size.ncounters, size.k),
         explicit=k is not None or counters_per_key is not None,
-    )  # fmt: skip
+    )
     params = {
         "kind": "counting",
         "ncounters": m,
@@ -254,9 +258,17 @@ def check_header(header: format.Header, where: str) -> None:
     """A state file's params must describe counters this code can use, exactly."""
     kind = BLOCKED_KIND if header.params.get("kind") == BLOCKED_KIND else "counting"
     params = stored_params(
-        header, where, kind, "a counting filter",
-        ncounters=int, k=int, counter_bits=int, seed=int, capacity=int, hash=str,
-    )  # fmt: skip
+        header,
+        where,
+        kind,
+        "a counting filter",
+        ncounters=int,
+        k=int,
+        counter_bits=int,
+        seed=int,
+        capacity=int,
+        hash=str,
+    )
     try:
         _sizing.check_target(params["capacity"], params["error_rate"])
     except ConfigError as exc:

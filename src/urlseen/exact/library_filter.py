@@ -80,9 +80,12 @@ class FingerprintLibraryFilter(CommitAfterWrite, Closeable):
             folder.mkdir(parents=True, exist_ok=True)
             SQLiteLibrary.remove_half_made(folder / LIBRARY_FILE)  # an interrupted creation's
             library = SQLiteLibrary(
-                folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
+                folder / LIBRARY_FILE,
+                create=True,
+                durable=durable,
+                cache_kib=library_cache_kib,
                 fingerprint=hash,
-            )  # fmt: skip
+            )
         self._shared = cast(SharedLibrary, library) if getattr(library, "shared", False) else None
         if self._shared is not None:
             hash = self._shared.fingerprint
@@ -110,9 +113,11 @@ class FingerprintLibraryFilter(CommitAfterWrite, Closeable):
     ) -> FingerprintLibraryFilter:
         """Open the library in the folder `path` (made by this class or by ExactFilter)."""
         library = SQLiteLibrary(
-            Path(path) / LIBRARY_FILE, readonly=readonly, durable=durable,
+            Path(path) / LIBRARY_FILE,
+            readonly=readonly,
+            durable=durable,
             cache_kib=library_cache_kib,
-        )  # fmt: skip
+        )
         try:
             if not readonly:  # an ExactFilter's counters no longer match what we will add
                 library.apply(Changes(time.time(), meta={"counters": ""}))
