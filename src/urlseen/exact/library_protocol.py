@@ -11,7 +11,7 @@ of a saturated counter (which a delete needs to decrement it), is kept exactly i
 `overflow` table instead.
 
 Implementations: MemoryLibrary (tests, small jobs), SQLiteLibrary (the embedded default); a
-library several processes write (SharedLibrary: urlseen.shared.library.RedisLibrary) decides
+library several processes write (SharedLibrary: the Redis one urlseen.kinds hands in) decides
 each URL itself. Every batch is one round trip: `present` looks a whole batch up, `apply`
 writes a whole batch's changes atomically.
 """
