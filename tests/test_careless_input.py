@@ -448,12 +448,12 @@ CUT_UNDER_DEDUP = r"""
 import io, os, sys
 from pathlib import Path
 from urlseen import BloomFilter
-from urlseen.job.dedup import _c_bloom, dedup
+from urlseen.job.dedup import dedup
 from urlseen.errors import FormatError
 from urlseen.job.streams import Inputs
 state, urls = Path(sys.argv[1]), sys.argv[2]
 seen = BloomFilter.create(state, capacity=100_000, error_rate=0.01)
-assert _c_bloom(seen) is seen, "the line engine no longer probes a state file's filter"
+assert seen.dedup_hasher() is seen, "the line engine no longer probes a state file's filter"
 
 class Cutting(io.BytesIO):  # the state is cut short by someone else after the first batch
     def flush(self):

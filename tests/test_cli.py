@@ -489,7 +489,6 @@ NOT_AT_START = (
     "tempfile",  # filters that keep a temporary library
     "urlseen.state.mmapfile",  # state files
     "urlseen.state.format",
-    "urlseen.bloom.sizing_counting",  # the counting and splittable filters' sizing
     "urlseen.splittable.sizing",
     "urlseen.bloom.counting",  # the other kinds' filters
     "urlseen.exact.filter",

@@ -1,4 +1,4 @@
-"""The counting filter's blocked layout (csrc/counting.h, bloom/counter_layout.py): a key's
+"""The counting filter's blocked layout (csrc/counting.h, bloom/sizing.py): a key's
 counters in one 128-byte block, sized to the same error rate; the exact filter's default.
 Counter files of the standard layout (every file written before the layouts) are still read as
 they are, and a rebuilt one becomes blocked."""
@@ -12,10 +12,10 @@ from collections import Counter
 import pytest
 
 from urlseen import ExactFilter
-from urlseen.bloom import counter_layout
+from urlseen.bloom import sizing
 from urlseen.bloom.counting import BLOCKED_KIND, CountingBloomFilter, make_params
-from urlseen.errors import ConfigError
-from urlseen.exact import filter as exact
+from urlseen.errors import ConfigError, CountersRebuiltWarning
+from urlseen.exact import folder as exact_folder
 from urlseen.state.mmapfile import read_header
 
 
@@ -26,7 +26,7 @@ def keys(n: int, tag: str = "k") -> list[str]:
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_a_keys_counters_are_in_one_block(bits):
     c = CountingBloomFilter(5000, 0.01, counter_bits=bits, layout="blocked", hash="md5")
-    per_block = counter_layout.block_counters(bits)
+    per_block = sizing.block_counters(bits)
     assert c.layout == "blocked" and c._layout == 1 and c.ncounters % per_block == 0
     spread = Counter()
     for key in keys(2000):
@@ -60,7 +60,7 @@ def test_blocked_counters_count_and_remove_exactly(bits):
 def test_blocked_sizing_meets_the_error_rate(error_rate):
     capacity = 20_000
     c = CountingBloomFilter(capacity, error_rate, layout="blocked")
-    assert counter_layout.blocked_error_rate(capacity, c.ncounters, c.k, 4) <= error_rate
+    assert sizing.counting_blocked_error_rate(capacity, c.ncounters, c.k, 4) <= error_rate
     c.add_many(keys(capacity))
     probes = 200_000
     false = sum(c.contains_many(keys(probes, "absent")))
@@ -118,13 +118,13 @@ def test_a_standard_counter_file_is_read_as_it_is_and_rebuilt_blocked(tmp_path, 
     """A folder written before the layouts (standard counters) opens without a rebuild and
     answers the same; when its counters must be rebuilt, the new ones are blocked."""
     folder = tmp_path / "old"
-    sized = exact._sized_params
+    sized = exact_folder._sized_params
 
     def standard(sizing: dict, library: object) -> dict:  # as before the layouts
         params = make_params(sizing["capacity"], sizing["error_rate"], 4, None, None, 0, "md5")
         return {**sized(sizing, library), **{n: params[n] for n in ("kind", "ncounters", "k")}}
 
-    monkeypatch.setattr(exact, "_sized_params", standard)
+    monkeypatch.setattr(exact_folder, "_sized_params", standard)
     ks = keys(2000)
     with ExactFilter.create(folder, 5000) as f:
         assert f.counters.layout == "standard"
@@ -137,8 +137,8 @@ def test_a_standard_counter_file_is_read_as_it_is_and_rebuilt_blocked(tmp_path, 
             assert g.add_many(ks[:10] + keys(10, "new")) == [False] * 10 + [True] * 10
             g._dirty = True  # counters may disagree with the library: rebuilt before the next use
             assert g.contains_many(ks[:5]) == [True] * 5
-    os.remove(folder / exact.COUNTERS_FILE)
-    with pytest.warns(exact.CountersRebuiltWarning), ExactFilter.open(folder) as h:
+    os.remove(folder / exact_folder.COUNTERS_FILE)
+    with pytest.warns(CountersRebuiltWarning), ExactFilter.open(folder) as h:
         assert h.counters.layout == "blocked"
         assert h.add_many(ks + keys(10, "new")) == [False] * 2010
         assert h.add_many(keys(5, "newer")) == [True] * 5

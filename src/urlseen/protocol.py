@@ -8,10 +8,21 @@ import inspect
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    runtime_checkable,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from urlseen._core import BitFilter, CountingFilter, LineEngine
 
 Key = str | bytes
 """A key: a str (hashed as UTF-8) or bytes. URLs are canonicalized before they become keys."""
@@ -76,6 +87,66 @@ class SeenFilter(Protocol):
     def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class Acknowledging(Protocol):
+    """Optional for a filter: it holds each answer (claimed) until acknowledge() says the
+    caller has it, so that a process killed in between loses no URL. With auto_acknowledge
+    True (the default) add_many acknowledges its answers before it returns them."""
+
+    auto_acknowledge: bool
+
+    def acknowledge(self) -> int: ...
+
+
+Batch: TypeAlias = "list[Key] | LineEngine"
+"""One batch of the dedup job: its keys, or the line engine that holds them in its buffers."""
+
+
+@runtime_checkable
+class DedupStep(Protocol):
+    """Optional for a filter: it runs the dedup job's batches itself (urlseen.job.dedup), where
+    it can do better than add_many: probe keys in the line engine's buffers without a Python
+    object per line, or commit the batch after its new lines are written in one pass."""
+
+    def dedup_hasher(self) -> BitFilter | CountingFilter | None:
+        """The C filter whose hash the line engine's worker computes for each key ahead of the
+        batch (dedup_step then finds the keys hashed), or None."""
+        ...
+
+    def dedup_step(
+        self, batch: Batch, write: Callable[[list[bool] | None], object], transactional: bool
+    ) -> int | None:
+        """Check-and-add one batch; return how many keys were new, or None to leave the batch
+        to the job (which then hands an engine's batch over again as a list of keys, and does
+        a list with add_many or contains_many).
+
+        write(flags) writes the batch's new lines; flags None: the engine holds the answers
+        (its probe set them). It is called once per batch, after the answers are known; when
+        transactional, before any of the batch's keys are committed to the filter.
+        """
+        ...
+
+
+class CommitAfterWrite:
+    """DedupStep for a filter whose add_many(keys, before_commit=f) calls f(flags) once the
+    answers are known and before it commits any of them: the job writes the new lines there,
+    in the same pass. The line engine's batches come as lists of keys."""
+
+    __slots__ = ()
+    commits_after_callback = True  # add_many takes before_commit (the integrations ask)
+
+    def dedup_hasher(self) -> BitFilter | CountingFilter | None:
+        return None
+
+    def dedup_step(
+        self, batch: Batch, write: Callable[[list[bool] | None], object], transactional: bool
+    ) -> int | None:
+        if not isinstance(batch, list):
+            return None  # the job hands the engine's batch over again as a list
+        flags: list[bool] = self.add_many(batch, before_commit=write)  # type: ignore[attr-defined]
+        return flags.count(True)
 
 
 def key_batch(keys: Iterable[Key]) -> list[Key]:

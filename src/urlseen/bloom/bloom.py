@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from urlseen import _core
 from urlseen.bloom import sizing
 from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.hashes import BLOOM_HASH, HASHES, check_hash, check_seed
-from urlseen.protocol import FilterStats, creator
+from urlseen.protocol import Batch, FilterStats, creator
 from urlseen.state.persistent import StoreBacked, stored_params
 from urlseen.state.store import BufferStore
 
@@ -36,12 +36,12 @@ class BloomFilter(StoreBacked, _core.BitFilter):
         capacity: distinct keys the filter must hold at error_rate.
         error_rate: false-positive rate at capacity, in (0, 1).
         layout: "blocked" (default): every key in one 64-byte cache line, fastest once the
-            filter outgrows the CPU cache, at some extra memory (8.6% at 0.001, see
-            benchmarks/RESULTS.md); "standard": the textbook filter, minimal memory.
+            filter outgrows the CPU cache, at some extra memory (measured by
+            benchmarks/layouts.py); "standard": the textbook filter, minimal memory.
         seed: hash seed, in [0, 2**32); filters combine only with the same seed and hash.
-        hash: "xxh3_64" (default: the probes need no more than 64 bits, ~6 ns per URL),
-            "xxh3_128" (~9 ns; the default before xxh3_64 existed), "murmur3_x64_128" (~22 ns)
-            or "md5"; each fixed forever, and state files record which.
+        hash: "xxh3_64" (default: the probes need no more than 64 bits, and it is the
+            fastest), "xxh3_128", "murmur3_x64_128" or "md5"; each fixed forever, and state
+            files record which.
         path: keep the filter in a new state file there (memory-mapped), as create() does;
             None (default): in memory.
         overwrite: with path, replace an existing file (else FileExistsError).
@@ -153,11 +153,44 @@ class BloomFilter(StoreBacked, _core.BitFilter):
         where = f" path={self.path!r}" if self.path else ""
         return f"layout={self._live_store().params()['layout']} count={len(self)}{where}"
 
+    # -- the dedup job's batches (protocol.DedupStep) --------------------------------------
+
+    def _probes_itself(self) -> bool:
+        """The line engine may probe the bits directly: add_many and contains_many are this
+        class's own (a subclass that changes them gets its batches through them)."""
+        kind = type(self)
+        return kind.add_many is BloomFilter.add_many and (
+            kind.contains_many is BloomFilter.contains_many
+        )
+
+    def dedup_hasher(self) -> BloomFilter | None:
+        return self if self._probes_itself() else None
+
+    def dedup_step(
+        self, batch: Batch, write: Callable[[list[bool] | None], object], transactional: bool
+    ) -> int | None:
+        """The line engine probes the bits in place; transactional: tested, the new lines
+        written and flushed, then added."""
+        if not isinstance(batch, _core.LineEngine) or not self._probes_itself():
+            return None
+        self.check_store()  # the engine probes the map: a state file cut short, not a SIGBUS
+        if not transactional:
+            new = batch.bloom_add(self)
+            write(None)
+            return new
+        new = batch.bloom_test(self)
+        write(None)
+        if new:
+            self.check_store()  # again: the write may have taken a while
+            batch.bloom_commit(self)
+        return new
+
 
 def _params(
     capacity: object, error_rate: object, layout: object, seed: object, hash: object
 ) -> dict[str, Any]:
-    size = sizing.size_filter(capacity, error_rate, layout)
+    capacity, rate = sizing.check_target(capacity, error_rate)
+    size = sizing.size_filter(capacity, rate, layout)
     check_hash(hash)
     return {
         "kind": "bloom",
@@ -167,7 +200,7 @@ def _params(
         "seed": check_seed(seed),
         "hash": hash,
         "capacity": capacity,
-        "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "error_rate": rate,
     }
 
 
@@ -178,9 +211,17 @@ def _nbytes(params: dict[str, Any]) -> int:
 def _check_header(header: format.Header, where: str) -> None:
     """A state file's params must describe a Bloom filter this code can probe, exactly."""
     params = stored_params(
-        header, where, "bloom", "a Bloom filter",
-        nbits=int, k=int, seed=int, capacity=int, layout=str, hash=str,
-    )  # fmt: skip
+        header,
+        where,
+        "bloom",
+        "a Bloom filter",
+        nbits=int,
+        k=int,
+        seed=int,
+        capacity=int,
+        layout=str,
+        hash=str,
+    )
     if params["layout"] not in _LAYOUT_CODES:
         raise FormatError(f"{where}: unknown layout {params['layout']!r}")
     try:

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from urlseen import _core
-from urlseen.bloom import counter_layout
 from urlseen.bloom import sizing as _sizing
-from urlseen.bloom.sizing_counting import size_counting
 from urlseen.errors import ConfigError, FormatError
 from urlseen.hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.protocol import FilterStats, creator
 from urlseen.state import format
 from urlseen.state.persistent import StoreBacked, stored_params
 from urlseen.state.store import BufferStore
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 COUNTER_BITS = (2, 4, 8)
 BLOCKED_KIND = "counting-blocked"  # a state file's kind: counters in the blocked layout
@@ -86,7 +87,7 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
     def _attach(self, store: BufferStore) -> None:
         super()._attach(store)
         if store.params()["kind"] == BLOCKED_KIND:
-            self._set_layout(counter_layout.LAYOUTS["blocked"])
+            self._set_layout(_sizing.COUNTER_LAYOUTS["blocked"])
 
     @property
     def layout(self) -> str:
@@ -128,7 +129,7 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
         """Capacity, count, bits and error rates; O(1)."""
         params = self._live_store().params()
         if self.layout == "blocked":
-            rate = counter_layout.blocked_error_rate(
+            rate = _sizing.counting_blocked_error_rate(
                 len(self), self.ncounters, self.k, self.counter_bits
             )
         else:
@@ -152,6 +153,63 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
     def _repr_fields(self) -> str:
         return f"counters={self.ncounters}x{self.counter_bits}b k={self.k} count={len(self)}"
 
+    # -- driven by fingerprints: what ExactFilter, which keeps the true record, needs -----------
+
+    @classmethod
+    def from_params(
+        cls,
+        params: dict[str, Any],
+        path: str | os.PathLike[str] | None = None,
+        *,
+        overwrite: bool = False,
+    ) -> Self:
+        """Empty counters described by `params` (make_params' dict, a copy is kept): in a new
+        state file at path (FileExistsError if it exists, unless overwrite), or in memory."""
+        return cls.from_store(cls._new_store(dict(params), path, overwrite))
+
+    @property
+    def opened_unclean(self) -> bool:
+        """True if the state file's last writer did not close it: its counters may disagree
+        with what they were counting."""
+        return bool(getattr(self._live_store(), "unclean", False))
+
+    def fingerprint(self, key: _core.Key) -> bytes:
+        """The key's 16-byte fingerprint, with this filter's hash and seed."""
+        return self._digest(key)
+
+    def counter_indices(self, fp: bytes) -> list[int]:
+        """The k counter indices of a fingerprint (with repeats)."""
+        return self._indices(fp)
+
+    def counter(self, index: int) -> int:
+        return self._get(index)
+
+    def set_counter(self, index: int, value: int) -> None:
+        """Set one counter (a saturated one recounted from its true count)."""
+        self._set(index, value)
+
+    def add_fingerprints(self, fps: Iterable[bytes]) -> list[tuple[int, int]]:
+        """Count each fingerprint in, unchecked; the (index, delta) of every increment of a
+        counter that reached or was at its maximum (the caller keeps their true counts)."""
+        return self._add_digests(fps)
+
+    def remove_fingerprints(self, fps: Iterable[bytes]) -> list[tuple[int, int]]:
+        """Count each fingerprint out; (index, 1) for each saturated counter, left unchanged
+        (the caller recounts it). RuntimeError if the counters do not hold one."""
+        return self._remove_digests(fps)
+
+    def clear(self) -> None:
+        """Every counter and the count to 0."""
+        self._zero()
+
+    def screen(
+        self, keys: Iterable[_core.Key], cache: _core.FingerprintCache | None, now: int
+    ) -> _core.ExactStepResult:
+        """The counters' and cache's part of a check-and-add: keys with a zero counter are new
+        (and counted in), keys the cache holds are duplicates, the rest are left undecided for
+        the caller's exact record (see _core.ExactStepResult)."""
+        return self._exact_step(keys, cache, now)
+
 
 def make_params(
     capacity: object,
@@ -167,11 +225,16 @@ def make_params(
         raise ConfigError(f"counter_bits must be 2, 4 or 8, not {counter_bits!r}")
     check_hash(hash)
     check_seed(seed)
-    size = size_counting(capacity, error_rate, k, counters_per_key)  # type: ignore[arg-type]
-    layout, m, kk = counter_layout.choose(
-        layout, capacity, error_rate, counter_bits, (size.ncounters, size.k),  # type: ignore[arg-type]
+    capacity, rate = _sizing.check_target(capacity, error_rate)
+    size = _sizing.size_counting(capacity, rate, k, counters_per_key)
+    layout, m, kk = _sizing.choose_counter_layout(
+        layout,
+        capacity,
+        rate,
+        counter_bits,
+        (size.ncounters, size.k),
         explicit=k is not None or counters_per_key is not None,
-    )  # fmt: skip
+    )
     params = {
         "kind": "counting",
         "ncounters": m,
@@ -180,7 +243,7 @@ def make_params(
         "seed": seed,
         "hash": hash,
         "capacity": capacity,
-        "error_rate": float(error_rate),  # type: ignore[arg-type]
+        "error_rate": rate,
     }
     if layout == "blocked":  # a kind of its own: an urlseen without it refuses the file
         params["kind"] = BLOCKED_KIND
@@ -195,9 +258,17 @@ def check_header(header: format.Header, where: str) -> None:
     """A state file's params must describe counters this code can use, exactly."""
     kind = BLOCKED_KIND if header.params.get("kind") == BLOCKED_KIND else "counting"
     params = stored_params(
-        header, where, kind, "a counting filter",
-        ncounters=int, k=int, counter_bits=int, seed=int, capacity=int, hash=str,
-    )  # fmt: skip
+        header,
+        where,
+        kind,
+        "a counting filter",
+        ncounters=int,
+        k=int,
+        counter_bits=int,
+        seed=int,
+        capacity=int,
+        hash=str,
+    )
     try:
         _sizing.check_target(params["capacity"], params["error_rate"])
     except ConfigError as exc:
@@ -205,7 +276,7 @@ def check_header(header: format.Header, where: str) -> None:
     m, k, bits = params["ncounters"], params["k"], params["counter_bits"]
     if not 1 <= m <= _sizing.MAX_BITS or not 1 <= k <= _core.MAX_K or bits not in COUNTER_BITS:
         raise FormatError(f"{where}: invalid counter shape ({m} x {bits} bits, k={k})")
-    if kind == BLOCKED_KIND and m % counter_layout.block_counters(bits):
+    if kind == BLOCKED_KIND and m % _sizing.block_counters(bits):
         raise FormatError(f"{where}: {m} counters are not whole blocks of the blocked layout")
     if header.data_length != data_bytes(params):
         raise FormatError(f"{where}: data length {header.data_length} does not match {m} counters")

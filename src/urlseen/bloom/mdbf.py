@@ -1,7 +1,7 @@
 """MultiDimensionalBloomFilter: the multi-dimensional Bloom filter paper's S groups of two bit
 vectors, in memory or in a memory-mapped state file.
 
-What it is worth (measured in benchmarks/MDBF.md): under QUERY_ALL it is a partitioned
+What it is worth (measured by benchmarks/mdbf.py): under QUERY_ALL it is a partitioned
 Bloom filter; its false-positive rate falls as S grows only because memory grows with S, and at
 equal memory a standard Bloom filter is as good or slightly better. Its groups can be probed
 independently (in parallel, or V2 first with early exit on a miss).
@@ -255,10 +255,21 @@ def data_bytes(params: dict[str, Any]) -> int:
 def check_header(header: format.Header, where: str) -> None:
     """A state file's params must describe a multi-dimensional filter this code can probe."""
     params = stored_params(
-        header, where, "mdbf", "an MDBF",
-        groups=int, n1=int, n2=int, k1=int, k2=int, ratio=int, seed=int, capacity=int,
-        query=str, hash=str,
-    )  # fmt: skip
+        header,
+        where,
+        "mdbf",
+        "an MDBF",
+        groups=int,
+        n1=int,
+        n2=int,
+        k1=int,
+        k2=int,
+        ratio=int,
+        seed=int,
+        capacity=int,
+        query=str,
+        hash=str,
+    )
     if params["query"] not in RULES:
         raise FormatError(f"{where}: unknown query rule {params['query']!r}")
     g, n1, n2, k1, k2, r = (params[f] for f in ("groups", "n1", "n2", "k1", "k2", "ratio"))

@@ -460,9 +460,15 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], list[tuple[int, float]],
     try:
         c = body["config"]
         config = _config(
-            c["capacity"], c["error_rate"], c["generations"], c["window"], c["counting"],
-            c["layout"], c["seed"], c["hash"],
-        )  # fmt: skip
+            c["capacity"],
+            c["error_rate"],
+            c["generations"],
+            c["window"],
+            c["counting"],
+            c["layout"],
+            c["seed"],
+            c["hash"],
+        )
         live = [(int(s), float(t)) for s, t in body["live"]]
         next_seq = body["next_seq"]
         filter_id = body.get("id")

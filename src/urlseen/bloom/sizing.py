@@ -1,10 +1,15 @@
-"""Bloom-filter sizing: bits and hash count from (capacity, error_rate), for both layouts.
+"""Sizing of the Bloom family: bits (or counters) and hash count from (capacity, error_rate).
 
-Pure Python, no urlseen imports: it is also the oracle the tests check measured rates against.
+Pure Python, no filter imports: it is also the oracle the tests check measured rates against.
 Formulas: for the standard layout Bloom's, in their exact form for an integer k (the closed
 form assumes a real k and overstates the capacity); for the blocked layout, Putze, Sanders and
 Singler, "Cache-, hash- and space-efficient Bloom filters" (2007): keys per block are
 Poisson(n / blocks), and a query fails only in its own block.
+
+The counting filter (the exact filter's counters) is sized by the same formulas with counters
+for bits (size_counting), in its own layouts (choose_counter_layout): its blocked layout keeps
+a key's counters in one 128-byte block (csrc/counting.h), one memory round trip per new key
+instead of k, at more counters for the same error rate.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from functools import lru_cache
 from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError
 
-# The exact filter's cache of hot fingerprints, in entries. 4 MiB: on the whole dev file it
-# leaves 0.0105 library look-ups per URL (EXACT.md, part c). Here, not in exact/filter.py, so
-# that the kinds table can show it without importing the exact filter (and SQLite).
+# The exact filter's cache of hot fingerprints, in entries (4 MiB; measured by
+# benchmarks/exact.py). Here, not in exact/, so that the kinds table can show it without
+# importing the exact filter (and SQLite).
 DEFAULT_CACHE_ENTRIES = 1 << 17
 
 BLOCK_BITS = 512
@@ -147,9 +152,9 @@ def size_standard(capacity: int, error_rate: float) -> BloomSize:
 
 
 # (capacity, error_rate) -> (blocks, k) that search_blocked answers: the default filter of
-# `urlseen dedup` (10M URLs at 1e-6), sized at every start, where the search is 11.6M of ~271M
-# instructions (benchmarks/callgrind_startup.py). tests/test_sizing_memo.py compares each entry
-# with the search, so an entry cannot drift from it.
+# `urlseen dedup` (10M URLs at 1e-6), sized at every start, where the search would be a
+# visible share of the start-up (measured by benchmarks/callgrind_startup.py).
+# tests/test_sizing_memo.py compares each entry with the search, so an entry cannot drift.
 KNOWN_BLOCKED: dict[tuple[int, float], tuple[int, int]] = {(10_000_000, 1e-6): (752_207, 16)}
 
 
@@ -221,3 +226,148 @@ def error_rate_at(size_layout: str, nbits: int, k: int, count: int) -> float:
     if size_layout == "blocked":
         return blocked_error_rate(count, nbits // BLOCK_BITS, k)
     return standard_error_rate(count, nbits, k)
+
+
+# -- counting filters -------------------------------------------------------------------------
+
+
+class CountingSize(Frozen):
+    """A sized counting filter: m counters, k per key, the filter stage's rate at capacity."""
+
+    __slots__ = ("ncounters", "k", "error_rate_at_capacity")  # noqa: RUF023
+    ncounters: int
+    k: int
+    error_rate_at_capacity: float
+
+    def __init__(self, ncounters: int, k: int, error_rate_at_capacity: float) -> None:
+        self._init(ncounters, k, error_rate_at_capacity)
+
+
+def size_counting(
+    capacity: object, error_rate: object, k: object = None, counters_per_key: object = None
+) -> CountingSize:
+    """Counters and k for a counting filter: the standard formulas with counters for bits, or
+    explicit k and/or m / n (the IMP-CBFilter paper's experiment: k = 8, m / n = 20)."""
+    capacity, error_rate = check_target(capacity, error_rate)
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K):
+        raise ConfigError(f"k must be an int in [1, {MAX_K}], not {k!r}")
+    if counters_per_key is not None:
+        if isinstance(counters_per_key, bool) or not isinstance(counters_per_key, (int, float)):
+            raise ConfigError(f"counters_per_key must be a number, not {counters_per_key!r}")
+        if not 1 <= counters_per_key <= 1024:
+            raise ConfigError(f"counters_per_key must be in [1, 1024], not {counters_per_key!r}")
+        m = math.ceil(counters_per_key * capacity)
+        kk = k if k is not None else max(1, min(MAX_K, round(counters_per_key * math.log(2))))
+    else:
+        std = size_standard(capacity, error_rate)
+        m, kk = std.nbits, std.k
+        if k is not None and k != kk:  # keep k, find the m that meets the rate with it
+            inv = -math.expm1(math.log1p(-(error_rate ** (1.0 / k))) / (k * capacity))
+            m, kk = math.ceil(1.0 / inv), k
+    if m > MAX_BITS:
+        raise ConfigError(f"capacity {capacity} needs {m} counters, more than {MAX_BITS}")
+    return CountingSize(m, kk, standard_error_rate(capacity, m, kk))
+
+
+COUNTER_LAYOUTS = {"standard": 0, "blocked": 1}  # the C core's layout codes
+COUNTER_BLOCK_BYTES = 128  # US_COUNTER_BLOCK_BYTES
+AUTO_BLOCKED_COST = 1.25  # layout="auto": blocked if it needs at most this many more counters
+
+
+def block_counters(counter_bits: int) -> int:
+    """Counters per block of the counting filter's blocked layout: 512, 256 or 128."""
+    return COUNTER_BLOCK_BYTES * 8 // counter_bits
+
+
+def choose_counter_layout(
+    layout: object,
+    capacity: int,
+    error_rate: float,
+    counter_bits: int,
+    standard: tuple[int, int],
+    *,
+    explicit: bool,
+) -> tuple[str, int, int]:
+    """(layout, m, k) of a counting filter for a layout argument ("standard", "blocked" or
+    "auto"), given the standard layout's (m, k). An explicit sizing (k or counters per key
+    given) keeps its k and m, rounded up to whole blocks if blocked; "auto" keeps it standard."""
+    if layout not in ("standard", "blocked", "auto"):
+        raise ConfigError(f"layout must be 'standard', 'blocked' or 'auto', not {layout!r}")
+    if layout == "standard" or (layout == "auto" and explicit):
+        return "standard", *standard
+    if explicit:
+        m, k = round_to_blocks(standard[0], counter_bits), standard[1]
+    else:
+        m, k = size_counting_blocked(capacity, error_rate, counter_bits)
+    if layout == "auto" and m > AUTO_BLOCKED_COST * standard[0]:
+        return "standard", *standard
+    if m > MAX_BITS:
+        raise ConfigError(f"capacity {capacity} needs {m} counters, more than {MAX_BITS}")
+    return "blocked", m, k
+
+
+def _counting_rate_at_load(load: float, k: int, per_block: int) -> float:
+    """False-positive rate of the counting blocked layout when blocks hold `load` keys on
+    average: a block holding i keys (Poisson) has each counter still 0 with probability
+    (1 - 1/B)^(k i) (each key's k places drawn with repeats, as the C code does)."""
+    miss = math.log1p(-1.0 / per_block) * k
+    term = math.exp(-load)  # Poisson(0)
+    total, i = 0.0, 0
+    stop = load + 8.0 * math.sqrt(load) + 8.0
+    while i <= stop:
+        total += term * (-math.expm1(miss * i)) ** k
+        i += 1
+        term *= load / i
+    return total
+
+
+def counting_blocked_error_rate(n: float, m: int, k: int, counter_bits: int) -> float:
+    """The counting blocked layout's false-positive rate with n keys in m counters."""
+    if n <= 0:
+        return 0.0
+    per_block = block_counters(counter_bits)
+    return _counting_rate_at_load(n * per_block / m, k, per_block)
+
+
+def _counting_max_load(error_rate: float, k: int, per_block: int) -> float:
+    """The highest mean load per block (keys) at which k counters a key meet error_rate."""
+    low, high = 0.0, float(per_block)  # rate(0) is 0; rate(B) is far above any target
+    for _ in range(30):
+        mid = (low + high) / 2
+        if _counting_rate_at_load(mid, k, per_block) <= error_rate:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+@lru_cache(maxsize=64)
+def _counting_best_load(error_rate: float, counter_bits: int) -> tuple[float, int]:
+    """The highest mean load per block that meets error_rate, and its k: the load is
+    unimodal in k, so k walks from the standard layout's optimum while it gains."""
+    per_block = block_counters(counter_bits)
+    k = min(64, max(1, round(-math.log2(error_rate))))
+    best = _counting_max_load(error_rate, k, per_block)
+    for step in (-1, 1):
+        while 1 <= k + step <= 64:
+            load = _counting_max_load(error_rate, k + step, per_block)
+            if load <= best:
+                break
+            best, k = load, k + step
+    return best, k
+
+
+def size_counting_blocked(capacity: int, error_rate: float, counter_bits: int) -> tuple[int, int]:
+    """(m, k) of the counting blocked layout for capacity keys at error_rate: m a multiple of
+    the block."""
+    load, k = _counting_best_load(float(error_rate), counter_bits)
+    if load <= 0:
+        raise ConfigError(f"error_rate {error_rate} is out of the blocked layout's reach")
+    blocks = max(1, math.ceil(capacity / load))
+    return blocks * block_counters(counter_bits), k
+
+
+def round_to_blocks(m: int, counter_bits: int) -> int:
+    """m counters rounded up to whole blocks (an explicit sizing in the blocked layout)."""
+    per_block = block_counters(counter_bits)
+    return -(-m // per_block) * per_block

@@ -6,10 +6,10 @@ count incremented. Exact, and as slow as the library: this is what IMP-CBFilter 
 is measured against, on the same library. It shares ExactFilter's state folder layout, so a
 library made by either can be opened by the other.
 
-With a shared library (stores/redis_library.RedisLibrary) this is the fleet's exact filter: the
-library's atomic insert-if-absent decides each URL, so among all processes each distinct URL is
-new exactly once, and reaches a caller even if the process it was answered to dies before its
-caller has it (claims until acknowledge(): shared/claims.py).
+With a shared library (library_protocol.SharedLibrary: the Redis one, which urlseen.kinds hands
+it) this is the fleet's exact filter: the library's atomic insert-if-absent decides each URL, so
+among all processes each distinct URL is new exactly once, and reaches a caller even if the
+process it was answered to dies before its caller has it (claims until acknowledge()).
 """
 
 from __future__ import annotations
@@ -26,21 +26,27 @@ from typing import cast
 from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError
-from urlseen.exact.filter import LIBRARY_FILE
-from urlseen.exact.library_protocol import Changes, FingerprintLibrary, LibraryIO
+from urlseen.exact.folder import LIBRARY_FILE
+from urlseen.exact.library_protocol import Changes, FingerprintLibrary, LibraryIO, SharedLibrary
 from urlseen.exact.memory_library import MemoryLibrary
 from urlseen.exact.sqlite_library import DEFAULT_CACHE_KIB, SQLiteLibrary
 from urlseen.hashes import FINGERPRINTS, check_fingerprint
-from urlseen.protocol import FilterStats, Key, creator, in_temporary_folder, key_batch
-from urlseen.shared.library import RedisLibrary
+from urlseen.protocol import (
+    CommitAfterWrite,
+    FilterStats,
+    Key,
+    creator,
+    in_temporary_folder,
+    key_batch,
+)
 
 
-class FingerprintLibraryFilter(Closeable):
+class FingerprintLibraryFilter(CommitAfterWrite, Closeable):
     """The exact URL-seen test by fingerprint library alone (the paper's baseline method).
 
     Args:
         library: where the records live; default in memory. create/open use SQLite. A
-            RedisLibrary makes the filter shared (its own fingerprint hash is used).
+            SharedLibrary makes the filter shared (its own fingerprint hash is used).
         hash: "md5" (default, as the paper) or "xxh3_128".
         batched_lookups: one sorted look-up per batch (default); False looks each distinct
             fingerprint of a batch up with its own query, in order, as near the paper's
@@ -51,13 +57,12 @@ class FingerprintLibraryFilter(Closeable):
         durable, library_cache_kib: with path, as for ExactFilter.
     """
 
-    commits_after_callback = True
     _temporary: Path | None = None  # a folder of its own, removed on close (temporary())
 
     def __init__(
         self,
         *,
-        library: FingerprintLibrary | RedisLibrary | None = None,
+        library: FingerprintLibrary | SharedLibrary | None = None,
         hash: str = "md5",
         batched_lookups: bool = True,
         clock: Callable[[], float] = time.time,
@@ -75,10 +80,13 @@ class FingerprintLibraryFilter(Closeable):
             folder.mkdir(parents=True, exist_ok=True)
             SQLiteLibrary.remove_half_made(folder / LIBRARY_FILE)  # an interrupted creation's
             library = SQLiteLibrary(
-                folder / LIBRARY_FILE, create=True, durable=durable, cache_kib=library_cache_kib,
+                folder / LIBRARY_FILE,
+                create=True,
+                durable=durable,
+                cache_kib=library_cache_kib,
                 fingerprint=hash,
-            )  # fmt: skip
-        self._shared = library if isinstance(library, RedisLibrary) else None
+            )
+        self._shared = cast(SharedLibrary, library) if getattr(library, "shared", False) else None
         if self._shared is not None:
             hash = self._shared.fingerprint
         # A shared library is only ever asked to claim, look up, count and close.
@@ -105,9 +113,11 @@ class FingerprintLibraryFilter(Closeable):
     ) -> FingerprintLibraryFilter:
         """Open the library in the folder `path` (made by this class or by ExactFilter)."""
         library = SQLiteLibrary(
-            Path(path) / LIBRARY_FILE, readonly=readonly, durable=durable,
+            Path(path) / LIBRARY_FILE,
+            readonly=readonly,
+            durable=durable,
             cache_kib=library_cache_kib,
-        )  # fmt: skip
+        )
         try:
             if not readonly:  # an ExactFilter's counters no longer match what we will add
                 library.apply(Changes(time.time(), meta={"counters": ""}))
@@ -157,7 +167,7 @@ class FingerprintLibraryFilter(Closeable):
             self._usable()
             return 0 if self._shared is None else self._shared.acknowledge()
 
-    def _shared_library(self, what: str) -> RedisLibrary:
+    def _shared_library(self, what: str) -> SharedLibrary:
         with self._lock:
             self._usable()
         if self._shared is None:
@@ -175,7 +185,7 @@ class FingerprintLibraryFilter(Closeable):
         self,
         keys: Iterable[Key],
         *,
-        before_commit: Callable[[list[bool]], None] | None = None,
+        before_commit: Callable[[list[bool]], object] | None = None,
     ) -> list[bool]:
         """Check-and-add a batch in order; one transaction. before_commit as in ExactFilter."""
         fps = _core.digests(keys, self._hash)
@@ -229,7 +239,7 @@ class FingerprintLibraryFilter(Closeable):
         return self._library.io
 
     @property
-    def library(self) -> FingerprintLibrary | RedisLibrary:
+    def library(self) -> FingerprintLibrary | SharedLibrary:
         return self._shared if self._shared is not None else self._library
 
     def stats(self) -> FilterStats:

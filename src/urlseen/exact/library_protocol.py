@@ -10,9 +10,10 @@ recomputed (8 bytes x k saved per record); the one thing the stored indices buy,
 of a saturated counter (which a delete needs to decrement it), is kept exactly in a small
 `overflow` table instead.
 
-Implementations: MemoryLibrary (tests, small jobs), SQLiteLibrary (the embedded default), and a
-Redis one for shared use. Every batch is one round trip: `present` looks a whole batch up,
-`apply` writes a whole batch's changes atomically.
+Implementations: MemoryLibrary (tests, small jobs), SQLiteLibrary (the embedded default); a
+library several processes write (SharedLibrary: the Redis one urlseen.kinds hands in) decides
+each URL itself. Every batch is one round trip: `present` looks a whole batch up, `apply`
+writes a whole batch's changes atomically.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class Record(NamedTuple):
@@ -116,6 +117,46 @@ class FingerprintLibrary(Protocol):
     def replace_overflow(self, counts: dict[int, int], meta: dict[str, str]) -> None: ...
 
     def get_meta(self, name: str) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+class SharedLibrary(Protocol):
+    """A library several processes write at once, which decides each URL itself: claim()
+    inserts each fingerprint if absent, atomically among all its writers, so local counters
+    could prove nothing. It holds each answer "new" claimed until acknowledge() (unless
+    auto_acknowledge), so a process killed before its caller has the answer loses no URL."""
+
+    shared: bool
+    fingerprint: str
+    """The fingerprint hash its records use ("md5" or "xxh3_128")."""
+    params: dict[str, Any]
+    """What it was made with: "capacity" among them."""
+    io: LibraryIO
+    auto_acknowledge: bool
+
+    @property
+    def path(self) -> str | None: ...
+
+    def claim(self, fps: Sequence[bytes], now: float | None = None) -> list[bool]:
+        """Insert each fingerprint if absent, in order: True where it was new."""
+        ...
+
+    def acknowledge(self) -> int:
+        """Release the claims of every answer given so far."""
+        ...
+
+    def present(self, fps: Sequence[bytes], *, batched: bool = True) -> set[bytes]: ...
+
+    def forget(self, fps: Sequence[bytes]) -> list[bool]:
+        """Remove each fingerprint whatever its references: True where it was present."""
+        ...
+
+    def forget_older_than(self, timestamp: float) -> int:
+        """Forget every fingerprint first seen before timestamp; how many."""
+        ...
+
+    def count(self) -> int: ...
 
     def close(self) -> None: ...
 

@@ -2,11 +2,12 @@
 
 Why: merging staged fingerprints into one large B-tree rewrites most of its pages each time,
 so that work grows as N² / stage size; and any design that moves records one SQLite row at a
-time pays ~1 us a record (benchmarks/EXACT.md, part g). Here a full stage becomes a new run:
-its records packed in key order, 40 bytes each (csrc/runs.h), CHUNK records to a row of its
-own table `run_<id>(chunk, data)`. When TIER_FACTOR runs of one size tier exist they are merged
-into one run of the next tier, in C, a window of each run at a time, and the old tables are
-dropped whole. Each record is rewritten about once per tier, log_TIER_FACTOR(N / stage) times.
+time pays a fixed cost per record (measured by benchmarks/library_pace.py). Here a full stage
+becomes a new run: its records packed in key order, 40 bytes each (csrc/runs.h), CHUNK records
+to a row of its own table `run_<id>(chunk, data)`. When TIER_FACTOR runs of one size tier exist
+they are merged into one run of the next tier, in C, a window of each run at a time, and the
+old tables are dropped whole. Each record is rewritten about once per tier,
+log_TIER_FACTOR(N / stage) times.
 
 A look-up asks each run's Bloom filter (10 bits a record, in memory) and, for a run that may
 hold the key, reads the one chunk its fence pointers (each chunk's first key) name. The
@@ -375,7 +376,7 @@ class Runs:
                 )
 
 
-class Legacy:
+class SingleTree:
     """A version-1 or -2 file's records as they are: one B-tree, `fingerprints`, a row each.
     Only read (by a reader; a writer migrates the file first, `into_run`)."""
 
@@ -424,7 +425,7 @@ class Legacy:
         self.db.execute(view_of([writer.finish().table]))
 
 
-def scan(current: Callable[[], Runs | Legacy], chunk: int) -> Iterator[list[bytes]]:
+def scan(current: Callable[[], Runs | SingleTree], chunk: int) -> Iterator[list[bytes]]:
     """Every run's fingerprints in lists of at most `chunk`, a statement per window (no cursor
     left open across a caller's writes). `current` gives the runs as they are now: a run merged
     away meanwhile is read in the run that took it, newer than every run read (repeats, never

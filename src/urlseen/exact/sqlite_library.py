@@ -12,20 +12,19 @@ every Python. Settings, and why:
 - New records and reference changes are staged first (exact/staging.py): one row per batch,
   mirrored in memory, written as a new run when `stage_limit` fingerprints are staged (DRUM's
   lesson again, across many batches): a random insert into a large B-tree costs a page write,
-  a staged one 16 bytes (benchmarks/EXACT.md).
+  a staged one 16 bytes (measured by benchmarks/library_pace.py).
 - A batch's look-ups, reference updates and deletes are one statement each, the fingerprints
   packed in one blob (`_runs.ROWS`).
 - 16 KiB pages and a WAL auto-checkpoint every 10,000 pages: fewer, larger writes for the
-  random inserts that dominate (benchmarks/EXACT.md); the price is 16 KiB read per random
-  look-up and a WAL that can grow to about 160 MiB before a checkpoint.
+  random inserts that dominate (measured by benchmarks/library_pace.py); the price is 16 KiB
+  read per random look-up and a WAL that can grow to about 160 MiB before a checkpoint.
 - The page cache is bounded (`cache_kib`, default 4 MiB): the library may be much larger than
   memory.
 - application_id and user_version mark the file; a foreign or newer file is refused, a damaged
   one raises FormatError. Versions 1 (format "urlseen-library", no stage) and 2
   ("urlseen-library-2": one B-tree behind the stage) are read as they are and migrated by the
-  first writer that opens them (the B-tree becomes the first run); older urlseen releases
-  refuse version 3 ("written by a newer urlseen"). One writer at a time (an flock beside
-  SQLite's own locks; readers take none).
+  first writer that opens them (the B-tree becomes the first run). One writer at a time (an
+  flock beside SQLite's own locks; readers take none).
 """
 
 from __future__ import annotations
@@ -110,7 +109,7 @@ class SQLiteLibrary(sqlite.SQLiteStore):
         self._depth = 0
         self._stage_limit = stage_limit
         self._staged: Stage | None = None  # read from the file at first use
-        self._runs: _runs.Runs | _runs.Legacy | None = None  # likewise
+        self._runs: _runs.Runs | _runs.SingleTree | None = None  # likewise
         self._known: list[_runs.Run] = []  # runs a reader read before a writer's commit
         self._version = SCHEMA_VERSION  # of the file as opened (1 or 2: migrated by a writer)
         self._read_version = -1  # a reader's PRAGMA data_version when it read the stage
@@ -128,9 +127,15 @@ class SQLiteLibrary(sqlite.SQLiteStore):
             "mmap_size=0",
         )
         super().__init__(
-            path, create=create, readonly=readonly, durable=durable, new_meta=first_meta,
-            pragmas=pragmas, page_size=PAGE_SIZE, check_seal=check_seal,
-        )  # fmt: skip
+            path,
+            create=create,
+            readonly=readonly,
+            durable=durable,
+            new_meta=first_meta,
+            pragmas=pragmas,
+            page_size=PAGE_SIZE,
+            check_seal=check_seal,
+        )
         if self._version < SCHEMA_VERSION and not readonly:
             self._migrate()
 
@@ -166,7 +171,7 @@ class SQLiteLibrary(sqlite.SQLiteStore):
             if self._version == 1:
                 db.execute(STAGE_TABLE)
             db.execute(_runs.CATALOG)
-            _runs.Legacy(db).into_run()
+            _runs.SingleTree(db).into_run()
             db.execute("UPDATE meta SET value = ? WHERE name = 'format'", (FORMAT,))
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._version = SCHEMA_VERSION
@@ -195,14 +200,14 @@ class SQLiteLibrary(sqlite.SQLiteStore):
         return self._staged
 
     @property
-    def _catalog(self) -> _runs.Runs | _runs.Legacy:
+    def _catalog(self) -> _runs.Runs | _runs.SingleTree:
         """The runs (read from the file at first use, and again after a rolled-back
         transaction); a version-1 or -2 file's B-tree for a reader."""
         self._current()
         if self._runs is None:
             with self._errors():
                 if self._version < SCHEMA_VERSION:
-                    self._runs = _runs.Legacy(self._db)
+                    self._runs = _runs.SingleTree(self._db)
                 else:
                     self._runs = _runs.Runs(self._db, self._known)
         return self._runs

@@ -3,9 +3,9 @@
 It is library code (the CLI only parses options), so a crawler's own pipeline can call it too.
 
 Crash safety with a persistent filter (`transactional=True`): the new lines of a batch are
-written and flushed before their keys are committed to the filter. A Bloom filter is first only
-tested, then added to; an exact filter (`commits_after_callback`) does both in one pass and
-writes the lines from its before_commit callback. The filter therefore never gets ahead of the
+written and flushed before their keys are committed to the filter. A filter is first only
+tested, then added to, unless it runs the batch itself (protocol.DedupStep: an exact filter
+tests, writes the lines and commits in one pass). The filter therefore never gets ahead of the
 output: a run killed at any moment and run again on the same input prints every distinct line
 at least once across the two runs, and at most one batch (`batch_size` lines) twice.
 
@@ -17,14 +17,14 @@ object per line; the tests hold the two equal (output, summary and filter state)
 
 The engine runs on three threads, so that the filter's thread is not the only one working: a
 feeder thread reads the input (through streams' read-ahead, which inflates gzip) and hands the
-bytes to the engine; the engine's C worker splits, keys and hashes (with the C Bloom filter's or
-the exact filter's hash) the batches a few ahead; the calling thread takes them in order and
+bytes to the engine; the engine's C worker splits, keys and hashes (with the hash the filter
+names, DedupStep.dedup_hasher) the batches a few ahead; the calling thread takes them in order and
 runs the filter, the writes and the flushes, so the output and crash-safety rules are those of
 one thread. URLSEEN_LINE_WORKER=0 in the environment keeps all the engine's work on the calling
 thread (the engine before the worker: for A/B measurements).
 
-A filter that holds its answers until they are acknowledged (a shared one: `acknowledge()`)
-is switched to explicit acknowledgement for the run, and acknowledged once a batch's new lines
+A filter that holds its answers until they are acknowledged (protocol.Acknowledging: a shared
+one) is switched to explicit acknowledgement for the run, and acknowledged once a batch's new lines
 are written and flushed: a process killed before that leaves the answers claimed, and the next
 run (or another process) that meets those URLs after the lease prints them.
 """
@@ -33,29 +33,24 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 from urlseen import _core
 from urlseen.errors import ConfigError
 from urlseen.job.linekeys import LineCounts, LineKeyer
-from urlseen.protocol import SeenFilter
-
-if TYPE_CHECKING:
-    from urlseen.exact.filter import ExactFilter
+from urlseen.protocol import Acknowledging, DedupStep, SeenFilter
 
 DEFAULT_BATCH_SIZE = 8192
-# the worker's feeder reads 256 KiB at a time: the ring holds a few such chunks (1 MiB ones put
-# peak RSS 5 MiB above the serial engine's; RESULTS.md, issue 14 part A2)
+# The worker's feeder reads 256 KiB at a time, and its ring holds a few such chunks: larger ones
+# raise the peak RSS above the serial engine's (measured by benchmarks/line_worker.py).
 WORKER_CHUNK_SIZE = 1 << 18
-# ...but 4 MiB for the exact filter: its batch step holds the GIL ~10 ms at a time, and the
-# feeder waits for the GIL after every chunk it reads (up to the 5 ms switch interval), which
-# starved the worker (dev file: the job waited 0.34 s for batches, 0.14-0.25 s with 4 MiB;
-# ring of 4 chunks: ~12 MiB more peak RSS)
+# ...but 4 MiB for a counting filter's hash (the exact filter): its batch step holds the GIL for
+# milliseconds at a time, and the feeder waits for the GIL after every chunk it reads (up to the
+# 5 ms switch interval), so small chunks starve the worker (measured by benchmarks/pipeline.py).
 EXACT_CHUNK_SIZE = 1 << 22
 
 
@@ -133,14 +128,15 @@ def _new_in_batch(seen: SeenFilter, keys: list[Any], transactional: bool) -> lis
     return flags
 
 
-def _write_new(out: BinaryIO, lines: list[bytes], flags: list[bool], flush: bool) -> list[bool]:
-    """Write the lines flagged new; with flush, they are out before their keys are committed."""
+def _write_new(out: BinaryIO, lines: list[bytes], flags: list[bool] | None, flush: bool) -> None:
+    """Write the lines flagged new; with flush, they are out before their keys are committed.
+    (flags are None only for a line engine's batch, which the engine loop writes itself.)"""
+    assert flags is not None
     chunks = [line for line, fresh in zip(lines, flags, strict=True) if fresh]
     if chunks:
         out.write(b"\n".join(chunks) + b"\n")
     if flush:
         out.flush()
-    return flags
 
 
 ENGINES = ("auto", "c", "python")
@@ -178,9 +174,8 @@ def dedup(
     keyer = keyer or LineKeyer()
     summary = DedupSummary(skipped=keyer.counts)
     start = time.perf_counter()
-    acknowledge = getattr(seen, "acknowledge", None)
-    if acknowledge is not None:  # it holds its answers until their lines are out (_Job.settle)
-        seen.auto_acknowledge = False  # type: ignore[attr-defined]
+    if isinstance(seen, Acknowledging):  # it holds its answers until their lines are out
+        seen.auto_acknowledge = False  # (_Job.settle acknowledges them)
     chunks = getattr(lines, "chunks", None)
     if engine == "c" and (chunks is None or type(keyer) is not LineKeyer):
         raise ConfigError("engine='c' needs a streams.Inputs and a plain LineKeyer")
@@ -209,28 +204,32 @@ class _Job:
     progress: Callable[[int], None] | None
     summary: DedupSummary
 
-    def filter_step(self, keys: list[Any], write: Callable[[list[bool]], object]) -> int:
+    def __post_init__(self) -> None:
+        self.step = self.seen if isinstance(self.seen, DedupStep) else None
+        self.acknowledging = self.seen if isinstance(self.seen, Acknowledging) else None
+
+    def filter_step(self, keys: list[Any], write: Callable[[list[bool] | None], object]) -> int:
         """A batch's keys through the filter in Python: the answers, the new lines written by
         `write` (before the keys are committed, when transactional); returns how many new."""
+        if self.step is not None:
+            new = self.step.dedup_step(keys, write, self.transactional)
+            if new is not None:
+                return new
         seen = self.seen
-        if getattr(seen, "commits_after_callback", False):
-            flags = seen.add_many(keys, before_commit=write)  # type: ignore[call-arg]
-        else:
-            flags = _new_in_batch(seen, keys, self.transactional)
-            write(flags)
-            if self.transactional:
-                fresh_keys = [key for key, fresh in zip(keys, flags, strict=True) if fresh]
-                if fresh_keys:
-                    seen.add_many(fresh_keys)
+        flags = _new_in_batch(seen, keys, self.transactional)
+        write(flags)
+        if self.transactional:
+            fresh_keys = [key for key, fresh in zip(keys, flags, strict=True) if fresh]
+            if fresh_keys:
+                seen.add_many(fresh_keys)
         return sum(flags)
 
     def settle(self) -> None:
         """The batch's new lines are written: a filter that holds its answers until they are
         acknowledged (a shared one) gets them acknowledged once the lines are flushed."""
-        acknowledge = getattr(self.seen, "acknowledge", None)
-        if acknowledge is not None:
+        if self.acknowledging is not None:
             self.out.flush()
-            acknowledge()
+            self.acknowledging.acknowledge()
 
     def tally(self, lines: int, keys: int, new: int, nbytes: int) -> None:
         summary = self.summary
@@ -253,34 +252,6 @@ def _run_python(job: _Job, lines: Iterable[bytes]) -> None:
         new = job.filter_step(keys, write)
         job.settle()
         job.tally(len(batch), len(keys), new, sum(len(line) for line in batch))
-
-
-def _c_bloom(seen: SeenFilter) -> _core.BitFilter | None:
-    """The filter, if it is a Bloom filter whose batch calls are the C core's own, or those
-    behind StoreBacked's check of its state file (the engine then probes it directly, and
-    runs that check itself before each batch), else None."""
-    if not isinstance(seen, _core.BitFilter):
-        return None
-    from urlseen.state.persistent import StoreBacked  # loaded with the filter already
-
-    kind = type(seen)
-    native = kind.add_many in (
-        _core.BitFilter.add_many,
-        StoreBacked.add_many,
-    ) and kind.contains_many in (_core.BitFilter.contains_many, StoreBacked.contains_many)
-    return seen if native else None
-
-
-def _c_exact(seen: SeenFilter) -> ExactFilter | None:
-    """The filter, if it is an exact filter whose add_many is ExactFilter's own (the engine
-    then hands it the batch's keys without making Python objects of them), else None."""
-    module = sys.modules.get("urlseen.exact.filter")  # not loaded: not an exact filter
-    if module is None:  # (and a Bloom filter's start-up does not pay for loading it)
-        return None
-    kind = module.ExactFilter
-    if isinstance(seen, kind) and type(seen).add_many is kind.add_many:
-        return cast("ExactFilter", seen)
-    return None
 
 
 def _engine_batches(
@@ -346,50 +317,34 @@ def _feed_chunks(inputs: Any, size: int) -> Iterator[bytes | None]:
 
 
 def _run_engine(job: _Job, inputs: Any) -> None:
-    """The C line engine: lines split, keyed and (for the C Bloom filter) probed in C; Python
-    keys the lines the C rules defer, and runs every other filter on the engine's keys."""
+    """The C line engine: lines split and keyed in C; Python keys the lines the C rules defer.
+    A filter that runs the batch itself (DedupStep) gets the engine, the others its keys."""
     keyer, out, transactional = job.keyer, job.out, job.transactional
     engine = _core.LineEngine(keyer.profile != "none", keyer.max_canonical_bytes)
-    bloom = _c_bloom(job.seen)
-    check_store = getattr(bloom, "check_store", None)  # a state file cut short: FormatError
 
-    def write(flags: list[bool]) -> list[bool]:
-        engine.set_flags(flags)
+    def write(flags: list[bool] | None) -> None:
+        if flags is not None:
+            engine.set_flags(flags)
         _write_out(out, engine.output(), transactional)
-        return flags
 
-    exact = _c_exact(job.seen)
     if os.environ.get("URLSEEN_LINE_WORKER", "1") == "0":
         batches: Generator[int, None, None] = _engine_batches(
             inputs.chunks(), engine, job.batch_size
         )
     else:  # the keys hashed ahead with the filter's own hash, where the engine knows it
-        hasher = bloom if exact is None else exact._counters
-        size = WORKER_CHUNK_SIZE if exact is None else EXACT_CHUNK_SIZE
+        hasher = job.step.dedup_hasher() if job.step is not None else None
+        size = EXACT_CHUNK_SIZE if isinstance(hasher, _core.CountingFilter) else WORKER_CHUNK_SIZE
         batches = _worker_batches(_feed_chunks(inputs, size), engine, job.batch_size, hasher)
     try:
         for nlines in batches:
             keyer.counts.empty += engine.empty
             if engine.ndeferred:
                 engine.set_deferred([keyer.key(line) for line in engine.deferred()])
-            if check_store is not None:  # the engine probes the map: no SIGBUS on a cut file
-                check_store()
-            if (
-                exact is not None
-            ):  # the keys hashed from the engine's buffers, answers as add_many's
-                new = exact._add_engine_batch(engine, before_commit=write).count(True)
-            elif bloom is None:
+            new = None
+            if job.step is not None:
+                new = job.step.dedup_step(engine, write, transactional)
+            if new is None:
                 new = job.filter_step(engine.keys(), write)
-            elif transactional:  # tested, written and flushed, then added
-                new = engine.bloom_test(bloom)
-                _write_out(out, engine.output(), True)
-                if new:
-                    if check_store is not None:  # (again: the write may have taken a while)
-                        check_store()
-                    engine.bloom_commit(bloom)
-            else:
-                new = engine.bloom_add(bloom)
-                _write_out(out, engine.output(), False)
             job.settle()
             job.tally(nlines, engine.nkeys, new, engine.input_bytes)
     finally:

@@ -62,7 +62,7 @@ def describe_rotating(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def describe_exact(path: Path, verify: bool) -> dict[str, Any]:
-    from urlseen.exact.filter import describe_state
+    from urlseen.exact.folder import describe_state
 
     return describe_state(path, verify)
 

@@ -264,7 +264,8 @@ def open_rotating(request: Request) -> SeenFilter:
 def open_exact(request: Request) -> SeenFilter:
     """Without a state the library still lives on disk (a temporary folder), so memory stays
     bounded however many URLs come."""
-    from urlseen.exact.filter import LIBRARY_FILE, ExactFilter
+    from urlseen.exact.filter import ExactFilter
+    from urlseen.exact.folder import LIBRARY_FILE
 
     folder, exists = _folder_state(request, LIBRARY_FILE)
     sizing = (request.value("capacity"), request.value("error_rate"))
@@ -281,7 +282,7 @@ def open_exact(request: Request) -> SeenFilter:
 
 
 def open_library(request: Request) -> SeenFilter:
-    from urlseen.exact.filter import LIBRARY_FILE
+    from urlseen.exact.folder import LIBRARY_FILE
     from urlseen.exact.library_filter import FingerprintLibraryFilter
 
     folder, exists = _folder_state(request, LIBRARY_FILE)

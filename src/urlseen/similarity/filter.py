@@ -20,8 +20,8 @@ N, for the per-feature modes: ``shared`` (N = M), ``prime`` (largest prime <= M)
 
 Hashing runs in C (``_core.digests``, ``BitFilter``); the per-feature modes reduce the 128-bit
 digests mod N and test bits in Python, because the patent's rule (a 128-bit integer mod N, a
-raw depth) is not the core's double hashing. ``benchmarks/SIMILARITY.md`` measures each mode
-on the development URLs: what they drop, how much of it is new, and the memory.
+raw depth) is not the core's double hashing. benchmarks/similarity.py measures each mode on
+the development URLs: what they drop, how much of it is new, and the memory.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.bloom import sizing as _sizing
 from urlseen.errors import ConfigError, FormatError, ReadOnlyError
-from urlseen.protocol import FilterStats, Key, creator
+from urlseen.protocol import CommitAfterWrite, FilterStats, Key, creator
 from urlseen.similarity import sizing
 from urlseen.similarity.features import DEFAULT_FEATURES, EXTRA_FEATURES, FeatureExtractor
 from urlseen.similarity.url_db import Decision, SQLiteUrlDB, UrlDB
@@ -56,14 +56,14 @@ def _composite_key(values: Sequence[str]) -> str:
     return "".join(f"{len(v)}:{v}" for v in values)
 
 
-class SimilarityFilter(Closeable):
+class SimilarityFilter(CommitAfterWrite, Closeable):
     """The patent's similarity filter: NEW or SIMILAR by URL features, with an audit log.
 
     Args:
         capacity: URLs to de-duplicate (the patent's k).
         error_rate: the desired rate P, in (0, 1). For patent and exact4 it sizes the bits
             as if features were random; real features repeat, so far more new URLs are
-            dropped (see benchmarks/SIMILARITY.md). For composite it is the false-positive
+            dropped (measured by benchmarks/similarity.py). For composite it is the false-positive
             rate of whole-pattern matches.
         mode: "composite" (default), "exact4" or "patent" (module docstring).
         index: "shared" (default), "prime" or "regions": how per-feature values map to bits.
@@ -88,7 +88,6 @@ class SimilarityFilter(Closeable):
         False
     """
 
-    commits_after_callback = True  # add_many(before_commit=...): urlseen.job.dedup relies on it
     _noun = "similarity filter"
 
     def __init__(

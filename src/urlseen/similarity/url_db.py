@@ -107,9 +107,12 @@ class SQLiteUrlDB(sqlite.SQLiteStore):
         durable: bool = False,
     ) -> None:
         super().__init__(
-            path, create=create, readonly=readonly, durable=durable,
+            path,
+            create=create,
+            readonly=readonly,
+            durable=durable,
             new_meta={"format": FORMAT_NAME},
-        )  # fmt: skip
+        )
 
     def _check_tables(self) -> None:
         db = self._db

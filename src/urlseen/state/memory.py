@@ -5,15 +5,14 @@ a page is touched, which a bytearray of the same size would not give us. The map
 Python's default for mmap(-1) is MAP_SHARED, which Linux backs with shmem, where MADV_HUGEPAGE
 does nothing unless shmem_enabled allows it (it is "never" by default). Large ones ask for
 transparent huge pages: with one random probe per key, a 4 KiB page per probe is a TLB miss per
-key once the table outgrows the TLB's reach (benchmarks/RESULTS.md, batch-20m).
+key once the table outgrows the TLB's reach (measured by benchmarks/peers.py).
 
 A huge page covers only a whole, aligned 2 MiB of the map, and a map is only sure to be 4 KiB
 aligned: the advice runs to the end of the data's last 2 MiB when that costs at most an eighth
 more memory, and the data starts at the map's first 2 MiB boundary. The map is a whole number of
 2 MiB pages plus a spare one (address space, never touched): Linux (6.7 on) then places it on a
-boundary itself, so the data starts at offset 0 as before; elsewhere at data_offset. So a
-1M-URL filter (1.85 MiB) sits in one huge page instead of 474 small ones: one TLB entry for
-every probe (benchmarks/RESULTS.md, "Issue 14: final measurement").
+boundary itself, so the data starts at offset 0; elsewhere at data_offset. So a 1M-URL filter
+(1.85 MiB) sits in one huge page instead of 474 small ones: one TLB entry for every probe.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Opening a sealed file reads it whole and compares (a reader may skip that: `urls
 without --verify); a writer removes the seal before its first write, so a file whose writer
 died has no seal (SQLite's journal keeps it consistent; its bytes are then unchecked) and no
 run can seal damage in. Creation is atomic (built under a temporary name, then linked into
-place), and an empty SQLite file left by an older urlseen's interrupted creation is recognised
+place), and an empty SQLite file left by an interrupted creation is recognised
 (`remove_half_made`). SQLite's errors reach the caller as FormatError (damage) or OSError
 naming the file (disk full, read-only, I/O), never as sqlite3 tracebacks.
 """
@@ -260,7 +260,7 @@ class SQLiteStore(Closeable):
     @classmethod
     def half_made(cls, path: str | os.PathLike[str]) -> bool:
         """Whether path is an empty SQLite file (no mark, no tables), as an interrupted
-        creation by an older urlseen left it: safe to make again. False for anything else."""
+        creation may leave it: safe to make again. False for anything else."""
         target = Path(path)
         try:
             if not target.is_file() or target.stat().st_size == 0:
