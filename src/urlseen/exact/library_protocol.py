@@ -166,11 +166,3 @@ def time_index(by: str) -> int:
     if by not in ("first_seen", "last_seen"):
         raise ValueError(f"by must be 'first_seen' or 'last_seen', not {by!r}")
     return Record._fields.index(by)
-
-
-def to_millis(timestamp: float) -> int:
-    return round(timestamp * 1000)
-
-
-def from_millis(millis: int) -> float:
-    return millis / 1000

@@ -12,10 +12,9 @@ from urlseen.exact.library_protocol import (
     Changes,
     LibraryIO,
     Record,
-    from_millis,
     time_index,
-    to_millis,
 )
+from urlseen.state.sqlite import from_millis, to_millis
 
 _ABSENT = object()
 

@@ -44,13 +44,12 @@ from urlseen.exact.library_protocol import (
     Changes,
     LibraryIO,
     Record,
-    from_millis,
     time_index,
-    to_millis,
 )
 from urlseen.exact.runs import packed as _packed
 from urlseen.exact.staging import STAGE_TABLE, Stage
 from urlseen.state import sqlite
+from urlseen.state.sqlite import from_millis, to_millis
 
 APPLICATION_ID = 0x75726C73  # "urls"
 SCHEMA_VERSION = 3

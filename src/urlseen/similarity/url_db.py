@@ -24,8 +24,8 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from urlseen.errors import FormatError, ReadOnlyError
-from urlseen.exact.library_protocol import from_millis, to_millis
 from urlseen.state import sqlite
+from urlseen.state.sqlite import from_millis, to_millis
 
 APPLICATION_ID = 0x75726C64  # "urld"
 SCHEMA_VERSION = 1

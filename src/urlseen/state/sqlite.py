@@ -411,3 +411,13 @@ def _unlink_durably(path: Path) -> None:
     except FileNotFoundError:
         return
     _sealed.sync_folder(path)
+
+
+def to_millis(timestamp: float) -> int:
+    """A time as the SQLite states keep it: whole milliseconds since the epoch."""
+    return round(timestamp * 1000)
+
+
+def from_millis(millis: int) -> float:
+    """A time kept as whole milliseconds, back in seconds since the epoch."""
+    return millis / 1000
