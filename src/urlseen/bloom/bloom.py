@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from urlseen import _core
+from urlseen import _core, defaults
 from urlseen.bloom import sizing
 from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.hashes import BLOOM_HASH, HASHES, check_hash, check_seed
@@ -60,7 +60,7 @@ class BloomFilter(StoreBacked, _core.BitFilter):
     def __init__(
         self,
         capacity: int,
-        error_rate: float = 0.001,
+        error_rate: float = defaults.BLOOM_ERROR_RATE,
         *,
         layout: str = "blocked",
         seed: int = 0,

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from urlseen import _core
+from urlseen import _core, defaults
 from urlseen.bloom import sizing as _sizing
 from urlseen.errors import ConfigError, FormatError
 from urlseen.hashes import DEFAULT_HASH, check_hash, check_seed
@@ -68,7 +68,7 @@ class CountingBloomFilter(StoreBacked, _core.CountingFilter):
     def __init__(
         self,
         capacity: int,
-        error_rate: float = 0.001,
+        error_rate: float = defaults.EXACT_ERROR_RATE,
         *,
         counter_bits: int = 4,
         k: int | None = None,

@@ -15,7 +15,7 @@ import sys
 import warnings
 from typing import Any
 
-from urlseen import _core
+from urlseen import _core, defaults
 from urlseen.bloom import mdbf_sizing as sizing
 from urlseen.bloom.sizing import MAX_BITS, MAX_K, check_target
 from urlseen.errors import ConfigError, FormatError, QueryAnyWarning
@@ -83,7 +83,7 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
     def __init__(
         self,
         capacity: int,
-        error_rate: float = 0.001,
+        error_rate: float = defaults.BLOOM_ERROR_RATE,
         *,
         groups: int | None = None,
         k: int | None = None,

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from urlseen import defaults
 from urlseen._lifecycle import Closeable
 from urlseen.bloom import sizing
 from urlseen.bloom.bloom import BloomFilter
@@ -94,7 +95,7 @@ class RotatingBloomFilter(Closeable):
     def __init__(
         self,
         capacity: int,
-        error_rate: float = 0.001,
+        error_rate: float = defaults.BLOOM_ERROR_RATE,
         *,
         generations: int = 4,
         window: float | None = None,

@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
+from urlseen import defaults
 from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError
 
@@ -155,7 +156,9 @@ def size_standard(capacity: int, error_rate: float) -> BloomSize:
 # `urlseen dedup` (10M URLs at 1e-6), sized at every start, where the search would be a
 # visible share of the start-up (measured by benchmarks/callgrind_startup.py).
 # tests/test_sizing_memo.py compares each entry with the search, so an entry cannot drift.
-KNOWN_BLOCKED: dict[tuple[int, float], tuple[int, int]] = {(10_000_000, 1e-6): (752_207, 16)}
+KNOWN_BLOCKED: dict[tuple[int, float], tuple[int, int]] = {
+    (defaults.CAPACITY, defaults.BLOOM_ERROR_RATE): (752_207, 16)
+}
 
 
 @lru_cache(maxsize=256)

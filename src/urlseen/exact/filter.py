@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
-from urlseen import _core
+from urlseen import _core, defaults
 from urlseen._lifecycle import Closeable
 from urlseen.bloom.counting import CountingBloomFilter
 from urlseen.bloom.sizing import DEFAULT_CACHE_ENTRIES
@@ -93,7 +93,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
     def __init__(
         self,
         capacity: int,
-        error_rate: float = 0.001,
+        error_rate: float = defaults.EXACT_ERROR_RATE,
         *,
         counter_bits: int = 4,
         k: int | None = None,
@@ -126,7 +126,9 @@ class ExactFilter(CommitAfterWrite, Closeable):
     )
 
     @classmethod
-    def temporary(cls, capacity: int, error_rate: float = 0.001, **options: Any) -> ExactFilter:
+    def temporary(
+        cls, capacity: int, error_rate: float = defaults.EXACT_ERROR_RATE, **options: Any
+    ) -> ExactFilter:
         """A filter that persists nothing but keeps its library on disk, in a temporary folder
         removed on close: memory stays bounded however many URLs come. The counters live in
         memory (nothing to seal); options are the constructor's."""

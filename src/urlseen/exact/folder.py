@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from urlseen import defaults
 from urlseen.bloom.counting import CountingBloomFilter, make_params
 from urlseen.errors import (
     ConfigError,
@@ -174,7 +175,10 @@ def _open_counters(
     if not path.exists():  # deleted, or a library made by FingerprintLibraryFilter
         why = f"{COUNTERS_FILE} was missing"
         if not sizing:
-            sizing = {"capacity": max(2 * library.count(), 1_000_000), "error_rate": 0.001}
+            sizing = {
+                "capacity": max(2 * library.count(), 1_000_000),
+                "error_rate": defaults.EXACT_ERROR_RATE,
+            }
     else:
         try:  # a clean file's counters are checked (zlib CRC-32) as it opens
             with _open_quietly(path, readonly=True) as probe:

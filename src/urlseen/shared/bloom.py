@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from urlseen import _core
+from urlseen import _core, defaults
 from urlseen.bloom import sizing
 from urlseen.bloom.bloom import DEFAULT_HASH, HASHES, _params
 from urlseen.errors import ConfigError, FilterLostError, FormatError
@@ -137,9 +137,8 @@ class RedisBloomFilter(Claimant):
         if stored is None:
             if capacity is None:
                 raise ConfigError(f"no filter {name!r} in Redis: give a capacity to create it")
-            wanted = _params(
-                capacity, 0.001 if error_rate is None else error_rate, layout, seed, hash
-            )
+            rate = defaults.BLOOM_ERROR_RATE if error_rate is None else error_rate
+            wanted = _params(capacity, rate, layout, seed, hash)
             if wanted["nbits"] > MAX_BITS:
                 raise ConfigError(
                     f"{wanted['nbits']} bits exceed one Redis string (2**32 bits); lower the "

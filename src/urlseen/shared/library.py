@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from urlseen import defaults
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.shared import client as redis_store
@@ -175,7 +176,7 @@ class RedisLibrary(Claimant):
     def _create(
         self, capacity: int | None, fingerprint: str | None, groups: int | None
     ) -> dict[str, Any]:
-        capacity = 10_000_000 if capacity is None else capacity
+        capacity = defaults.CAPACITY if capacity is None else capacity
         fingerprint = "md5" if fingerprint is None else fingerprint
         groups = DEFAULT_GROUPS if groups is None else groups
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from urlseen import _core
+from urlseen import _core, defaults
 from urlseen._lifecycle import Closeable
 from urlseen.bloom import sizing as _sizing
 from urlseen.errors import ConfigError, FormatError, ReadOnlyError
@@ -46,7 +46,6 @@ from urlseen.state.store import BufferStore
 
 MODES = ("patent", "exact4", "composite")
 DEFAULT_MODE = "composite"
-DEFAULT_ERROR_RATE = 0.01
 RULES_VERSION = 1  # the feature-extraction rules of features.py; a change needs a new number
 _KNOWN_FEATURES = frozenset(DEFAULT_FEATURES) | frozenset(EXTRA_FEATURES)
 
@@ -93,7 +92,7 @@ class SimilarityFilter(CommitAfterWrite, Closeable):
     def __init__(
         self,
         capacity: int,
-        error_rate: float = DEFAULT_ERROR_RATE,
+        error_rate: float = defaults.SIMILAR_ERROR_RATE,
         *,
         mode: str = DEFAULT_MODE,
         index: str = "shared",

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from urlseen import _core
+from urlseen import _core, defaults
 from urlseen.bloom import sizing
 from urlseen.errors import ConfigError, FilterLostError, FormatError, RemoteError
 from urlseen.protocol import FilterStats, Key, key_batch
@@ -181,7 +181,7 @@ class SplittableBloomFilter(Claimant):
                 raise ConfigError(f"no splittable filter {name!r}: give a capacity to create it")
             params = _params(
                 capacity,
-                0.001 if error_rate is None else error_rate,
+                defaults.EXACT_ERROR_RATE if error_rate is None else error_rate,
                 DEFAULT_LEAF_BITS if leaf_bits is None else leaf_bits,
                 2 if fanout is None else fanout,
                 "blocked" if layout is None else layout,
