@@ -1,4 +1,4 @@
-"""benchmarks/redis_shared.py --quick: the issue-17 benchmark still runs, answers correctly,
+"""benchmarks/redis/shared.py --quick: the issue-17 benchmark still runs, answers correctly,
 checks its targets and leaves no server behind (a broken benchmark fails CI, not the next
 person who measures)."""
 
@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO_ROOT, require_dev_urls_path
 from doc_site import in_ci
 
-SCRIPT = REPO_ROOT / "benchmarks" / "redis_shared.py"
+SCRIPT = REPO_ROOT / "benchmarks" / "redis" / "shared.py"
 
 
 def _answers(port: int) -> bool:
@@ -38,10 +38,10 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "redis.json"
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--data", str(data), "--json", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT / "benchmarks",
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT / "benchmarks" / "redis",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    payload = json.loads(out.read_text())
+    payload = json.loads(out.read_text())["shared"]
     assert len(payload["ports"]) >= 1 + 3 + 2 * 7  # fleet: 1 + 3; a server per table row
     left = [port for port in payload["ports"] if _answers(port)]
     assert not left, f"the benchmark left redis-server running on ports {left}"
@@ -94,14 +94,14 @@ def test_targets_checked_and_printed(quick: tuple[dict, str]) -> None:
 def test_no_data_file_is_a_clear_error(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--data", str(tmp_path / "none.txt.gz")],
-        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT / "benchmarks",
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT / "benchmarks" / "redis",
     )  # fmt: skip
     assert run.returncode != 0
     assert "none.txt.gz" in run.stderr
 
 
 def test_the_command_line_benchmark_runs_and_answers_as_sadd(tmp_path: Path) -> None:
-    """benchmarks/redis_dedup_cli.py on a few thousand lines: `urlseen dedup --redis` prints
+    """benchmarks/redis/dedup_cli.py on a few thousand lines: `urlseen dedup --redis` prints
     each distinct line once (bloom and dsbf, false positives aside), as SADD counts them."""
     if not shutil.which("redis-server"):
         if in_ci():
@@ -110,12 +110,12 @@ def test_the_command_line_benchmark_runs_and_answers_as_sadd(tmp_path: Path) -> 
     data = require_dev_urls_path()
     out = tmp_path / "cli.json"
     run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / "redis_dedup_cli.py"), "--data",
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "redis" / "dedup_cli.py"), "--data",
          str(data), "--new", "3000", "--lines", "6000", "--runs", "1", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT / "benchmarks",
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT / "benchmarks" / "redis",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    rows = json.loads(out.read_text())["results"]
+    rows = json.loads(out.read_text())["dedup_cli"]["results"]
     assert {(r["stream"], r["way"]) for r in rows} == {
         (s, w) for s in ("new", "repeats") for w in ("sadd", "bloom", "dsbf")
     }

@@ -473,7 +473,7 @@ def test_dedup_imports_neither_the_other_commands_nor_what_only_they_need(tmp_pa
 
 # What `python -m urlseen dedup --no-canonicalize` (a filter in memory, a plain file, no TTY)
 # must not import: modules only other options, kinds or commands need. Each was imported at
-# start-up before issue 14's start-up work (314M instructions then, benchmarks/RESULTS.md);
+# start-up before issue 14's start-up work (314M instructions then: benchmarks/dedup/REPORT.md);
 # -X importtime lists every module the process imports, so the check is exact, not a timing.
 NOT_AT_START = (
     "w3lib",  # canonicalization left to w3lib (--no-canonicalize: none)

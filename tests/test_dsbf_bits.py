@@ -1,4 +1,4 @@
-"""benchmarks/dsbf_bits.py, the model behind REDIS.md's "dsbf-bits (design)": its fingerprint
+"""tests/dsbf_bits_model.py, the model behind benchmarks/splittable/REPORT.md: its fingerprint
 coder round-trips near the entropy bound, its model of the splittable tree agrees with the real
 SplittableBloomFilter on the same URLs, and no design loses a URL through splits and grows."""
 
@@ -20,11 +20,11 @@ CAPACITY, LEAF_BITS, F = 1000, 1 << 15, 1e-3
 
 
 def _load() -> ModuleType:
-    path = REPO_ROOT / "benchmarks" / "dsbf_bits.py"
-    spec = importlib.util.spec_from_file_location("dsbf_bits", path)
+    path = REPO_ROOT / "tests" / "dsbf_bits_model.py"
+    spec = importlib.util.spec_from_file_location("dsbf_bits_model", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["dsbf_bits"] = module  # dataclasses look their module up
+    sys.modules["dsbf_bits_model"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

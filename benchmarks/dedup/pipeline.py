@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""`urlseen dedup` end to end against the everyday tools, in one run, on three URL sets.
+
+Each row is one command under `/usr/bin/time -f "%M %U %S"`: wall time (s, from Python's clock
+around it, so to the millisecond; the wrapper's ~2 ms count for every tool alike), CPU time
+(user + sys of all its processes: `zcat` too, and urlseen's reading threads; steadier than
+wall time when other work shares the machine) and peak RSS (for a shell pipeline, its largest
+process); the fastest of --repeat runs (rows over 20 s run once),
+the runs of all tools interleaved round by round. Throughput is input lines / wall time, so
+start-up, reading and decompression count, as they do for a user. Ratios are taken against
+`awk '!seen[$0]++'` measured in the same run (this 2-core machine is shared and noisy).
+
+Sets:
+- dev: the development file (`urls-dev.txt.gz`, 2,754,359 lines, three public sources; see its
+  README), read compressed (the peers get it through `zcat |`).
+- feed: its first section alone, lines 1-1,842,391: the OpenPhish community feed polled every
+  ~4 h (`openphish/public_feed`, 86.9% repeats, short lines): the workload of a crawler that
+  re-reads the same listings. Written to the work folder as a plain file at run time (its terms
+  allow local benchmarking, not redistribution; nothing is copied into the repository).
+- startup: one line (`https://example.com/`): the fixed cost of each tool (interpreter,
+  imports, filter set-up, summary) against awk's.
+- synthetic: 20,000,000 distinct generated URLs (no repeats, ~60 bytes each), plain file in the
+  work folder: the filter far beyond the CPU cache, and every peer holding 20M lines.
+
+urlseen's bytecode is compiled first (`compileall`, as installing a wheel does): with
+PYTHONDONTWRITEBYTECODE set, as on the development machines, every run would otherwise compile
+the package's modules from source again, ~80 ms that no installed copy pays.
+
+Rows: awk, `sort -u` (LC_ALL=C; sorted output, not first occurrences), a Python set script
+(the obvious 5-line dedup), and `urlseen dedup` with each --filter kind, raw (--no-canonicalize)
+and canonicalizing (the default). urlseen runs use the defaults (capacity 10M at the kind's
+error rate) except on the synthetic set, which gets --capacity 20000000. With --serial-engine,
+each urlseen row also runs with URLSEEN_LINE_WORKER=0 ("... serial"): the line engine without its
+worker thread, all its work on the filter's thread, as before issue 14's two-core engine (an A/B
+in one run).
+
+Usage:
+    python benchmarks/dedup/pipeline.py [--sets dev,feed,synthetic] [--kinds bloom,exact,...]
+        [--workdir /tmp/urlseen-pipeline] [--json PATH] [--timeout 900] [--repeat 3]
+        [--serial-engine]          # --json: results.json beside this script by default
+    python benchmarks/dedup/pipeline.py --sets startup --kinds bloom --repeat 21   # fixed cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import gzip
+import json
+import os
+import platform
+import random
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_DEV = Path(os.environ.get("URLSEEN_DEV_URLS", REPO.parent / "shared/data/urls-dev.txt.gz"))
+RESULTS = Path(__file__).resolve().parent / "results.json"
+FEED_LINES = 1_842_391
+SYNTHETIC_LINES = 20_000_000
+REPEAT_UNDER = 20.0  # seconds: slower rows run once
+ALL_KINDS = ("bloom", "exact", "library", "mdbf", "rotating", "dsbf", "similar")
+
+PYTHON_SET = """
+import sys
+seen = set()
+out = sys.stdout.buffer
+for line in sys.stdin.buffer:
+    if line not in seen:
+        seen.add(line)
+        out.write(line)
+"""
+
+
+@dataclass
+class Row:
+    set: str
+    tool: str
+    command: str
+    lines: int
+    seconds: float
+    rss_mib: float
+    output_lines: int
+    ok: bool
+    note: str = ""
+    cpu_seconds: float = 0.0  # user + sys of every process of the command
+
+    @property
+    def lines_per_second(self) -> float:
+        return self.lines / self.seconds if self.seconds > 0 else 0.0
+
+
+def count_lines(path: Path) -> int:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def make_feed(dev: Path, path: Path) -> None:
+    if path.exists():
+        return
+    with gzip.open(dev, "rb") as src, open(path, "wb") as dst:
+        for i, line in enumerate(src):
+            if i == FEED_LINES:
+                break
+            dst.write(line)
+
+
+def make_startup(path: Path) -> None:
+    path.write_text("https://example.com/\n", encoding="ascii")
+
+
+def compile_urlseen() -> str:
+    """Compile urlseen's bytecode where Python looks for it; the package's folder."""
+    where = subprocess.run(
+        [sys.executable, "-c", "import urlseen, os; print(os.path.dirname(urlseen.__file__))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    if not compileall.compile_dir(where, quiet=1):
+        raise SystemExit(f"could not compile the bytecode of {where}")
+    return where
+
+
+def make_synthetic(path: Path, n: int) -> None:
+    """n distinct URLs: hosts, sections, ids and queries from a seeded generator; distinct by
+    construction (the counter is in every path)."""
+    if path.exists():
+        return
+    rng = random.Random(20_000_000)
+    words = ["news", "shop", "blog", "docs", "forum", "video", "wiki", "help", "api", "cdn"]
+    tlds = ["com", "org", "net", "de", "co.uk", "io", "fr", "jp"]
+    hosts = [
+        f"{rng.choice(['www.', '', 'm.', 'en.'])}{rng.choice(words)}{i}.example.{rng.choice(tlds)}"
+        for i in range(50_000)
+    ]
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="ascii") as f:
+        batch = []
+        for i in range(n):
+            host = hosts[rng.randrange(len(hosts))]
+            section = words[i % len(words)]
+            if i % 3 == 0:
+                url = f"https://{host}/{section}/{i:x}/item-{rng.randrange(10**6)}.html\n"
+            elif i % 3 == 1:
+                url = f"https://{host}/{section}?id={i}&page={rng.randrange(100)}\n"
+            else:
+                url = f"http://{host}/{section}/{rng.randrange(1000)}/{i}\n"
+            batch.append(url)
+            if len(batch) == 100_000:
+                f.write("".join(batch))
+                batch.clear()
+        f.write("".join(batch))
+    tmp.rename(path)
+
+
+def timed(set_name: str, tool: str, command: str, lines: int, out: Path, timeout: float) -> Row:
+    """Run `command` (a shell line writing to `out`) under /usr/bin/time."""
+    stats = out.with_suffix(".time")
+    shell = f"/usr/bin/time -o {shlex.quote(str(stats))} -f '%M %U %S' sh -c {shlex.quote(command)}"
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(shell, shell=True, timeout=timeout, capture_output=True)
+        wall = time.perf_counter() - started
+    except subprocess.TimeoutExpired:
+        return Row(set_name, tool, command, lines, timeout, 0.0, 0, False, f"timeout {timeout:g}s")
+    ok = done.returncode == 0
+    rss_kb, user, system = stats.read_text().split()[-3:]
+    note = "" if ok else done.stderr.decode(errors="replace").strip().splitlines()[-1][:200]
+    output_lines = count_lines(out) if ok else 0
+    return Row(set_name, tool, command, lines, wall, int(rss_kb) / 1024, output_lines,
+               ok, note, float(user) + float(system))  # fmt: skip
+
+
+def run_set(
+    name: str,
+    path: Path,
+    kinds: list[str],
+    work: Path,
+    timeout: float,
+    repeat: int,
+    serial: bool = False,
+) -> list[Row]:
+    """Every tool on one set; each row is the fastest of `repeat` runs (one for rows slower
+    than REPEAT_UNDER seconds)."""
+    lines = count_lines(path)
+    gz = path.suffix == ".gz"
+    cat = f"zcat {shlex.quote(str(path))}" if gz else f"cat {shlex.quote(str(path))}"
+    src = shlex.quote(str(path))
+    out = work / f"{name}.out"
+    o = shlex.quote(str(out))
+    urlseen = shlex.quote(str(Path(sys.executable).parent / "urlseen"))
+    extra = " --capacity 20000000" if name == "synthetic" else ""
+    commands = [
+        ("awk '!seen[$0]++'", f"{cat} | awk '!seen[$0]++' > {o}"),
+        ("sort -u", f"{cat} | LC_ALL=C sort -u -S 25% > {o}"),
+        ("python set", f"{cat} | {shlex.quote(sys.executable)} -c {shlex.quote(PYTHON_SET)} > {o}"),
+    ]
+    states: dict[str, Path] = {}
+    engines = (("", ""), (" serial", "URLSEEN_LINE_WORKER=0 ")) if serial else (("", ""),)
+    for kind in kinds:
+        for mode, flag in (("raw", " --no-canonicalize"), ("canonical", "")):
+            for suffix, env in engines:
+                tool, state = f"urlseen {kind} {mode}{suffix}", ""
+                if kind in ("exact", "library", "rotating"):  # folder kinds keep a library on disk
+                    states[tool] = work / f"state-{name}-{kind}-{mode}{suffix.strip()}"
+                    state = f" --state {shlex.quote(str(states[tool]))}"
+                commands.append((
+                    tool,
+                    f"{env}{urlseen} dedup --no-progress --filter {kind}{flag}{extra}{state} "
+                    f"{src} -o {o}",
+                ))  # fmt: skip
+    best: dict[str, Row] = {}
+    for round_ in range(repeat):  # rounds interleave the tools, so that each sees the same load
+        for tool, command in commands:
+            if round_ and best[tool].seconds > REPEAT_UNDER:
+                continue
+            if tool in states:  # every run starts without a state
+                shutil.rmtree(states[tool], ignore_errors=True)
+            row = timed(name, tool, command, lines, out, timeout)
+            if tool not in best or (row.ok and row.seconds < best[tool].seconds):
+                best[tool] = row
+            speed = row.lines_per_second / 1e6
+            rss, out_lines = row.rss_mib, row.output_lines
+            print(f"{name:9} {tool:28} {row.seconds:8.3f} s {speed:6.2f} M lines/s "
+                  f"CPU {row.cpu_seconds:6.2f} s {rss:8.1f} MiB  out {out_lines:,} {row.note}",
+                  flush=True)  # fmt: skip
+    return [best[tool] for tool, _ in commands]
+
+
+def markdown(rows: list[Row]) -> str:
+    text = []
+    for name in dict.fromkeys(r.set for r in rows):
+        group = [r for r in rows if r.set == name]
+        awk = next(r for r in group if r.tool.startswith("awk"))
+        text.append(f"\n{name}: {group[0].lines:,} lines\n")
+        text.append("| tool | wall s | M lines/s | × awk | CPU s | × awk (CPU) | peak RSS MiB "
+                    "| lines out |")  # fmt: skip
+        text.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in group:
+            ratio = awk.seconds / r.seconds if r.ok and r.seconds else 0.0
+            shown = (
+                (f"{r.seconds:.3f}" if r.seconds < 1 else f"{r.seconds:.2f}") if r.ok else r.note
+            )
+            cpu = awk.cpu_seconds / r.cpu_seconds if r.ok and r.cpu_seconds else 0.0
+            text.append(f"| {r.tool} | {shown} | {r.lines_per_second / 1e6:.2f} | {ratio:.2f}× | "
+                        f"{r.cpu_seconds:.2f} | {cpu:.2f}× | {r.rss_mib:.0f} "
+                        f"| {r.output_lines:,} |")  # fmt: skip
+    return "\n".join(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dev", type=Path, default=DEFAULT_DEV)
+    parser.add_argument("--sets", default="dev,feed,synthetic")
+    parser.add_argument("--kinds", default=",".join(ALL_KINDS))
+    parser.add_argument(
+        "--synthetic-kinds",
+        default="bloom,exact,mdbf",
+        help="kinds run on the synthetic set (the others are Python-bound)",
+    )
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/urlseen-pipeline"))
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per row; the fastest counts")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--serial-engine",
+        action="store_true",
+        help="also run each urlseen row with URLSEEN_LINE_WORKER=0 (the engine without its "
+        "worker thread)",
+    )
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    sets = args.sets.split(",")
+    started = time.time()
+    rows: list[Row] = []
+    package = compile_urlseen()
+    for name in sets:
+        kinds = args.kinds.split(",")
+        if name == "dev":
+            path = args.dev
+        elif name == "feed":
+            path = args.workdir / "feed.txt"
+            make_feed(args.dev, path)
+        elif name == "startup":
+            path = args.workdir / "startup.txt"
+            make_startup(path)
+        elif name == "synthetic":
+            path = args.workdir / "synthetic-20m.txt"
+            make_synthetic(path, SYNTHETIC_LINES)
+            kinds = [k for k in kinds if k in args.synthetic_kinds.split(",")]
+        else:
+            parser.error(f"unknown set {name!r}")
+        rows += run_set(
+            name, path, kinds, args.workdir, args.timeout, args.repeat, args.serial_engine
+        )
+    print(markdown(rows))
+    if args.json:
+        meta = {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "python": platform.python_version(),
+            "machine": platform.platform(),
+            "cpus": os.cpu_count(),
+            "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+            "urlseen": package,
+            "bytecode": "compiled before the runs (compileall)",
+        }
+        rows_out = [{**asdict(r), "lines_per_second": r.lines_per_second} for r in rows]
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows_out}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
