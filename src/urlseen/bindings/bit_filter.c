@@ -498,7 +498,7 @@ static PyTypeObject BitFilterType = {
     .tp_new = BitFilter_new,
 };
 
-/* ---- for the line engine (line_engine.c) -------------------------------------------------- */
+/* ---- for the line engine (line_engine_input.c, line_engine_filters.c) --------------------- */
 
 int us_bit_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed, const void **bits)
 {

@@ -197,6 +197,24 @@ PyObject *u64_list(const uint64_t *values, size_t n)
     return list;
 }
 
+int fingerprint_arg(PyObject *obj, const uint8_t **fp)
+{
+    if (!PyBytes_Check(obj) || PyBytes_GET_SIZE(obj) != 16) {
+        PyErr_SetString(PyExc_TypeError, "a fingerprint is 16 bytes");
+        return -1;
+    }
+    *fp = (const uint8_t *)PyBytes_AS_STRING(obj);
+    return 0;
+}
+
+int append_new(PyObject *list, PyObject *item)
+{
+    if (item == NULL) return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
 int bind_buffer(PyObject *buffer, Py_ssize_t offset, unsigned long long need,
                 Py_ssize_t count_offset, Py_buffer *view, int *readonly)
 {

@@ -1,7 +1,6 @@
-/* bindings/common.h: what the binding files (core_module.c, bit_filter.c, counting_filter.c,
- * mdbf_filter.c, redis_masks.c) share: the error types from urlseen.errors, key access (str as
- * UTF-8, bytes, buffers), argument parsing, batch reading, and the head of every filter type
- * over a caller-owned buffer (us_bound).
+/* bindings/common.h: what the binding files share: the error types from urlseen.errors, key
+ * access (str as UTF-8, bytes, buffers), argument parsing, batch reading, fingerprint arguments,
+ * and the head of every filter type over a caller-owned buffer (us_bound).
  *
  * The key accessors are static inline: they sit on the per-call hot path of `add`, and a call
  * into another translation unit would cost a visible part of it. The cold helpers live in
@@ -79,6 +78,12 @@ static inline PyObject *digest_bytes(uint64_t h1, uint64_t h2)
 
 /* A list of n Python ints (probe positions, counts), or NULL with an exception. */
 PyObject *u64_list(const uint64_t *values, size_t n);
+
+/* The bytes of a fingerprint argument: a bytes object of 16 bytes, else TypeError. */
+int fingerprint_arg(PyObject *obj, const uint8_t **fp);
+
+/* Append item (a new reference, taken over; NULL: its exception is set) to list. */
+int append_new(PyObject *list, PyObject *item);
 
 /* Export `buffer` for a filter whose data is `need` bytes at `offset` (writable if it can be,
  * else read-only: *readonly says which), with room for a live count at count_offset (-1: none,
@@ -277,15 +282,18 @@ int us_bit_filter_add(PyObject *module);
 int us_bit_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed, const void **bits);
 Py_ssize_t us_bit_filter_probe(PyObject *obj, const us_hash128 *digests, size_t n, uint8_t *flags,
                                int write);
+/* line_engine.c: LineEngine (the dedup job's line engine). */
 int us_line_engine_add(PyObject *module);
-/* counting_filter.c: CountingFilter, FingerprintCache and digests(). */
+/* counting_filter.c: CountingFilter and ExactStepResult (exact_step.c). */
 int us_counting_filter_add(PyObject *module);
 /* The line engine's access to a CountingFilter: its hash id and seed (-1, no exception, if obj
- * is not one), and its _exact_step on the digests h[0 .. n) of a batch's keys (the engine
- * hashes them from its own buffers: no Python object per key). */
+ * is not one), and its _exact_step (exact_step.c) on the digests h[0 .. n) of a batch's keys
+ * (the engine hashes them from its own buffers: no Python object per key). */
 int us_counting_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed);
 PyObject *us_counting_exact_step(PyObject *obj, const us_hash128 *h, Py_ssize_t n,
                                  PyObject *cache, unsigned int now);
+/* fingerprint_cache.c: FingerprintCache, FPCACHE_ENTRY_BYTES and fold_entries(). */
+int us_fingerprint_cache_add(PyObject *module);
 /* fingerprint_map.c: FingerprintMap (the library's staged fingerprints). */
 int us_fingerprint_map_add(PyObject *module);
 /* mdbf_filter.c: MDBFilter (the multi-dimensional Bloom filter) and its constants. */

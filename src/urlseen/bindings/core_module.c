@@ -1,6 +1,6 @@
 /* bindings/core_module.c: the extension module urlseen._core: its init, its constants, and the
- * module-level functions (the digests, a key's bit positions without a filter, the
- * prefetch distance, a buffer's alignment). Each of the other binding files adds its own types
+ * module-level functions (the digests of a key or of a batch, a key's bit positions without a
+ * filter, the prefetch distance, a buffer's alignment). Each of the other binding files adds its own types
  * and functions to the module (common.h lists them).
  *
  * The binding is CPython glue and nothing else: argument parsing, exceptions, docstrings and
@@ -79,6 +79,35 @@ static PyObject *mod_md5(PyObject *mod, PyObject *args, PyObject *kwargs)
     return digest_function(args, kwargs, "O|O:md5", US_HASH_MD5, 32);
 }
 
+PyDoc_STRVAR(digests_doc,
+             "digests(keys, hash=HASH_MD5, seed=0) -> list[bytes]\n\n"
+             "The 16-byte digest (fingerprint) of every key, in C: h1 then h2, little-endian.");
+
+static PyObject *mod_digests(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"keys", "hash", "seed", NULL};
+    PyObject *keys, *seed_obj = NULL;
+    int hash_id = US_HASH_MD5;
+    uint32_t seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iO:digests", kwlist, &keys, &hash_id,
+                                     &seed_obj))
+        return NULL;
+    if (parse_hash_seed(hash_id, seed_obj, &seed) < 0) return NULL;
+    PyObject *seq = batch_sequence(keys);
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        us_hash128 h;
+        PyObject *d = batch_key_hash(seq, i, hash_id, seed, &h) == 0 ? digest_bytes(h.h1, h.h2)
+                                                                      : NULL;
+        if (d == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, d);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
 /* ---- positions, prefetch, alignment and the module ------------------------------------------------------ */
 
 PyDoc_STRVAR(positions_fn_doc,
@@ -151,6 +180,8 @@ static PyMethodDef module_methods[] = {
     {"xxh3_64", (PyCFunction)(void (*)(void))mod_xxh3_64, METH_VARARGS | METH_KEYWORDS,
      xxh3_64_doc},
     {"md5", (PyCFunction)(void (*)(void))mod_md5, METH_VARARGS | METH_KEYWORDS, md5_doc},
+    {"digests", (PyCFunction)(void (*)(void))mod_digests, METH_VARARGS | METH_KEYWORDS,
+     digests_doc},
     {"positions", (PyCFunction)(void (*)(void))mod_positions, METH_VARARGS | METH_KEYWORDS,
      positions_fn_doc},
     {NULL},
@@ -176,7 +207,8 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddIntConstant(m, "HASH_MURMUR3_X64_128", US_HASH_MURMUR3_X64_128) < 0 ||
         PyModule_AddIntConstant(m, "HASH_MD5", US_HASH_MD5) < 0 ||
         PyModule_AddIntConstant(m, "HASH_XXH3_64", US_HASH_XXH3_64) < 0 || us_bit_filter_add(m) < 0 ||
-        us_counting_filter_add(m) < 0 || us_mdbf_filter_add(m) < 0 || us_redis_masks_add(m) < 0 ||
+        us_counting_filter_add(m) < 0 || us_fingerprint_cache_add(m) < 0 ||
+        us_mdbf_filter_add(m) < 0 || us_redis_masks_add(m) < 0 ||
         us_line_engine_add(m) < 0 || us_fingerprint_map_add(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -1,0 +1,317 @@
+/* bindings/fingerprint_cache.c: the FingerprintCache type and fold_entries(), the exact
+ * filter's cache of hot fingerprints (csrc/fpcache.h) and its write-back bookkeeping.
+ *
+ * The cache holds fingerprints known to be in the exact filter's library, with the increments
+ * not yet written back, so a repeat costs no library I/O; its entries come out as (fingerprint,
+ * pending, batch, seen) tuples, which fold_entries adds up into the write-back's counts.
+ */
+#include "counting_filter.h"
+
+typedef struct {
+    PyObject_HEAD
+    us_fpcache cache;
+    uint64_t entries; /* nbuckets * US_FPCACHE_WAYS */
+} FingerprintCache;
+
+static PyObject *FingerprintCache_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"entries", NULL};
+    unsigned long long want;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&:FingerprintCache", kwlist, to_u64, &want))
+        return NULL;
+    if (want < 1 || want > (1ULL << 32)) {
+        PyErr_Format(PyExc_ValueError, "entries must be in [1, 2**32], not %llu", want);
+        return NULL;
+    }
+    FingerprintCache *self = (FingerprintCache *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    uint64_t nbuckets = (want + US_FPCACHE_WAYS - 1) / US_FPCACHE_WAYS;
+    self->cache.nbuckets = nbuckets;
+    self->entries = nbuckets * US_FPCACHE_WAYS;
+    self->cache.entries = PyMem_RawCalloc((size_t)self->entries, sizeof(us_fp_entry));
+    self->cache.dirty = PyMem_RawCalloc((size_t)nbuckets, 1);
+    self->cache.dirty_list = PyMem_RawMalloc((size_t)nbuckets * sizeof(uint32_t));
+    if (!self->cache.entries || !self->cache.dirty || !self->cache.dirty_list) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void FingerprintCache_dealloc(FingerprintCache *self)
+{
+    PyMem_RawFree(self->cache.entries);
+    PyMem_RawFree(self->cache.dirty);
+    PyMem_RawFree(self->cache.dirty_list);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* (fingerprint, pending, batch, seen) of an entry. */
+static PyObject *entry_tuple(const us_fp_entry *e)
+{
+    return Py_BuildValue("(NIII)", digest_bytes(e->a, e->b), e->pending, e->batch, e->seen);
+}
+
+/* Append an entry to list as (fingerprint, pending, batch, seen). */
+int us_fingerprint_cache_append(PyObject *list, const us_fp_entry *e)
+{
+    return append_new(list, entry_tuple(e));
+}
+
+PyDoc_STRVAR(cache_hit_doc,
+             "hit(fp, now=0) -> bool\n\n"
+             "True if fp is cached; then it gets one increment in the current batch, is noted as\n"
+             "seen at `now` (Unix seconds) and becomes most recently used.");
+
+static PyObject *FingerprintCache_hit(FingerprintCache *self, PyObject *args)
+{
+    PyObject *obj;
+    unsigned int now = 0;
+    const uint8_t *fp;
+    if (!PyArg_ParseTuple(args, "O|I:hit", &obj, &now) || fingerprint_arg(obj, &fp) < 0)
+        return NULL;
+    return PyBool_FromLong(us_fpcache_hit(&self->cache, fp, now) & US_FP_FOUND);
+}
+
+PyDoc_STRVAR(cache_insert_doc,
+             "insert(fp, batch=0, now=0, pending=0) -> tuple | None\n\n"
+             "Cache fp (the caller knows it is absent) as most recently used, with `batch`\n"
+             "increments in the current batch and `pending` committed ones. Returns the evicted\n"
+             "(fingerprint, pending, batch, seen) whose increments must be written back, or None.");
+
+static PyObject *FingerprintCache_insert(FingerprintCache *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"fp", "batch", "now", "pending", NULL};
+    PyObject *obj;
+    unsigned int batch = 0, now = 0, pending = 0;
+    const uint8_t *fp;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|III:insert", kwlist, &obj, &batch, &now,
+                                     &pending) ||
+        fingerprint_arg(obj, &fp) < 0)
+        return NULL;
+    us_fp_entry spill;
+    if (us_fpcache_insert(&self->cache, fp, pending, batch, now, &spill) & US_FP_SPILLED)
+        return entry_tuple(&spill);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(cache_take_doc,
+             "take(fp) -> tuple[int, int, int] | None\n\n"
+             "Remove fp; its (pending, batch, seen), or None if it was not cached.");
+
+static PyObject *FingerprintCache_take(FingerprintCache *self, PyObject *arg)
+{
+    const uint8_t *fp;
+    if (fingerprint_arg(arg, &fp) < 0) return NULL;
+    us_fp_entry e;
+    if (!us_fpcache_take(&self->cache, fp, &e)) Py_RETURN_NONE;
+    return Py_BuildValue("(III)", e.pending, e.batch, e.seen);
+}
+
+PyDoc_STRVAR(cache_commit_doc,
+             "commit() -> list[tuple[bytes, int, int, int]]\n\n"
+             "The batch's library transaction committed: fold its increments into the pending\n"
+             "counts. Returns entries whose pending count would overflow (to write back).");
+
+static PyObject *FingerprintCache_commit(FingerprintCache *self, PyObject *unused)
+{
+    us_fp_entry *spills = PyMem_RawMalloc(((size_t)self->cache.ndirty + 1) * US_FPCACHE_WAYS *
+                                          sizeof(us_fp_entry));
+    if (spills == NULL) return PyErr_NoMemory();
+    size_t n = 0;
+    us_fpcache_commit(&self->cache, spills, &n);
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list != NULL && i < n; i++)
+        if (us_fingerprint_cache_append(list, &spills[i]) < 0) Py_CLEAR(list);
+    PyMem_RawFree(spills);
+    return list;
+}
+
+static PyObject *FingerprintCache_rollback(FingerprintCache *self, PyObject *unused)
+{
+    us_fpcache_rollback(&self->cache);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(cache_drain_doc,
+             "drain() -> list[tuple[bytes, int, int, int]]\n\n"
+             "Every cached (fingerprint, pending, batch, seen) with committed increments; their\n"
+             "pending counts are reset to 0 (the caller writes them back). Entries stay cached.");
+
+static PyObject *FingerprintCache_drain(FingerprintCache *self, PyObject *unused)
+{
+    PyObject *list = PyList_New(0);
+    if (list == NULL) return NULL;
+    for (uint64_t i = 0; i < self->entries; i++) {
+        us_fp_entry *e = &self->cache.entries[i];
+        if (!e->used || !e->pending) continue;
+        if (us_fingerprint_cache_append(list, e) < 0) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        e->pending = 0;
+    }
+    return list;
+}
+
+PyDoc_STRVAR(cache_clear_doc, "clear()\n\nForget every entry (pending increments included).");
+
+static PyObject *FingerprintCache_clear(FingerprintCache *self, PyObject *unused)
+{
+    memset(self->cache.entries, 0, (size_t)self->entries * sizeof(us_fp_entry));
+    memset(self->cache.dirty, 0, (size_t)self->cache.nbuckets);
+    self->cache.ndirty = 0;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t FingerprintCache_len(FingerprintCache *self)
+{
+    Py_ssize_t used = 0;
+    for (uint64_t i = 0; i < self->entries; i++) used += self->cache.entries[i].used != 0;
+    return used;
+}
+
+static PyObject *cache_get_entries(FingerprintCache *self, void *c)
+{
+    return PyLong_FromUnsignedLongLong(self->entries);
+}
+
+static PyObject *cache_get_nbytes(FingerprintCache *self, void *c)
+{
+    uint64_t n = self->cache.nbuckets;
+    return PyLong_FromUnsignedLongLong(self->entries * sizeof(us_fp_entry) + n * 5);
+}
+
+static PyGetSetDef FingerprintCache_getset[] = {
+    {"entries", (getter)cache_get_entries, NULL, "Entries the cache holds at most.", NULL},
+    {"nbytes", (getter)cache_get_nbytes, NULL, "Memory of the cache, in bytes.", NULL},
+    {NULL},
+};
+
+static PyMethodDef FingerprintCache_methods[] = {
+    {"hit", (PyCFunction)FingerprintCache_hit, METH_VARARGS, cache_hit_doc},
+    {"insert", (PyCFunction)(void (*)(void))FingerprintCache_insert, METH_VARARGS | METH_KEYWORDS,
+     cache_insert_doc},
+    {"take", (PyCFunction)FingerprintCache_take, METH_O, cache_take_doc},
+    {"commit", (PyCFunction)FingerprintCache_commit, METH_NOARGS, cache_commit_doc},
+    {"rollback", (PyCFunction)FingerprintCache_rollback, METH_NOARGS,
+     "rollback()\n\nThe batch failed: drop its increments."},
+    {"drain", (PyCFunction)FingerprintCache_drain, METH_NOARGS, cache_drain_doc},
+    {"clear", (PyCFunction)FingerprintCache_clear, METH_NOARGS, cache_clear_doc},
+    {NULL},
+};
+
+static PySequenceMethods FingerprintCache_as_sequence = {
+    .sq_length = (lenfunc)FingerprintCache_len,
+};
+
+PyDoc_STRVAR(FingerprintCache_doc,
+             "FingerprintCache(entries)\n\n"
+             "A bounded, set-associative LRU cache of 16-byte fingerprints known to be in an exact\n"
+             "filter's library, with their increments not yet written back: committed ones\n"
+             "(`pending`) and those of the batch in progress (`batch`, see commit/rollback).");
+
+static PyTypeObject FingerprintCacheType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "urlseen._core.FingerprintCache",
+    .tp_basicsize = sizeof(FingerprintCache),
+    .tp_dealloc = (destructor)FingerprintCache_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = FingerprintCache_doc,
+    .tp_methods = FingerprintCache_methods,
+    .tp_getset = FingerprintCache_getset,
+    .tp_as_sequence = &FingerprintCache_as_sequence,
+    .tp_new = FingerprintCache_new,
+};
+
+int us_fingerprint_cache_of(PyObject *obj, us_fpcache **cache)
+{
+    *cache = NULL;
+    if (obj == Py_None) return 0;
+    if (!PyObject_TypeCheck(obj, &FingerprintCacheType)) {
+        PyErr_SetString(PyExc_TypeError, "cache must be a FingerprintCache or None");
+        return -1;
+    }
+    *cache = &((FingerprintCache *)obj)->cache;
+    return 0;
+}
+
+/* ---- fold_entries ---------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(fold_entries_doc,
+             "fold_entries(counts, seen, entries) -> None\n\n"
+             "For each cache entry (fingerprint, pending, batch, seen) with increments:\n"
+             "counts[fp] += pending + batch, and seen[fp] = its seen if later than seen.get(fp, 0).\n"
+             "The exact filter's write-back bookkeeping in one call a batch (a batch evicts up to\n"
+             "one entry per new URL).");
+
+/* dict[key] (a new reference), or `missing` (new reference) if absent; NULL on error. */
+static PyObject *dict_get(PyObject *dict, PyObject *key, PyObject *missing)
+{
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    if (value == NULL && PyErr_Occurred()) return NULL;
+    return Py_NewRef(value != NULL ? value : missing);
+}
+
+/* dict[key] = dict.get(key, 0) + add (add > 0); 0 or -1. */
+static int dict_add(PyObject *dict, PyObject *key, PyObject *add)
+{
+    PyObject *zero = PyLong_FromLong(0), *old = zero ? dict_get(dict, key, zero) : NULL;
+    Py_XDECREF(zero);
+    if (old == NULL) return -1;
+    PyObject *sum = PyNumber_Add(old, add);
+    Py_DECREF(old);
+    if (sum == NULL) return -1;
+    int rc = PyDict_SetItem(dict, key, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+static PyObject *mod_fold_entries(PyObject *mod, PyObject *args)
+{
+    PyObject *counts, *seen, *entries;
+    if (!PyArg_ParseTuple(args, "O!O!O:fold_entries", &PyDict_Type, &counts, &PyDict_Type, &seen,
+                          &entries))
+        return NULL;
+    PyObject *seq = PySequence_Fast(entries, "entries must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *fp, *pending, *batch, *when;
+        if (!PyArg_ParseTuple(e, "OOOO:fold_entries", &fp, &pending, &batch, &when)) goto fail;
+        PyObject *add = PyNumber_Add(pending, batch);
+        if (add == NULL) goto fail;
+        int nonzero = PyObject_IsTrue(add), rc = 0;
+        if (nonzero > 0) rc = dict_add(counts, fp, add);
+        Py_DECREF(add);
+        if (nonzero < 0 || rc < 0) goto fail;
+        if (!nonzero) continue;
+        PyObject *zero = PyLong_FromLong(0), *last = zero ? dict_get(seen, fp, zero) : NULL;
+        Py_XDECREF(zero);
+        if (last == NULL) goto fail;
+        int later = PyObject_RichCompareBool(when, last, Py_GT);
+        Py_DECREF(last);
+        if (later < 0 || (later && PyDict_SetItem(seen, fp, when) < 0)) goto fail;
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(seq);
+    return NULL;
+}
+
+
+static PyMethodDef fingerprint_cache_functions[] = {
+    {"fold_entries", mod_fold_entries, METH_VARARGS, fold_entries_doc},
+    {NULL},
+};
+
+int us_fingerprint_cache_add(PyObject *module)
+{
+    if (PyModule_AddFunctions(module, fingerprint_cache_functions) < 0 ||
+        PyType_Ready(&FingerprintCacheType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "FingerprintCache", (PyObject *)&FingerprintCacheType) < 0 ||
+        PyModule_AddIntConstant(module, "FPCACHE_ENTRY_BYTES", sizeof(us_fp_entry)) < 0)
+        return -1;
+    return 0;
+}
