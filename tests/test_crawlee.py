@@ -246,3 +246,35 @@ def test_two_processes_share_one_filter(
         server.gate = None
     assert first and second, "one process fetched nothing: the crawls did not overlap"
     assert fetched_once(first + second) == crawlee_pages
+
+
+def test_failed_request_waits_for_the_next_run(tmp_path: Path) -> None:
+    from crawlee import RequestState
+
+    async def first_run() -> None:
+        manager = UrlseenRequestManager(tmp_path / "crawl")
+        await manager.add_requests(["http://a.test/down", "http://a.test/up"])
+        failed = await manager.fetch_next_request()
+        assert failed is not None and failed.url == "http://a.test/down"
+        failed.retry_count, failed.state = 3, RequestState.ERROR  # as Crawlee gives up
+        assert await manager.mark_request_as_handled(failed)
+        done = await manager.fetch_next_request()
+        assert done is not None and await manager.mark_request_as_handled(done)
+        assert await manager.fetch_next_request() is None  # not again in this run
+        assert await manager.is_finished() and await manager.get_handled_count() == 2
+        manager.close()
+
+    async def second_run() -> None:
+        manager = UrlseenRequestManager(tmp_path / "crawl")
+        added = await manager.add_request("http://a.test/down")
+        assert added is not None and added.was_already_present
+        assert not added.was_already_handled
+        again = await manager.fetch_next_request()
+        assert again is not None and again.url == "http://a.test/down"
+        assert again.retry_count == 0 and again.state == RequestState.UNPROCESSED
+        assert await manager.mark_request_as_handled(again)
+        assert await manager.is_finished() and await manager.get_handled_count() == 2
+        manager.close()
+
+    run(first_run())
+    run(second_run())
