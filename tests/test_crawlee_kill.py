@@ -62,7 +62,10 @@ def test_killed_crawl_resumes_every_page(crawl_site: ServedSite, tmp_path: Path)
         if kills == KILLS:
             break
         crawl = crawlee_run(crawl_site, tmp_path, run)
-        said = kill_after(crawl, rng, seconds=(1.5, 4.5))
+        # At a seeded number of this run's pages, so that each kill lands mid-crawl (a delay
+        # would often land in the interpreter's start).
+        pages = (tmp_path / f"fetched-{run}.txt", rng.randrange(10, 250))
+        said = kill_after(crawl, lines=pages)
         story.append(f"run {run}: {said}")
         kills += said.startswith("killed")
         assert said.startswith("killed"), f"a run ended before its kill: {story}"
