@@ -47,7 +47,13 @@ class Frontier(Protocol):
         ...
 
     def renew(self) -> None:
-        """Keep this process's in-flight requests its own (a shared frontier's leases)."""
+        """Keep this process's in-flight requests its own (a shared frontier renews their
+        leases when a third of the lease has passed; call it often)."""
+        ...
+
+    def release(self) -> None:
+        """Put this process's in-flight requests back in the queue (a shared frontier, at
+        close: its failed fetches, for the next taker; a local one does so when it opens)."""
         ...
 
     def clear(self) -> None:

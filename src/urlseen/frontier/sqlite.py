@@ -122,6 +122,9 @@ class SQLiteFrontier:
     def renew(self) -> None:
         """Nothing to renew: one process owns a local frontier."""
 
+    def release(self) -> None:
+        """Nothing to do now: in-flight requests go back to the queue when it opens again."""
+
     def clear(self) -> None:
         self._db.execute("DELETE FROM requests")
         self._ready = self._pending = 0

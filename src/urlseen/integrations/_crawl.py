@@ -248,6 +248,8 @@ def crawl(
     else:
         settings["DUPEFILTER_CLASS"] = URLSEEN_DUPEFILTER
         settings.update(FRONTIER_SETTINGS)
+        if options.get("lease") is not None:  # with --redis: the frontier's leases too
+            settings["URLSEEN_FRONTIER_LEASE"] = options["lease"]
         for name, value in options.items():
             if value is not None:
                 settings[f"URLSEEN_{name.upper()}"] = value

@@ -116,6 +116,7 @@ class UrlseenScheduler(BaseScheduler):
         self._expected: dict[Token, int] = {}  # taken request -> children its callback yielded
         self._volatile: list[Request] = []  # requests that cannot be serialized (memory only)
         self._stop = CrawlStopper(crawler)
+        self._timer: Any = None
         self.failed = 0
         self.idle_seconds = idle_seconds
         self._progress = time.monotonic()  # the last request taken
@@ -155,6 +156,12 @@ class UrlseenScheduler(BaseScheduler):
             self.frontier.clear()
             self.df.clear()
         self.df.open()
+        lease = getattr(self.frontier, "lease", 0.0)
+        if lease:  # leases renewed while responses take their time, not only per request
+            from twisted.internet.task import LoopingCall
+
+            self._timer = LoopingCall(self._renew)
+            self._timer.start(lease / 3, now=False)
         queued, back = self.frontier.ready(), self.frontier.returned
         if queued:
             logger.info("urlseen frontier: resuming with %d requests queued (%d were in flight)",
@@ -163,10 +170,10 @@ class UrlseenScheduler(BaseScheduler):
 
     def close(self, reason: str) -> None:
         self._settle()
-        release = getattr(self.frontier, "release", None)
+        if self._timer is not None and self._timer.running:
+            self._timer.stop()
         try:
-            if release is not None:
-                release()  # a shared frontier's failed requests: to the queue now
+            self.frontier.release()  # a shared frontier's failed requests: to the queue now
             pending = self.frontier.pending()
         except Exception as exc:
             logger.error("urlseen frontier: could not read what is left: %s", exc)
@@ -285,6 +292,12 @@ class UrlseenScheduler(BaseScheduler):
             return
         self._expected[token] = children
         self._check_children(token)
+
+    def _renew(self) -> None:
+        try:
+            self.frontier.renew()
+        except Exception as exc:
+            self._fail(exc, "renewing leases")
 
     def _idle(self) -> None:
         """A shared frontier's process stays open while other processes hold requests (their

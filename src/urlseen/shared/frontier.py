@@ -96,7 +96,7 @@ class RedisFrontier:
 
         redis_store.retrying(run, f"frontier {self.name!r}: commit")
         self._held.difference_update(str(t) for t in done)
-        self.renew_due()
+        self.renew()
 
     def take(self) -> tuple[Token, bytes] | None:
         reply = self._call("take")
@@ -125,12 +125,11 @@ class RedisFrontier:
         """Requests other processes hold (live leases); read by the last ready()/pending()."""
         return max(0, self._counts[1] - len(self._held))
 
-    def renew_due(self) -> None:
-        if time.monotonic() - self._renewed >= self.lease / 3:
-            self.renew()
-
     def renew(self) -> None:
-        """Start a new lease on every request this process holds (one script call)."""
+        """Start a new lease on every request this process holds (one script call), if a
+        third of the lease has passed since the last renewal."""
+        if time.monotonic() - self._renewed < self.lease / 3:
+            return
         self._renewed = time.monotonic()
         if self._held:
             self._call("renew", *sorted(self._held))
