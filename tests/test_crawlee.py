@@ -24,6 +24,7 @@ if not in_ci():  # CI installs urlseen[test], Crawlee included: there a missing 
 
 from crawlee import Request
 
+from urlseen.errors import ConfigError
 from urlseen.integrations.crawlee import UrlseenRequestManager, canonical_key
 
 JOB = Path(__file__).with_name("crawlee_job.py")
@@ -278,3 +279,41 @@ def test_failed_request_waits_for_the_next_run(tmp_path: Path) -> None:
 
     run(first_run())
     run(second_run())
+
+
+def test_shared_work_one_queue_for_every_process(redis_url: str, redis_name: str) -> None:
+    from crawlee import RequestState
+
+    async def scenario() -> None:
+        shared = {"redis_url": redis_url, "redis_name": redis_name, "share_work": True}
+        one = UrlseenRequestManager(None, capacity=10_000, **shared)
+        two = UrlseenRequestManager(None, **shared)
+        await one.add_requests([f"http://a.test/{i}" for i in range(4)])
+        await two.add_request("http://a.test/urgent", forefront=True)
+        first = await one.fetch_next_request()
+        assert first is not None and first.url == "http://a.test/urgent"
+        taken = [await two.fetch_next_request() for _ in range(3)]
+        assert [r.url for r in taken if r] == [f"http://a.test/{i}" for i in range(3)]
+        assert not await one.is_finished()  # two holds requests in progress
+        last = await one.fetch_next_request()
+        assert last is not None and await one.fetch_next_request() is None
+        last.state = RequestState.ERROR  # failed after Crawlee's retries: not again this run
+        assert await one.mark_request_as_handled(last)
+        assert await one.mark_request_as_handled(first)
+        for request in taken:
+            assert request is not None and await two.mark_request_as_handled(request)
+        assert await one.is_finished() and await one.get_handled_count() == 2
+        assert not await two.is_finished()  # one holds its failed request until it closes
+        assert await two.get_handled_count() == 3
+        one.close()  # the failed request goes back to the queue, retries reset
+        again = await two.fetch_next_request()
+        assert again is not None and again.url == last.url and again.retry_count == 0
+        assert await two.mark_request_as_handled(again) and await two.is_finished()
+        two.close()
+
+    run(scenario())
+
+
+def test_shared_work_needs_redis() -> None:
+    with pytest.raises(ConfigError, match="share_work needs redis_url"):
+        UrlseenRequestManager(None, share_work=True)

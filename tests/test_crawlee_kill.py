@@ -99,3 +99,31 @@ def test_failed_first_fetch_is_fetched_by_the_next_run(
     assert finish(second, timeout=60) == 0, second.log_text()
     counts = fetched_pages(fetched_files(tmp_path))
     assert set(counts) == site.urls and max(counts.values()) == 1
+
+
+def test_two_processes_share_the_work_and_survive_a_kill(
+    crawl_site: ServedSite, tmp_path: Path, redis_url: str, redis_name: str
+) -> None:
+    """share_work: one frontier in Redis for both processes; one is killed mid-crawl, and the
+    other fetches the rest, the killed one's requests in progress included (after their
+    lease)."""
+    options = {"redis_url": redis_url, "redis_name": redis_name, "share_work": True}
+    options.update(capacity=100_000, lease=3)
+    seed = kill_seed()
+    lines = random.Random(f"{seed}-shared").randrange(50, 300)
+    killed = crawlee_run(crawl_site, tmp_path, 0, state=None, options=options)
+    other = crawlee_run(crawl_site, tmp_path, 1, state=None, options=options)
+    try:
+        said = kill_after(killed, lines=(tmp_path / "fetched-0.txt", lines))
+        assert said.startswith("killed"), f"seed {seed}: {said}"
+        meanwhile = fetched_pages([tmp_path / "fetched-1.txt"])
+        assert meanwhile, f"seed {seed}: {said}; the other process fetched nothing meanwhile"
+        assert finish(other, timeout=120) == 0, other.log_text()
+    finally:
+        other.kill()
+    counts = fetched_pages(fetched_files(tmp_path))
+    story = f"seed {seed}: {said}"
+    assert not missing(crawl_site, counts), story
+    assert sum(counts.values()) - len(counts) <= CONCURRENCY, story
+    survivor = fetched_pages([tmp_path / "fetched-1.txt"])
+    assert len(survivor) >= len(counts) // 4, f"{story}: the work was not shared"

@@ -24,8 +24,9 @@ frontier for the next run. `redis_url` shares the filter, not the work: each req
 and fetched, in exactly one process, the one whose page linked to it first, and stays in that
 process's own frontier (give each process its own `state` for that frontier to survive a
 kill); a process that starts later finds the pages the others already met "seen", so it
-fetches only what it meets first. Memory stays bounded: the exact filter's counters and cache,
-not the requests.
+fetches only what it meets first. `share_work=True` shares the frontier too (in Redis,
+_crawlee_shared.py): every process takes its requests from one queue. Memory stays bounded:
+the exact filter's counters and cache, not the requests.
 
 Keys: Crawlee's `unique_key`, which Crawlee computes with its normaliser: it strips whitespace,
 drops `utm_*` parameters, sorts the query, drops the fragment and a trailing slash of the path,
@@ -50,6 +51,7 @@ from typing import Any
 from urlseen import kinds
 from urlseen.canonical import canonicalize
 from urlseen.errors import ConfigError, MissingDependencyError
+from urlseen.frontier.admit import admit
 from urlseen.integrations._handle import SeenHandle
 
 try:
@@ -57,6 +59,8 @@ try:
     from crawlee._utils.requests import compute_unique_key
     from crawlee.request_loaders import RequestManager
     from crawlee.storage_clients.models import ProcessedRequest
+
+    from urlseen.integrations._crawlee_shared import SharedFrontier
 except ImportError as exc:  # pragma: no cover - exercised only without crawlee
     raise MissingDependencyError(
         "urlseen.integrations.crawlee needs Crawlee: pip install 'urlseen[crawlee]'"
@@ -211,6 +215,10 @@ class UrlseenRequestManager(RequestManager):
             request is new in exactly one of them (which fetches it). The frontier stays this
             process's own (in state; in memory without one, and then lost with the process).
         redis_name: the shared filter's name (default "crawlee:default").
+        share_work: with redis_url, the frontier too is shared, in Redis under redis_name (the
+            frontier `urlseen crawl --redis` uses): every process takes its requests from one
+            queue, so the processes share the work; a request in progress in a process that
+            died comes back after the lease (the `lease` option, else 60 s).
         key: "crawlee" (Crawlee's unique_key, the default), "canonical" (urlseen's canonical
             URL for keys Crawlee computed: see canonical_key), or a function of the request.
         options: the kind's own options (urlseen.kinds.OPTIONS).
@@ -226,9 +234,12 @@ class UrlseenRequestManager(RequestManager):
         redis_url: str | None = None,
         redis_name: str | None = None,
         key: str | KeyRule = "crawlee",
+        share_work: bool = False,
         **options: Any,
     ) -> None:
         kind = filter or kinds.DEFAULT_KIND
+        if share_work and redis_url is None:
+            raise ConfigError("share_work needs redis_url: the shared frontier is in Redis")
         if key == "crawlee":
             self._key: KeyRule = _crawlee_key
         elif key == "canonical":
@@ -255,7 +266,11 @@ class UrlseenRequestManager(RequestManager):
             keys="Crawlee's unique keys",
             **options,
         )
-        self._frontier = _Frontier(None if folder is None else folder / FRONTIER)
+        self._frontier: _Frontier | SharedFrontier
+        if share_work:
+            self._frontier = _shared_frontier(self.handle, options.get("lease"))
+        else:
+            self._frontier = _Frontier(None if folder is None else folder / FRONTIER)
         self._closed = False
 
     @classmethod
@@ -288,26 +303,17 @@ class UrlseenRequestManager(RequestManager):
             self._add(requests[start : start + batch_size], forefront)
 
     def _add(self, items: Sequence[str | Request], forefront: bool) -> list[ProcessedRequest]:
-        """Ask the filter about a batch; the new requests join the frontier before the filter
-        commits them (a local exact filter), or before it is told they arrived (a shared
-        filter: answers are acknowledged by checkpoint(), after the frontier's commit; until
-        then they are claimed, and a process killed in between leaves them to whoever meets
-        them after the lease), so a kill never leaves a request seen and not to do."""
+        """Ask the filter about a batch; the new requests join the frontier before the filter's
+        "new" answers are durable (urlseen.frontier.admit: before an exact filter commits,
+        before a shared filter's claims are acknowledged, before a Bloom filter's bits are
+        set), so a kill never leaves a request seen and not to do."""
         batch = [(self._key(r), r) for r in (self._transform_request(i) for i in items)]
         keys = [k for k, _ in batch]
-        seen = self.handle.seen
-        if getattr(seen, "auto_acknowledge", False):
-            seen.auto_acknowledge = False  # type: ignore[attr-defined]
-        added: list[bool] = []
 
         def enqueue(flags: list[bool]) -> None:
-            added[:] = flags
             self._frontier.add([kr for kr, new in zip(batch, flags, strict=True) if new], forefront)
 
-        if getattr(seen, "commits_after_callback", False):
-            seen.add_many(keys, before_commit=enqueue)  # type: ignore[call-arg]
-        else:
-            enqueue(seen.add_many(keys))
+        added = admit(self.handle.seen, keys, enqueue)
         self.handle.checkpoint()
         waiting = self._frontier.present([k for k, new in zip(keys, added, strict=True) if not new])
         return [
@@ -362,9 +368,13 @@ class UrlseenRequestManager(RequestManager):
     async def purge(self) -> None:
         """Forget the crawl but stay usable (Crawlee purges before a crawler's second run()):
         the frontier emptied, the filter cleared (a shared one deleted from Redis only when no
-        other live process uses it)."""
-        self._frontier.clear()
-        logger.info("urlseen request manager purged: %s", self.handle.clear())
+        other live process uses it; a shared frontier with it)."""
+        if not isinstance(self._frontier, SharedFrontier):
+            self._frontier.clear()
+        done = self.handle.clear()
+        if isinstance(self._frontier, SharedFrontier) and done.startswith("deleted"):
+            self._frontier.clear()  # no other live process uses the crawl's filter
+        logger.info("urlseen request manager purged: %s", done)
 
     async def drop(self) -> None:
         """Remove the state: the frontier, and the filter as purge() clears it."""
@@ -402,6 +412,13 @@ class UrlseenRequestManager(RequestManager):
 
 def _crawlee_key(request: Request) -> str:
     return request.unique_key
+
+
+def _shared_frontier(handle: SeenHandle, lease: float | None) -> SharedFrontier:
+    from urlseen.shared.frontier import LEASE_SECONDS, RedisFrontier
+
+    assert handle.redis is not None and handle.name is not None
+    return SharedFrontier(RedisFrontier(handle.redis, handle.name, lease=lease or LEASE_SECONDS))
 
 
 __all__ = ["UrlseenRequestManager", "canonical_key"]
