@@ -14,7 +14,8 @@ Fixtures (registered in conftest.py):
 
 `ServedSite` (a threaded `http.server` on 127.0.0.1, a free port):
 - `.url` (the start URL), `.prefix` (what a crawl follows), `.site` (the `Site`),
-  `.served` (requests answered 200), `.requests` (a Counter of request paths, query included);
+  `.served` (requests not failed on purpose), `.requests` (a Counter of their paths, query
+  included);
 - `.delay = s`: every request waits s seconds first (a slower crawl, so a kill lands mid-crawl);
 - `.fail_next(m, status=503)`: the next m requests get that HTTP status, or with status=None
   the connection is reset unanswered;
