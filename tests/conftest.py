@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from crawl_site import crawl_site, serve_site  # noqa: F401 - fixtures of the kill tests
 from doc_site import Gate, fetched_once, in_ci, server, site  # noqa: F401 - fixtures and helpers for the tests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,9 @@ subprocesses: `python tests/crawlee_job.py '<json>'`.
 The JSON holds: start (URL), prefix (links followed), fetched (a file: one line per handled
 URL, written as it happens), manager ("crawlee": Crawlee's own request queue; "urlseen": our
 request manager, with `options` for UrlseenRequestManager and `state`), max_requests (stop after
-so many; 0: no limit). Crawlee's own storages stay in memory.
+so many; 0: no limit), retries (Crawlee's max_request_retries, default 1) and storage (a folder:
+Crawlee's storages, its request queue included, persist there and are kept between runs;
+default: they stay in memory).
 """
 
 from __future__ import annotations
@@ -19,14 +21,21 @@ from typing import Any
 from urllib.parse import urldefrag
 
 from crawlee import ConcurrencySettings, service_locator
+from crawlee.configuration import Configuration
 from crawlee.crawlers import ParselCrawler, ParselCrawlingContext
-from crawlee.storage_clients import MemoryStorageClient
+from crawlee.storage_clients import FileSystemStorageClient, MemoryStorageClient
 
 from urlseen.integrations.crawlee import UrlseenRequestManager
 
 
 async def crawl(config: dict[str, Any]) -> None:
-    service_locator.set_storage_client(MemoryStorageClient())
+    if config.get("storage"):
+        service_locator.set_configuration(
+            Configuration(storage_dir=config["storage"], purge_on_start=False)
+        )
+        service_locator.set_storage_client(FileSystemStorageClient())
+    else:
+        service_locator.set_storage_client(MemoryStorageClient())
     manager = None
     kwargs: dict[str, Any] = {}
     if config["manager"] == "urlseen":
@@ -36,7 +45,7 @@ async def crawl(config: dict[str, Any]) -> None:
         kwargs["max_requests_per_crawl"] = config["max_requests"]
     crawler = ParselCrawler(
         concurrency_settings=ConcurrencySettings(desired_concurrency=4, max_concurrency=8),
-        max_request_retries=1,
+        max_request_retries=config.get("retries", 1),
         **kwargs,
     )
     fetched = open(config["fetched"], "a", buffering=1)  # noqa: SIM115 - open for the crawl

@@ -31,16 +31,18 @@ def _start(
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _finish(proc: subprocess.Popen[str]) -> str:
+def _finish(proc: subprocess.Popen[str], status: int = 0) -> str:
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{err}"
+    assert proc.returncode == status, f"exit {proc.returncode}\n{out}\n{err}"
     return out
 
 
-def _crawl(site: str, tmp: Path, *args: str, name: str = "run") -> tuple[dict, list[str]]:
+def _crawl(
+    site: str, tmp: Path, *args: str, name: str = "run", status: int = 0
+) -> tuple[dict, list[str]]:
     """Run one crawl; its JSON report and the URLs it fetched, one per HTTP response."""
     fetched = tmp / f"{name}.fetched"
-    report = json.loads(_finish(_start(site, fetched, "--json", *args)))
+    report = json.loads(_finish(_start(site, fetched, "--json", *args), status))
     return report, _read(fetched)
 
 
@@ -79,13 +81,15 @@ def test_stop_midway_and_resume_fetch_no_page_twice(
     job = str(tmp_path / "job")
     small = ["--capacity", "100000"]
     first, before = _crawl(
-        site, tmp_path, "--jobdir", job, "--max-pages", "15", *small, name="first"
-    )
+        site, tmp_path, "--jobdir", job, "--max-pages", "15", *small, name="first", status=3
+    )  # status 3: pages left to fetch
     assert first["finish_reason"] == "closespider_pagecount"
+    assert first["pending"] > 0 and not first["finished"]
     assert 15 <= len(before) < len(scrapy_pages)
     assert (tmp_path / "job" / "urlseen" / "library.sqlite").is_file()
     second, after = _crawl(site, tmp_path, "--jobdir", job, *small, name="second")
-    assert second["finish_reason"] == "finished"
+    assert second["finish_reason"] == "finished" and second["finished"]
+    assert second["pending"] == 0
     assert after, "the resumed crawl fetched nothing"
     assert fetched_once(before + after) == scrapy_pages
 

@@ -24,6 +24,7 @@ if not in_ci():  # CI installs urlseen[test], Crawlee included: there a missing 
 
 from crawlee import Request
 
+from urlseen.errors import ConfigError
 from urlseen.integrations.crawlee import UrlseenRequestManager, canonical_key
 
 JOB = Path(__file__).with_name("crawlee_job.py")
@@ -246,3 +247,73 @@ def test_two_processes_share_one_filter(
         server.gate = None
     assert first and second, "one process fetched nothing: the crawls did not overlap"
     assert fetched_once(first + second) == crawlee_pages
+
+
+def test_failed_request_waits_for_the_next_run(tmp_path: Path) -> None:
+    from crawlee import RequestState
+
+    async def first_run() -> None:
+        manager = UrlseenRequestManager(tmp_path / "crawl")
+        await manager.add_requests(["http://a.test/down", "http://a.test/up"])
+        failed = await manager.fetch_next_request()
+        assert failed is not None and failed.url == "http://a.test/down"
+        failed.retry_count, failed.state = 3, RequestState.ERROR  # as Crawlee gives up
+        assert await manager.mark_request_as_handled(failed)
+        done = await manager.fetch_next_request()
+        assert done is not None and await manager.mark_request_as_handled(done)
+        assert await manager.fetch_next_request() is None  # not again in this run
+        assert await manager.is_finished() and await manager.get_handled_count() == 2
+        manager.close()
+
+    async def second_run() -> None:
+        manager = UrlseenRequestManager(tmp_path / "crawl")
+        added = await manager.add_request("http://a.test/down")
+        assert added is not None and added.was_already_present
+        assert not added.was_already_handled
+        again = await manager.fetch_next_request()
+        assert again is not None and again.url == "http://a.test/down"
+        assert again.retry_count == 0 and again.state == RequestState.UNPROCESSED
+        assert await manager.mark_request_as_handled(again)
+        assert await manager.is_finished() and await manager.get_handled_count() == 2
+        manager.close()
+
+    run(first_run())
+    run(second_run())
+
+
+def test_shared_work_one_queue_for_every_process(redis_url: str, redis_name: str) -> None:
+    from crawlee import RequestState
+
+    async def scenario() -> None:
+        shared = {"redis_url": redis_url, "redis_name": redis_name, "share_work": True}
+        one = UrlseenRequestManager(None, capacity=10_000, **shared)
+        two = UrlseenRequestManager(None, **shared)
+        await one.add_requests([f"http://a.test/{i}" for i in range(4)])
+        await two.add_request("http://a.test/urgent", forefront=True)
+        first = await one.fetch_next_request()
+        assert first is not None and first.url == "http://a.test/urgent"
+        taken = [await two.fetch_next_request() for _ in range(3)]
+        assert [r.url for r in taken if r] == [f"http://a.test/{i}" for i in range(3)]
+        assert not await one.is_finished()  # two holds requests in progress
+        last = await one.fetch_next_request()
+        assert last is not None and await one.fetch_next_request() is None
+        last.state = RequestState.ERROR  # failed after Crawlee's retries: not again this run
+        assert await one.mark_request_as_handled(last)
+        assert await one.mark_request_as_handled(first)
+        for request in taken:
+            assert request is not None and await two.mark_request_as_handled(request)
+        assert await one.is_finished() and await one.get_handled_count() == 2
+        assert not await two.is_finished()  # one holds its failed request until it closes
+        assert await two.get_handled_count() == 3
+        one.close()  # the failed request goes back to the queue, retries reset
+        again = await two.fetch_next_request()
+        assert again is not None and again.url == last.url and again.retry_count == 0
+        assert await two.mark_request_as_handled(again) and await two.is_finished()
+        two.close()
+
+    run(scenario())
+
+
+def test_shared_work_needs_redis() -> None:
+    with pytest.raises(ConfigError, match="share_work needs redis_url"):
+        UrlseenRequestManager(None, share_work=True)

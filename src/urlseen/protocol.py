@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import (
     TYPE_CHECKING,
@@ -163,6 +163,23 @@ def key_batch(keys: Iterable[Key]) -> list[Key]:
 P = ParamSpec("P")
 F = TypeVar("F")
 StrPath = str | os.PathLike[str]
+
+
+def new_in_batch(seen: SeenFilter, keys: Sequence[Key]) -> list[bool]:
+    """Which keys are new, testing only (nothing is added): absent from the filter, and the
+    first of their repeats in the batch. For callers that must persist what is new before
+    the filter records it."""
+    present = seen.contains_many(keys)
+    firsts: set[bytes] = set()  # as bytes: the filter hashes "x" and b"x" alike
+    flags = []
+    for key, hit in zip(keys, present, strict=True):
+        fresh = False
+        if not hit:
+            as_bytes = key.encode() if isinstance(key, str) else bytes(key)
+            fresh = as_bytes not in firsts
+            firsts.add(as_bytes)
+        flags.append(fresh)
+    return flags
 
 
 def creator(

@@ -17,6 +17,7 @@ from urlseen.errors import MissingDependencyError
 
 # The kinds a crawl can use: those keyed by the request's fingerprint, not by URL features.
 CRAWL_KINDS = [k for k in kinds.KINDS.values() if not k.url_keys]
+UNFINISHED = 3  # exit status: the crawl stopped with pages left to fetch (run it again)
 
 
 def _prefix(start_url: str, prefix: str | None) -> str:
@@ -37,12 +38,18 @@ def _report(report: Any, as_json: bool) -> None:
         click.echo(json.dumps(report.as_dict()))
         return
     r = report
+    if r.unreachable:  # one line, as click's errors: its fetches failed, nothing else did
+        click.echo(f"Error: {r.unreachable}", err=True)
+        sys.exit(UNFINISHED)
+    state = r.finish_reason if r.finished or r.pending is None else "unfinished"
     click.echo(
-        f"urlseen crawl: {r.pages:,} pages fetched in {r.seconds:.1f} s ({r.finish_reason}); "
+        f"urlseen crawl: {r.pages:,} pages fetched in {r.seconds:.1f} s ({state}); "
         f"{r.new:,} new URLs ({human(r.new_per_second)} new URLs/s), {r.duplicates:,} "
         f"duplicates ({r.duplicate_rate:.1%} of {r.new + r.duplicates:,} requests); "
         f"{r.filter_kind} filter {r.filter_bits:,} bits ({r.filter_bits / 8 / 2**20:.1f} MiB)"
     )
+    if r.left:
+        click.echo(f"urlseen crawl: {r.left}")
     if r.false_positives is not None:
         click.echo(
             f"urlseen crawl: {r.false_positives:,} new URLs dropped as seen by the filter's "
@@ -149,7 +156,10 @@ def crawl_command(
     """Crawl START_URL's site with Scrapy and a urlseen filter; print how the filter did.
 
     Follows every link within the site (or --prefix), each page once; prints pages fetched,
-    speed (new URLs/s), duplicate rate and the filter's space in bits.
+    speed (new URLs/s), duplicate rate and the filter's space in bits. Requests to fetch
+    are kept in a frontier that commits with the filter (in --jobdir, or in Redis with
+    --redis): a crawl killed at any moment resumes every page. Exit status 3: pages are
+    left (failed, or the crawl was stopped); run the same command again.
 
     \b
     Example:
@@ -167,7 +177,7 @@ def crawl_command(
         if kind != "scrapy":
             options = kinds.given_options(kind, options, shared=bool(redis_url), spell=flag)
         try:
-            from urlseen.integrations._crawl import crawl
+            from urlseen.integrations._crawl import crawl, progress_bar
         except ImportError as exc:
             raise MissingDependencyError(
                 f"urlseen crawl needs Scrapy ({exc}): pip install 'urlseen[scrapy]'"
@@ -184,18 +194,6 @@ def crawl_command(
             }
         show = sys.stderr.isatty() if progress is None else progress
         with contextlib.ExitStack() as stack:
-            on_page = None
-            if show:
-                from tqdm import tqdm  # type: ignore[import-untyped]
-
-                bar = stack.enter_context(
-                    tqdm(unit=" pages", file=sys.stderr, leave=False, mininterval=0.2)
-                )
-
-                def on_page(stats: dict[str, Any]) -> None:
-                    bar.set_postfix(duplicates=stats.get("dupefilter/filtered", 0), refresh=False)
-                    bar.update(1)
-
             report = crawl(
                 start_url,
                 prefix=follow,
@@ -205,7 +203,9 @@ def crawl_command(
                 concurrency=concurrency,
                 delay=delay,
                 fetched=fetched,
-                on_page=on_page,
+                on_page=progress_bar(stack) if show else None,
                 log_level="INFO" if verbose else "WARNING",
             )
     _report(report, as_json)
+    if report.pending:
+        sys.exit(UNFINISHED)

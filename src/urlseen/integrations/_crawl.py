@@ -8,6 +8,8 @@ dupefilter module imports nothing but what a Scrapy project needs.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +32,12 @@ from urlseen.integrations._stop import ERROR_STAT, LOST, UNCHECKED_STAT
 
 URLSEEN_DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
 SCRAPY_DUPEFILTER = "urlseen.integrations._crawl.MeasuredRFPDupeFilter"
+SCHEDULER = "urlseen.integrations.scheduler"
+FRONTIER_SETTINGS = {
+    "SCHEDULER": f"{SCHEDULER}.UrlseenScheduler",
+    "SPIDER_MIDDLEWARES": {f"{SCHEDULER}.FrontierSpiderMiddleware": 0},
+    "DOWNLOADER_MIDDLEWARES": {f"{SCHEDULER}.FrontierDownloaderMiddleware": 0},
+}
 
 
 class SiteSpider(Spider):
@@ -102,6 +110,30 @@ class CrawlReport:
     filter_bits: int
     false_positives: int | None  # new requests dropped as seen (audited runs only)
     finish_reason: str
+    pending: int | None = None  # requests left in the frontier (None: Scrapy's scheduler)
+    failed: int = 0  # requests whose fetch failed for good in this run (left in the frontier)
+    first_error: str = ""  # the first download error, one line
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to fetch (as far as the frontier knows)."""
+        return self.finish_reason == "finished" and not self.pending
+
+    @property
+    def left(self) -> str:
+        """What is left to fetch, for the summary ("" when nothing is)."""
+        if not self.pending:
+            return ""
+        first = f", first: {self.first_error}" if self.first_error else ""
+        failed = f" ({self.failed:,} failed in this run{first})" if self.failed else ""
+        return f"{self.pending:,} requests left to fetch{failed}; run the same command again"
+
+    @property
+    def unreachable(self) -> str:
+        """The error of a crawl that fetched nothing because its fetches failed, else ""."""
+        if self.pages or not self.failed or not self.first_error:
+            return ""
+        return f"no page fetched: {self.first_error}; run the same command again to retry"
 
     @property
     def duplicate_rate(self) -> float:
@@ -117,7 +149,42 @@ class CrawlReport:
             **asdict(self),
             "duplicate_rate": self.duplicate_rate,
             "new_per_second": self.new_per_second,
+            "finished": self.finished,
         }
+
+
+class DownloadErrors(logging.Filter):
+    """Scrapy's "Error downloading" records, counted and kept as one line (the first); with
+    quiet, not logged (their traceback says nothing to a crawl's user: the summary counts
+    them, and the frontier keeps their requests for the next run)."""
+
+    def __init__(self, quiet: bool) -> None:
+        super().__init__()
+        self.quiet, self.first, self.count = quiet, "", 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Error downloading"):
+            return True
+        self.count += 1
+        if not self.first:
+            error = record.exc_info[1] if record.exc_info else None
+            args = record.args if isinstance(record.args, dict) else {}
+            url = getattr(args.get("request"), "url", "a request")
+            self.first = f"{url}: {error or record.getMessage()}"
+        return not self.quiet
+
+
+def progress_bar(stack: contextlib.ExitStack) -> Callable[[dict[str, Any]], None]:
+    """An on_page callback drawing a progress bar on stderr, closed with the stack."""
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    bar = stack.enter_context(tqdm(unit=" pages", file=sys.stderr, leave=False, mininterval=0.2))
+
+    def on_page(stats: dict[str, Any]) -> None:
+        bar.set_postfix(duplicates=stats.get("dupefilter/filtered", 0), refresh=False)
+        bar.update(1)
+
+    return on_page
 
 
 def _raise_ours(exc: BaseException | None) -> NoReturn:
@@ -168,6 +235,7 @@ def crawl(
         "LOG_LEVEL": log_level,
         "TELNETCONSOLE_ENABLED": False,
         "ROBOTSTXT_OBEY": False,
+        "RETRY_GIVE_UP_LOG_LEVEL": "INFO",  # counted in the summary (DownloadErrors)
         "USER_AGENT": f"urlseen/{urlseen.__version__} (urlseen crawl)",
     }
     if scrapy.version_info < (2, 12):  # the fingerprints of Scrapy >= 2.7, without a warning
@@ -179,6 +247,9 @@ def crawl(
         settings["DUPEFILTER_CLASS"] = SCRAPY_DUPEFILTER
     else:
         settings["DUPEFILTER_CLASS"] = URLSEEN_DUPEFILTER
+        settings.update(FRONTIER_SETTINGS)
+        if options.get("lease") is not None:  # with --redis: the frontier's leases too
+            settings["URLSEEN_FRONTIER_LEASE"] = options["lease"]
         for name, value in options.items():
             if value is not None:
                 settings[f"URLSEEN_{name.upper()}"] = value
@@ -198,15 +269,22 @@ def crawl(
         pages[0] += 1
         if fetched is not None:
             fetched.write(urldefrag(request.url)[0] + "\n")  # the fragment is never sent
+            fetched.flush()  # a killed crawl's record is complete up to its last page
         if on_page is not None:
             on_page(crawler.stats.get_stats() if crawler.stats is not None else {})
 
     crawler.signals.connect(opened, signal=signals.spider_opened)
     crawler.signals.connect(closed, signal=signals.spider_closed)
     crawler.signals.connect(downloaded, signal=signals.response_downloaded)
-    deferred = process.crawl(crawler, start_url=start_url, prefix=prefix)
-    deferred.addErrback(failures.append)
-    process.start()
+    errors = DownloadErrors(quiet=log_level != "INFO")
+    scraper_log = logging.getLogger("scrapy.core.scraper")
+    scraper_log.addFilter(errors)
+    try:
+        deferred = process.crawl(crawler, start_url=start_url, prefix=prefix)
+        deferred.addErrback(failures.append)
+        process.start()
+    finally:
+        scraper_log.removeFilter(errors)
     if failures:
         _raise_ours(failures[0].value)
     stats = crawler.stats.get_stats() if crawler.stats is not None else {}
@@ -215,6 +293,7 @@ def crawl(
     if ERROR_STAT in stats:
         raise _stopped(stats, pages[0])
     fps = stats.get("urlseen/false_positives")
+    pending = stats.get("urlseen/frontier/pending")
     return CrawlReport(
         pages=pages[0],
         new=int(stats.get("urlseen/new", 0)),
@@ -224,4 +303,7 @@ def crawl(
         filter_bits=int(stats.get("urlseen/filter_bits", 0)),
         false_positives=None if fps is None else int(fps),
         finish_reason=str(stats.get("finish_reason", "")),
+        pending=None if pending is None else int(pending),
+        failed=int(stats.get("urlseen/frontier/failed", 0)),
+        first_error=errors.first,
     )

@@ -17,9 +17,16 @@ only the requests still to do (the frontier) in a SQLite file; a handled request
     manager.close()
 
 Defaults: the exact filter (never drops a page), persistent: filter and frontier in one
-folder, so a stopped crawl resumes where it was. `redis_url` shares the filter between crawler
-processes (each request is new, and fetched, in exactly one of them; each keeps its own
-frontier). Memory stays bounded: the exact filter's counters and cache, not the requests.
+folder, so a crawl stopped at any moment (kill -9 included) resumes where it was: each request
+is fetched at least once across the runs, and a kill costs at most the requests in progress at
+that moment (fetched again). A request that failed after Crawlee's retries stays in the
+frontier for the next run. `redis_url` shares the filter, not the work: each request is new,
+and fetched, in exactly one process, the one whose page linked to it first, and stays in that
+process's own frontier (give each process its own `state` for that frontier to survive a
+kill); a process that starts later finds the pages the others already met "seen", so it
+fetches only what it meets first. `share_work=True` shares the frontier too (in Redis,
+_crawlee_shared.py): every process takes its requests from one queue. Memory stays bounded:
+the exact filter's counters and cache, not the requests.
 
 Keys: Crawlee's `unique_key`, which Crawlee computes with its normaliser: it strips whitespace,
 drops `utm_*` parameters, sorts the query, drops the fragment and a trailing slash of the path,
@@ -44,13 +51,16 @@ from typing import Any
 from urlseen import kinds
 from urlseen.canonical import canonicalize
 from urlseen.errors import ConfigError, MissingDependencyError
+from urlseen.frontier.admit import admit
 from urlseen.integrations._handle import SeenHandle
 
 try:
-    from crawlee import Request
+    from crawlee import Request, RequestState
     from crawlee._utils.requests import compute_unique_key
     from crawlee.request_loaders import RequestManager
     from crawlee.storage_clients.models import ProcessedRequest
+
+    from urlseen.integrations._crawlee_shared import SharedFrontier
 except ImportError as exc:  # pragma: no cover - exercised only without crawlee
     raise MissingDependencyError(
         "urlseen.integrations.crawlee needs Crawlee: pip install 'urlseen[crawlee]'"
@@ -75,9 +85,14 @@ def canonical_key(request: Request) -> str:
     return canonicalize(request.url)
 
 
+WAITING, IN_PROGRESS, FAILED = 0, 1, 2  # a frontier row's `taken`
+
+
 class _Frontier:
     """The requests added and not yet handled, in order (forefront ones first), in SQLite: in
-    a file (persistent) or in memory."""
+    a file (persistent) or in memory. A request in progress when a run stopped, or failed in
+    it after Crawlee's retries, waits again in the next run: the filter has it as seen, so
+    only the frontier can bring it back."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -91,7 +106,7 @@ class _Frontier:
             CREATE INDEX IF NOT EXISTS requests_order ON requests (taken, ord);
             CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
             INSERT OR IGNORE INTO meta VALUES ('handled', 0);
-            UPDATE requests SET taken = 0 WHERE taken = 1;  -- in progress when the run stopped
+            UPDATE requests SET taken = 0 WHERE taken <> 0;  -- in progress or failed
             """
         )
         low, high = self._db.execute("SELECT min(ord), max(ord) FROM requests").fetchone()
@@ -139,6 +154,15 @@ class _Frontier:
                 self._db.execute("UPDATE meta SET value = value + 1 WHERE name = 'handled'")
         return bool(gone)
 
+    def failed(self, key: str, request: Request) -> bool:
+        """Keep a request that failed after its retries for the next run (not this one)."""
+        with self._transaction():
+            changed = self._db.execute(
+                "UPDATE requests SET taken = ?, request = ? WHERE key = ? AND taken = ?",
+                (FAILED, request.model_dump_json(by_alias=True), key, IN_PROGRESS),
+            ).rowcount
+        return bool(changed)
+
     def put_back(self, key: str, request: Request, front: bool) -> bool:
         with self._transaction():
             changed = self._db.execute(
@@ -147,13 +171,16 @@ class _Frontier:
             ).rowcount
         return bool(changed)
 
-    def counts(self) -> tuple[int, int, int]:
-        """(waiting, in progress, handled)."""
-        waiting, taken = self._db.execute(
-            "SELECT count(*) - coalesce(sum(taken), 0), coalesce(sum(taken), 0) FROM requests"
-        ).fetchone()
+    def counts(self) -> tuple[int, int, int, int]:
+        """(waiting, in progress, failed in this run, handled)."""
+        by_state = dict(self._db.execute("SELECT taken, count(*) FROM requests GROUP BY taken"))
         handled = self._db.execute("SELECT value FROM meta WHERE name = 'handled'").fetchone()
-        return int(waiting), int(taken), int(handled[0])
+        return (
+            by_state.get(WAITING, 0),
+            by_state.get(IN_PROGRESS, 0),
+            by_state.get(FAILED, 0),
+            int(handled[0]),
+        )
 
     def clear(self) -> None:
         with self._transaction():
@@ -186,8 +213,12 @@ class UrlseenRequestManager(RequestManager):
         capacity, error_rate: the filter's sizing (None: the stored one, or the kind's default).
         redis_url: share the filter through Redis with every process using redis_name: each
             request is new in exactly one of them (which fetches it). The frontier stays this
-            process's own (in state).
+            process's own (in state; in memory without one, and then lost with the process).
         redis_name: the shared filter's name (default "crawlee:default").
+        share_work: with redis_url, the frontier too is shared, in Redis under redis_name (the
+            frontier `urlseen crawl --redis` uses): every process takes its requests from one
+            queue, so the processes share the work; a request in progress in a process that
+            died comes back after the lease (the `lease` option, else 60 s).
         key: "crawlee" (Crawlee's unique_key, the default), "canonical" (urlseen's canonical
             URL for keys Crawlee computed: see canonical_key), or a function of the request.
         options: the kind's own options (urlseen.kinds.OPTIONS).
@@ -203,9 +234,12 @@ class UrlseenRequestManager(RequestManager):
         redis_url: str | None = None,
         redis_name: str | None = None,
         key: str | KeyRule = "crawlee",
+        share_work: bool = False,
         **options: Any,
     ) -> None:
         kind = filter or kinds.DEFAULT_KIND
+        if share_work and redis_url is None:
+            raise ConfigError("share_work needs redis_url: the shared frontier is in Redis")
         if key == "crawlee":
             self._key: KeyRule = _crawlee_key
         elif key == "canonical":
@@ -232,7 +266,11 @@ class UrlseenRequestManager(RequestManager):
             keys="Crawlee's unique keys",
             **options,
         )
-        self._frontier = _Frontier(None if folder is None else folder / FRONTIER)
+        self._frontier: _Frontier | SharedFrontier
+        if share_work:
+            self._frontier = _shared_frontier(self.handle, options.get("lease"))
+        else:
+            self._frontier = _Frontier(None if folder is None else folder / FRONTIER)
         self._closed = False
 
     @classmethod
@@ -265,24 +303,17 @@ class UrlseenRequestManager(RequestManager):
             self._add(requests[start : start + batch_size], forefront)
 
     def _add(self, items: Sequence[str | Request], forefront: bool) -> list[ProcessedRequest]:
-        """Ask the filter about a batch; the new requests join the frontier before the filter
-        commits them (a local exact filter), so a kill never leaves a request seen and not to
-        do. (A shared filter has committed when it answers: a kill right then loses at most
-        that batch's new requests; its `acknowledge`, where it has one, follows the frontier's
-        commit.)"""
+        """Ask the filter about a batch; the new requests join the frontier before the filter's
+        "new" answers are durable (urlseen.frontier.admit: before an exact filter commits,
+        before a shared filter's claims are acknowledged, before a Bloom filter's bits are
+        set), so a kill never leaves a request seen and not to do."""
         batch = [(self._key(r), r) for r in (self._transform_request(i) for i in items)]
         keys = [k for k, _ in batch]
-        seen = self.handle.seen
-        added: list[bool] = []
 
         def enqueue(flags: list[bool]) -> None:
-            added[:] = flags
             self._frontier.add([kr for kr, new in zip(batch, flags, strict=True) if new], forefront)
 
-        if getattr(seen, "commits_after_callback", False):
-            seen.add_many(keys, before_commit=enqueue)  # type: ignore[call-arg]
-        else:
-            enqueue(seen.add_many(keys))
+        added = admit(self.handle.seen, keys, enqueue)
         self.handle.checkpoint()
         waiting = self._frontier.present([k for k, new in zip(keys, added, strict=True) if not new])
         return [
@@ -299,8 +330,16 @@ class UrlseenRequestManager(RequestManager):
         return None if taken is None else taken[1]
 
     async def mark_request_as_handled(self, request: Request) -> ProcessedRequest | None:
+        """Done with a request: deleted from the frontier; one that failed after Crawlee's
+        retries (state ERROR) stays in it, with its retries reset, for the next run."""
         key = self._key(request)
-        if not self._frontier.handled(key):
+        if request.state == RequestState.ERROR:
+            again = request.model_copy(deep=True)
+            again.retry_count, again.state = 0, RequestState.UNPROCESSED
+            done = self._frontier.failed(key, again)
+        else:
+            done = self._frontier.handled(key)
+        if not done:
             return None
         return ProcessedRequest(unique_key=key, was_already_present=True, was_already_handled=True)
 
@@ -316,11 +355,12 @@ class UrlseenRequestManager(RequestManager):
         return self._frontier.counts()[0] == 0
 
     async def is_finished(self) -> bool:
-        waiting, taken, _ = self._frontier.counts()
+        waiting, taken, _, _ = self._frontier.counts()
         return waiting == 0 and taken == 0
 
     async def get_handled_count(self) -> int:
-        return self._frontier.counts()[2]
+        """Requests handled, those failed in this run included (as Crawlee counts them)."""
+        return sum(self._frontier.counts()[2:])
 
     async def get_total_count(self) -> int:
         return sum(self._frontier.counts())
@@ -328,9 +368,13 @@ class UrlseenRequestManager(RequestManager):
     async def purge(self) -> None:
         """Forget the crawl but stay usable (Crawlee purges before a crawler's second run()):
         the frontier emptied, the filter cleared (a shared one deleted from Redis only when no
-        other live process uses it)."""
-        self._frontier.clear()
-        logger.info("urlseen request manager purged: %s", self.handle.clear())
+        other live process uses it; a shared frontier with it)."""
+        if not isinstance(self._frontier, SharedFrontier):
+            self._frontier.clear()
+        done = self.handle.clear()
+        if isinstance(self._frontier, SharedFrontier) and done.startswith("deleted"):
+            self._frontier.clear()  # no other live process uses the crawl's filter
+        logger.info("urlseen request manager purged: %s", done)
 
     async def drop(self) -> None:
         """Remove the state: the frontier, and the filter as purge() clears it."""
@@ -368,6 +412,13 @@ class UrlseenRequestManager(RequestManager):
 
 def _crawlee_key(request: Request) -> str:
     return request.unique_key
+
+
+def _shared_frontier(handle: SeenHandle, lease: float | None) -> SharedFrontier:
+    from urlseen.shared.frontier import LEASE_SECONDS, RedisFrontier
+
+    assert handle.redis is not None and handle.name is not None
+    return SharedFrontier(RedisFrontier(handle.redis, handle.name, lease=lease or LEASE_SECONDS))
 
 
 __all__ = ["UrlseenRequestManager", "canonical_key"]

@@ -45,11 +45,14 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from urlseen import kinds
 from urlseen.errors import ConfigError, MissingDependencyError
+from urlseen.frontier.admit import admit
+from urlseen.integrations._grouped import GroupedAdds
 from urlseen.integrations._handle import SeenHandle
 from urlseen.integrations._stop import CrawlStopper
 from urlseen.protocol import SeenFilter
@@ -179,6 +182,11 @@ class UrlseenDupeFilter(BaseDupeFilter):
         """The urlseen filter (a GroupedAdds around a local exact filter)."""
         return self.handle.seen
 
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that made the filter fail (the crawl is closing on it), else None."""
+        return self._stop.failure
+
     # -- construction -----------------------------------------------------------------------
 
     @classmethod
@@ -289,6 +297,53 @@ class UrlseenDupeFilter(BaseDupeFilter):
             self.false_positives += 1
             self._audit.add(fp)  # counted once: later repeats are true duplicates
         return True
+
+    def admit(
+        self,
+        requests: list[Request],
+        keep: Callable[[list[Request]], object],
+        spider: Spider | None = None,
+    ) -> list[bool]:
+        """request_seen for a batch, for a durable frontier (UrlseenScheduler): keep(the new
+        requests) runs once the answers are known and before the filter's new answers are
+        durable (urlseen.frontier.admit orders the two commits). Duplicates are logged as
+        the scheduler logs them. Once the filter failed (the crawl is closing), nothing is
+        kept: the requests that yielded these stay in the frontier, in flight, and a rerun
+        fetches them again. Returns the answers (empty after a failure)."""
+        if self._stop.failure is None:
+            try:
+                return self._admit(requests, keep, spider)
+            except Exception as exc:
+                if not self._stop.fail(exc, "admitting requests"):
+                    raise
+        return []
+
+    def _admit(
+        self,
+        requests: list[Request],
+        keep: Callable[[list[Request]], object],
+        spider: Spider | None,
+    ) -> list[bool]:
+        fps = [self.fingerprinter.fingerprint(r) for r in requests]
+        seen = self.seen
+        if isinstance(seen, GroupedAdds):  # its commits are ordered here, not grouped
+            seen.flush()
+            seen = seen.seen
+        flags = admit(
+            seen, fps, lambda new: keep([r for r, f in zip(requests, new, strict=True) if f])
+        )
+        for request, fp, new in zip(requests, fps, flags, strict=True):
+            if new:
+                self.new += 1
+                if self._audit is not None:
+                    self._audit.add(fp)
+                continue
+            if self._audit is not None and fp not in self._audit:
+                self.false_positives += 1
+                self._audit.add(fp)
+            if spider is not None:
+                self.log(request, spider)
+        return flags
 
     def log(self, request: Request, spider: Spider) -> None:
         """Scrapy's duplicate log, word for word: the first filtered request, or all with

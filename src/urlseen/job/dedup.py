@@ -42,7 +42,7 @@ from typing import Any, BinaryIO, cast
 from urlseen import _core
 from urlseen.errors import ConfigError
 from urlseen.job.linekeys import LineCounts, LineKeyer
-from urlseen.protocol import Acknowledging, DedupStep, SeenFilter
+from urlseen.protocol import Acknowledging, DedupStep, SeenFilter, new_in_batch
 
 DEFAULT_BATCH_SIZE = 8192
 # The worker's feeder reads 256 KiB at a time, and its ring holds a few such chunks: larger ones
@@ -113,19 +113,7 @@ def _strip_newline(line: bytes) -> bytes:
 
 def _new_in_batch(seen: SeenFilter, keys: list[Any], transactional: bool) -> list[bool]:
     """Which keys are new. Transactional: test only, and drop repeats within the batch."""
-    if not transactional:
-        return seen.add_many(keys)
-    present = seen.contains_many(keys)
-    firsts: set[bytes] = set()  # as bytes: the filter hashes "x" and b"x" alike
-    flags = []
-    for key, hit in zip(keys, present, strict=True):
-        fresh = False
-        if not hit:
-            as_bytes = key.encode() if isinstance(key, str) else key
-            fresh = as_bytes not in firsts
-            firsts.add(as_bytes)
-        flags.append(fresh)
-    return flags
+    return new_in_batch(seen, keys) if transactional else seen.add_many(keys)
 
 
 def _write_new(out: BinaryIO, lines: list[bytes], flags: list[bool] | None, flush: bool) -> None:

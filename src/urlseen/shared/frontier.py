@@ -1,0 +1,154 @@
+"""RedisFrontier: one crawl's frontier in Redis, shared by every process of the crawl, so a
+fleet shares the work (the interface of urlseen.frontier.Frontier).
+
+Keys, in the hash slot of the frontier's name (`urlseen:{name}:frontier:*`): `queue`, a sorted
+set of members "<priority>|<order>" scored -priority; `leases`, the members taken by some
+process, scored by the end of their lease (the server's clock); `data`, member -> request;
+`order`, the counter that numbers members. A commit (new requests, done requests) is one
+MULTI/EXEC; taking is one script (shared/lua/frontier.lua) that first puts back every member
+whose lease ended, then moves the best one from the queue to the leases. A process renews the
+leases of the requests it holds while it runs, so only a process that died or stalled past
+its lease loses them, to whoever takes next: a request is fetched at least once, and twice
+only when its holder died or stalled with it in flight.
+
+With Redis persistence (appendonly yes, appendfsync always) a commit is on disk when EXEC
+answers; without it, a Redis restart loses the frontier (the filter, shared in the same Redis,
+is lost with it and says so: FilterLostError).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from urlseen.errors import ConfigError
+from urlseen.frontier import Entry, Token
+from urlseen.shared import client as redis_store
+
+LEASE_SECONDS = 60.0  # a taken request's lease; renewed every third of it while held
+ORDER_WIDTH = 16  # digits of a member's order: equal priorities sort by it
+_LAST = 10**ORDER_WIDTH - 1
+
+
+class RedisFrontier:
+    """A frontier named `name` in the Redis at url (or a redis-py client).
+
+    Args:
+        lifo: within one priority, the newest request first; else the oldest.
+        lease: seconds a taken request stays this process's without a renewal.
+    """
+
+    def __init__(
+        self, url: Any, name: str, *, lifo: bool = False, lease: float = LEASE_SECONDS
+    ) -> None:
+        redis_store.check_name(name)
+        if not 0 < lease <= 86_400:
+            raise ConfigError(f"frontier lease must be in (0, 86400] s, not {lease}")
+        self.client = redis_store.connect(url)
+        self.name, self.lifo, self.lease = name, lifo, float(lease)
+        self.keys = [redis_store.key(name, f"frontier:{part}") for part in ("queue", "leases")]
+        self.keys.append(redis_store.key(name, "frontier:data"))
+        self._order_key = redis_store.key(name, "frontier:order")
+        self._script = redis_store.load_script(self.client, "frontier.lua")
+        self._held: set[str] = set()
+        self._renewed = time.monotonic()
+        self.returned = 0
+        self._counts = (0, 0)  # queue, leases, as last read
+        self.ready()
+
+    def _call(self, *args: Any) -> Any:
+        lease_ms = str(max(1, round(self.lease * 1000)))
+        return redis_store.retrying(
+            lambda: self._script(keys=self.keys, args=[args[0], lease_ms, *args[1:]]),
+            f"frontier {self.name!r}: {args[0]}",
+        )
+
+    def commit(self, entries: Sequence[Entry], done: Sequence[Token]) -> None:
+        """Queue the entries and drop the done requests: one MULTI/EXEC. A reply lost to a
+        dropped connection is sent again: an entry may then be queued twice (fetched twice),
+        never lost."""
+        if not entries and not done:
+            return
+        queue, leases, data = self.keys
+        last = 0
+        if entries:
+            last = int(
+                redis_store.retrying(
+                    lambda: self.client.incrby(self._order_key, len(entries)), "frontier order"
+                )
+            )
+        members: list[tuple[str, int, bytes]] = []
+        for i, (priority, payload) in enumerate(entries):
+            order = last - len(entries) + 1 + i
+            rank = _LAST - order if self.lifo else order
+            members.append((f"{int(priority)}|{rank:0{ORDER_WIDTH}d}", int(priority), payload))
+
+        def run() -> Any:
+            pipe = self.client.pipeline(transaction=True)
+            for member, priority, payload in members:
+                pipe.hset(data, member, payload)
+                pipe.zadd(queue, {member: -priority})
+            for token in done:
+                pipe.zrem(leases, str(token))
+                pipe.hdel(data, str(token))
+            return pipe.execute()
+
+        redis_store.retrying(run, f"frontier {self.name!r}: commit")
+        self._held.difference_update(str(t) for t in done)
+        self.renew()
+
+    def take(self) -> tuple[Token, bytes] | None:
+        reply = self._call("take")
+        self.returned += int(reply[0])
+        if len(reply) < 3:
+            return None
+        member = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+        self._held.add(member)
+        return member, bytes(reply[2])
+
+    def _read_counts(self) -> tuple[int, int]:
+        returned, queued, leased = (int(x) for x in self._call("count"))
+        self.returned += returned
+        self._counts = (queued, leased)
+        return self._counts
+
+    def ready(self) -> int:
+        return self._read_counts()[0]
+
+    def pending(self) -> int:
+        """Requests queued or leased, by any process of the crawl."""
+        queued, leased = self._read_counts()
+        return queued + leased
+
+    def leased_elsewhere(self) -> int:
+        """Requests other processes hold (live leases); read by the last ready()/pending()."""
+        return max(0, self._counts[1] - len(self._held))
+
+    def renew(self) -> None:
+        """Start a new lease on every request this process holds (one script call), if a
+        third of the lease has passed since the last renewal."""
+        if time.monotonic() - self._renewed < self.lease / 3:
+            return
+        self._renewed = time.monotonic()
+        if self._held:
+            self._call("renew", *sorted(self._held))
+
+    def clear(self) -> None:
+        redis_store.retrying(
+            lambda: self.client.delete(*self.keys, self._order_key), f"frontier {self.name!r}"
+        )
+        self._held.clear()
+
+    def release(self) -> None:
+        """Put the requests this process holds (fetches that failed for good) back in the
+        queue for the next process that takes: another attempt, by a rerun or the fleet."""
+        if self._held:
+            self._call("release", *sorted(self._held))
+            self._held.clear()
+
+    def close(self) -> None:
+        """Close the connection. Requests still held stay leased and return to the queue when
+        their lease ends."""
+        self._held.clear()
+        self.client.close()

@@ -1,0 +1,56 @@
+-- A crawl's shared frontier (shared/frontier.py). Members are "<priority>|<order>": the queue
+-- (a sorted set scored -priority, so equal scores fall back to the member's bytes: the
+-- zero-padded order) hands out the highest priority first; a taken member moves to the leases
+-- (scored by its deadline, the server's clock, in ms) until it is done or its lease ends.
+-- KEYS[1] queue, KEYS[2] leases, KEYS[3] data (member -> request)
+-- ARGV[1] "take" | "renew" | "release" | "count", ARGV[2] the lease in ms, ARGV[3...] members
+-- (renew: a new lease for each; release: back to the queue now)
+
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local op = ARGV[1]
+
+if op == 'renew' then
+  local kept = 0
+  for i = 3, #ARGV do
+    kept = kept + redis.call('ZADD', KEYS[2], 'XX', 'CH', ms + tonumber(ARGV[2]), ARGV[i])
+  end
+  return kept
+end
+
+if op == 'release' then
+  local back = 0
+  for i = 3, #ARGV do
+    local priority = tonumber(string.match(ARGV[i], '^(-?%d+)|'))
+    if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 and priority then
+      redis.call('ZADD', KEYS[1], -priority, ARGV[i])
+      back = back + 1
+    end
+  end
+  return back
+end
+
+-- Leases that ended go back to the queue (their holder died or stalled).
+local returned = 0
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ms, 'LIMIT', 0, 256)
+for _, member in ipairs(expired) do
+  local priority = tonumber(string.match(member, '^(-?%d+)|'))
+  redis.call('ZREM', KEYS[2], member)
+  if priority and redis.call('HEXISTS', KEYS[3], member) == 1 then
+    redis.call('ZADD', KEYS[1], -priority, member)
+    returned = returned + 1
+  end
+end
+
+if op == 'count' then
+  return {returned, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
+end
+
+local top = redis.call('ZRANGE', KEYS[1], 0, 0)
+if #top == 0 then
+  return {returned}
+end
+local member = top[1]
+redis.call('ZREM', KEYS[1], member)
+redis.call('ZADD', KEYS[2], ms + tonumber(ARGV[2]), member)
+return {returned, member, redis.call('HGET', KEYS[3], member)}
