@@ -76,7 +76,8 @@ def test_in_flight_requests_come_back_when_the_holder_is_gone(make: Any) -> None
     time.sleep(0.4)  # a shared frontier's lease ends (a local one returns them on opening)
     second = make(lease=0.3)
     assert sorted(_drain(second)) == [b"child", b"three", b"two"]
-    assert second.returned == 1
+    # Locally the one in flight; in Redis also the one taken ahead (PREFETCH), leased too.
+    assert second.returned == (1 if isinstance(second, SQLiteFrontier) else 2)
 
 
 def test_a_renewed_lease_keeps_the_request(make: Any) -> None:

@@ -59,7 +59,6 @@ from scrapy.utils.request import request_from_dict
 from urlseen.errors import ConfigError
 from urlseen.frontier import Frontier, Token
 from urlseen.frontier.sqlite import FRONTIER_FILE, SQLiteFrontier
-from urlseen.integrations._stop import CrawlStopper
 from urlseen.integrations.scrapy import UrlseenDupeFilter
 
 if TYPE_CHECKING:
@@ -115,11 +114,11 @@ class UrlseenScheduler(BaseScheduler):
         self._children: Counter[Token] = Counter()  # taken request -> children arrived
         self._expected: dict[Token, int] = {}  # taken request -> children its callback yielded
         self._volatile: list[Request] = []  # requests that cannot be serialized (memory only)
-        self._stop = CrawlStopper(crawler)
         self._timer: Any = None
         self.failed = 0
         self.idle_seconds = idle_seconds
         self._progress = time.monotonic()  # the last request taken
+        self._settled = 0.0  # the last commit
         if crawler is not None:
             crawler.signals.connect(self._handled, signal=HANDLED)
             crawler.signals.connect(self._dropped, signal=FAILED)
@@ -172,24 +171,25 @@ class UrlseenScheduler(BaseScheduler):
         self._settle()
         if self._timer is not None and self._timer.running:
             self._timer.stop()
-        try:
-            self.frontier.release()  # a shared frontier's failed requests: to the queue now
-            pending = self.frontier.pending()
-        except Exception as exc:
-            logger.error("urlseen frontier: could not read what is left: %s", exc)
-            pending = -1
         self.failed = len(self._taken)
-        self._set("pending", pending)
         self._set("failed", self.failed)
-        if not self.persist and pending >= 0:
-            self.frontier.clear()
-            self.df.clear()
+        if self.df.failure is None:  # after a failure, the storage is not asked again
+            try:
+                self.frontier.release()  # a shared frontier's failed requests: queued now
+                self._set("pending", self.frontier.pending())
+                if not self.persist:
+                    self.frontier.clear()
+                    self.df.clear()
+            except Exception as exc:
+                logger.error("urlseen frontier: could not close: %s", exc)
         self.frontier.close()
         self.df.close(reason)
 
     def has_pending_requests(self) -> bool:
         if self._incoming or self._volatile:
             return True
+        if self.df.failure is not None:
+            return False
         try:
             return self.frontier.ready() > 0
         except Exception as exc:
@@ -212,14 +212,19 @@ class UrlseenScheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        self._settle()
-        if self.df.failure is not None or self._stop.failure is not None:
+        interval = getattr(self.frontier, "commit_seconds", 0.0)
+        if len(self._incoming) >= BATCH or time.monotonic() - self._settled >= interval:
+            self._settle()
+        if self.df.failure is not None:
             return None
         if self._volatile:
             return self._volatile.pop()
         try:
             self.frontier.renew()
             taken = self.frontier.take()
+            if taken is None and (self._incoming or self._finished):
+                self._settle()
+                taken = self.frontier.take()
         except Exception as exc:
             self._fail(exc, "taking a request")
             return None
@@ -241,9 +246,10 @@ class UrlseenScheduler(BaseScheduler):
     def _settle(self) -> None:
         """Admit the incoming requests and commit the done ones, in one frontier commit made
         before the filter's answers are durable."""
+        self._settled = time.monotonic()
         if not self._incoming and not self._finished:
             return
-        if self.df.failure is not None or self._stop.failure is not None:
+        if self.df.failure is not None:
             # The crawl is closing on that failure: nothing more is written (a lost shared
             # filter is not written back); the requests in flight stay there, for a rerun.
             self._incoming, self._finished = [], []
@@ -294,6 +300,8 @@ class UrlseenScheduler(BaseScheduler):
         self._check_children(token)
 
     def _renew(self) -> None:
+        if self.df.failure is not None:
+            return
         try:
             self.frontier.renew()
         except Exception as exc:
@@ -303,7 +311,9 @@ class UrlseenScheduler(BaseScheduler):
         """A shared frontier's process stays open while other processes hold requests (their
         callbacks may queue more, or their leases end and the requests come back), for at
         most idle_seconds without taking one: every wait is bounded."""
-        if self.idle_seconds <= 0 or time.monotonic() - self._progress > self.idle_seconds:
+        if self.df.failure is not None or self.idle_seconds <= 0:
+            return
+        if time.monotonic() - self._progress > self.idle_seconds:
             return
         try:
             pending = self.frontier.pending()
@@ -318,7 +328,7 @@ class UrlseenScheduler(BaseScheduler):
             self._done(token)
 
     def _fail(self, exc: BaseException, during: str) -> None:
-        if not self._stop.fail(exc, f"the frontier, {during}"):
+        if not self.df.fail(exc, f"the frontier, {during}"):
             raise exc
 
     def _inc(self, key: str, count: int = 1) -> None:
