@@ -59,6 +59,9 @@ class _Recording(http.server.SimpleHTTPRequestHandler):
         site: Site = self.server.site  # type: ignore[attr-defined]
         with site.lock:
             site.requests.append(self.path)
+        if self.path in site.broken:
+            self.send_error(503)
+            return
         super().do_GET()
 
     def log_message(self, format: str, *args: object) -> None:
@@ -71,6 +74,7 @@ class Site:
     root: Path
     pages: set[str]
     requests: list[str] = field(default_factory=list)
+    broken: set[str] = field(default_factory=set)  # paths answered 503
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def served(self) -> int:
