@@ -95,6 +95,22 @@ def test_a_renewed_lease_keeps_the_request(make: Any) -> None:
     assert other.take() is not None
 
 
+def test_requests_taken_ahead_go_back_at_close(redis_url: str) -> None:
+    from urlseen.shared.frontier import PREFETCH, RedisFrontier
+
+    name = f"test-frontier-{uuid.uuid4().hex[:8]}"
+    first = RedisFrontier(redis_url, name)
+    first.commit([(0, b"%d" % i) for i in range(PREFETCH + 2)], [])
+    assert first.take() is not None  # PREFETCH taken from Redis, one handed out
+    first.close()
+    second = RedisFrontier(redis_url, name)
+    try:
+        assert len(_drain(second)) == PREFETCH + 1  # all but the one handed out (leased)
+    finally:
+        second.clear()
+        second.close()
+
+
 def test_a_local_frontier_keeps_what_a_killed_process_committed(tmp_path: Path) -> None:
     path = tmp_path / FRONTIER_FILE
     frontier = SQLiteFrontier(path)

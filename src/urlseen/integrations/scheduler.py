@@ -10,7 +10,8 @@ engine stays there, in flight, until its response has been handled and every req
 callback yielded has reached the scheduler; they are committed together. After a kill the
 requests in flight go back to the queue: a page is fetched at least once, and a kill refetches
 at most the requests in flight at that moment (CONCURRENT_REQUESTS downloading, plus the
-responses whose callbacks were running).
+responses whose callbacks were running; with a shared frontier, which commits at most every
+COMMIT_SECONDS, also those handled since its last commit).
 
 Settings::
 

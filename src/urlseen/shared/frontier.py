@@ -19,6 +19,7 @@ is lost with it and says so: FilterLostError).
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -154,8 +155,13 @@ class RedisFrontier:
             self._taken.clear()
 
     def close(self) -> None:
-        """Close the connection. Requests still held stay leased and return to the queue when
-        their lease ends."""
+        """Close the connection. The requests taken ahead and never handed out go back to the
+        queue now (if Redis answers); those handed out and not done stay leased, and return
+        to the queue when their lease ends."""
+        ahead = [member for member, _ in self._taken]
+        if ahead:
+            with contextlib.suppress(Exception):  # unanswered: their leases end on their own
+                self._call("release", *ahead)
         self._held.clear()
         self._taken.clear()
         self.client.close()
