@@ -73,8 +73,9 @@ if TYPE_CHECKING:
 TOKEN = "urlseen_frontier"  # request.meta: the frontier entry a request was taken as
 PARENT = "urlseen_parent"  # request.meta: the taken request whose callback yielded it
 BATCH = 512  # requests admitted per commit at most (they are admitted at every next_request)
-HANDLED = object()  # signal: a response's output has all been yielded (token, children, ok)
-FAILED = object()  # signal: a request was dropped on purpose (IgnoreRequest): done
+HANDLED = object()  # signal: a response's output has all been yielded (token, children, ok),
+# or its fetch failed for good (ok False)
+DROPPED = object()  # signal: a request was dropped on purpose (IgnoreRequest): done
 SCHEDULER_PATH = "urlseen.integrations.scheduler.UrlseenScheduler"
 SPIDER_MIDDLEWARE = "urlseen.integrations.scheduler.FrontierSpiderMiddleware"
 DOWNLOADER_MIDDLEWARE = "urlseen.integrations.scheduler.FrontierDownloaderMiddleware"
@@ -112,6 +113,7 @@ class UrlseenScheduler(BaseScheduler):
         self._incoming: list[Request] = []  # enqueued, not admitted yet
         self._finished: list[Token] = []  # done, not committed yet
         self._taken: set[Token] = set()  # handed to the engine, not done
+        self._failures: set[Token] = set()  # taken, failed for good in this run
         self._children: Counter[Token] = Counter()  # taken request -> children arrived
         self._expected: dict[Token, int] = {}  # taken request -> children its callback yielded
         self._volatile: list[Request] = []  # requests that cannot be serialized (memory only)
@@ -122,7 +124,7 @@ class UrlseenScheduler(BaseScheduler):
         self._settled = 0.0  # the last commit
         if crawler is not None:
             crawler.signals.connect(self._handled, signal=HANDLED)
-            crawler.signals.connect(self._dropped, signal=FAILED)
+            crawler.signals.connect(self._dropped, signal=DROPPED)
             crawler.signals.connect(self._idle, signal=signals.spider_idle)
 
     @classmethod
@@ -172,7 +174,7 @@ class UrlseenScheduler(BaseScheduler):
         self._settle()
         if self._timer is not None and self._timer.running:
             self._timer.stop()
-        self.failed = len(self._taken)
+        self.failed = len(self._failures & self._taken)
         self._set("failed", self.failed)
         if self.df.failure is None:  # after a failure, the storage is not asked again
             try:
@@ -295,7 +297,7 @@ class UrlseenScheduler(BaseScheduler):
         if token not in self._taken:
             return
         if not ok:
-            self._inc("urlseen/frontier/failed_responses")
+            self._failures.add(token)
             return
         self._expected[token] = children
         self._check_children(token)
@@ -389,7 +391,8 @@ class FrontierSpiderMiddleware:
 
 class FrontierDownloaderMiddleware:
     """Tells UrlseenScheduler that a request was dropped on purpose (IgnoreRequest: offsite,
-    robots.txt, ...): done, not failed."""
+    robots.txt, ...): done; or that its fetch failed for good (an error RetryMiddleware, called
+    before this one, did not retry): kept for the next run."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -400,8 +403,12 @@ class FrontierDownloaderMiddleware:
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         token = request.meta.get(TOKEN)
-        if token is not None and isinstance(exception, IgnoreRequest):
-            self.crawler.signals.send_catch_log(FAILED, token=token)
+        if token is None:
+            return
+        if isinstance(exception, IgnoreRequest):
+            self.crawler.signals.send_catch_log(DROPPED, token=token)
+        else:
+            self.crawler.signals.send_catch_log(HANDLED, token=token, children=0, ok=False)
 
 
 def _check_middlewares(settings: BaseSettings) -> None:
