@@ -59,6 +59,9 @@ class _Recording(http.server.SimpleHTTPRequestHandler):
         site: Site = self.server.site  # type: ignore[attr-defined]
         with site.lock:
             site.requests.append(self.path)
+        if self.path in site.broken:
+            self.send_error(503)
+            return
         super().do_GET()
 
     def log_message(self, format: str, *args: object) -> None:
@@ -71,6 +74,7 @@ class Site:
     root: Path
     pages: set[str]
     requests: list[str] = field(default_factory=list)
+    broken: set[str] = field(default_factory=set)  # paths answered 503
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def served(self) -> int:
@@ -104,9 +108,15 @@ def seeded(name: str) -> random.Random:
 
 
 def kill_at_random(command: list[str], site: Site, rng: random.Random, **popen: object) -> bool:
-    """Start the command, SIGKILL it after a random number of the site's requests (1-250,
-    then 0-50 ms); False if it ended first."""
+    """Start the command and kill it at a random moment (kill_after); False if it ended
+    first."""
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **popen)
+    return kill_after(proc, site, rng)
+
+
+def kill_after(proc: subprocess.Popen, site: Site, rng: random.Random) -> bool:
+    """SIGKILL proc after a random number of the site's requests from now (1-250, then
+    0-50 ms); False if it ended first."""
     until = site.served() + rng.randint(1, 250)
     deadline = time.monotonic() + 60
     while site.served() < until and proc.poll() is None and time.monotonic() < deadline:
@@ -130,7 +140,9 @@ def paths(lines: list[str], site: Site) -> list[str]:
     return [line[len(site.url) - 1 :] for line in lines if line.startswith(site.url)]
 
 
-def check_every_page(site: Site, fetched: list[str], mark: int, kills: int) -> None:
+def check_every_page(
+    site: Site, fetched: list[str], mark: int, kills: int, bound: int = REFETCH_BOUND
+) -> None:
     """Every page fetched at least once; refetches (requests the server got more than once
     since mark) within the bound per kill."""
     missing = site.pages - set(fetched)
@@ -138,7 +150,7 @@ def check_every_page(site: Site, fetched: list[str], mark: int, kills: int) -> N
     requested = site.requests[mark:]
     refetched = len(requested) - len(set(requested))
     print(f"{kills} kills: {len(requested)} requests for {len(site.pages)} pages")
-    assert refetched <= kills * REFETCH_BOUND, f"{refetched} refetched after {kills} kills"
+    assert refetched <= kills * bound, f"{refetched} refetched after {kills} kills"
 
 
 def crawl_command(site: Site, fetched: Path, *args: str) -> list[str]:

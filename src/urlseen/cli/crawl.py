@@ -86,8 +86,8 @@ def _report(report: Any, as_json: bool) -> None:
 @click.option(
     "--jobdir",
     type=click.Path(file_okay=False),
-    help="Scrapy's JOBDIR: stop the crawl (Ctrl-C once, or --max-pages) and run the same "
-    "command again to resume it; the filter persists there.",
+    help="Scrapy's JOBDIR: the filter and the frontier persist there; a crawl stopped or "
+    "killed at any moment resumes every page when the same command runs again.",
 )
 @click.option(
     "--prefix",

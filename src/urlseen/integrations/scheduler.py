@@ -10,7 +10,8 @@ engine stays there, in flight, until its response has been handled and every req
 callback yielded has reached the scheduler; they are committed together. After a kill the
 requests in flight go back to the queue: a page is fetched at least once, and a kill refetches
 at most the requests in flight at that moment (CONCURRENT_REQUESTS downloading, plus the
-responses whose callbacks were running).
+responses whose callbacks were running; with a shared frontier, which commits at most every
+COMMIT_SECONDS, also those handled since its last commit).
 
 Settings::
 
@@ -59,7 +60,6 @@ from scrapy.utils.request import request_from_dict
 from urlseen.errors import ConfigError
 from urlseen.frontier import Frontier, Token
 from urlseen.frontier.sqlite import FRONTIER_FILE, SQLiteFrontier
-from urlseen.integrations._stop import CrawlStopper
 from urlseen.integrations.scrapy import UrlseenDupeFilter
 
 if TYPE_CHECKING:
@@ -73,8 +73,9 @@ if TYPE_CHECKING:
 TOKEN = "urlseen_frontier"  # request.meta: the frontier entry a request was taken as
 PARENT = "urlseen_parent"  # request.meta: the taken request whose callback yielded it
 BATCH = 512  # requests admitted per commit at most (they are admitted at every next_request)
-HANDLED = object()  # signal: a response's output has all been yielded (token, children, ok)
-FAILED = object()  # signal: a request was dropped on purpose (IgnoreRequest): done
+HANDLED = object()  # signal: a response's output has all been yielded (token, children, ok),
+# or its fetch failed for good (ok False)
+DROPPED = object()  # signal: a request was dropped on purpose (IgnoreRequest): done
 SCHEDULER_PATH = "urlseen.integrations.scheduler.UrlseenScheduler"
 SPIDER_MIDDLEWARE = "urlseen.integrations.scheduler.FrontierSpiderMiddleware"
 DOWNLOADER_MIDDLEWARE = "urlseen.integrations.scheduler.FrontierDownloaderMiddleware"
@@ -112,17 +113,18 @@ class UrlseenScheduler(BaseScheduler):
         self._incoming: list[Request] = []  # enqueued, not admitted yet
         self._finished: list[Token] = []  # done, not committed yet
         self._taken: set[Token] = set()  # handed to the engine, not done
+        self._failures: set[Token] = set()  # taken, failed for good in this run
         self._children: Counter[Token] = Counter()  # taken request -> children arrived
         self._expected: dict[Token, int] = {}  # taken request -> children its callback yielded
         self._volatile: list[Request] = []  # requests that cannot be serialized (memory only)
-        self._stop = CrawlStopper(crawler)
         self._timer: Any = None
         self.failed = 0
         self.idle_seconds = idle_seconds
         self._progress = time.monotonic()  # the last request taken
+        self._settled = 0.0  # the last commit
         if crawler is not None:
             crawler.signals.connect(self._handled, signal=HANDLED)
-            crawler.signals.connect(self._dropped, signal=FAILED)
+            crawler.signals.connect(self._dropped, signal=DROPPED)
             crawler.signals.connect(self._idle, signal=signals.spider_idle)
 
     @classmethod
@@ -172,24 +174,25 @@ class UrlseenScheduler(BaseScheduler):
         self._settle()
         if self._timer is not None and self._timer.running:
             self._timer.stop()
-        try:
-            self.frontier.release()  # a shared frontier's failed requests: to the queue now
-            pending = self.frontier.pending()
-        except Exception as exc:
-            logger.error("urlseen frontier: could not read what is left: %s", exc)
-            pending = -1
-        self.failed = len(self._taken)
-        self._set("pending", pending)
+        self.failed = len(self._failures & self._taken)
         self._set("failed", self.failed)
-        if not self.persist and pending >= 0:
-            self.frontier.clear()
-            self.df.clear()
+        if self.df.failure is None:  # after a failure, the storage is not asked again
+            try:
+                self.frontier.release()  # a shared frontier's failed requests: queued now
+                self._set("pending", self.frontier.pending())
+                if not self.persist:
+                    self.frontier.clear()
+                    self.df.clear()
+            except Exception as exc:
+                logger.error("urlseen frontier: could not close: %s", exc)
         self.frontier.close()
         self.df.close(reason)
 
     def has_pending_requests(self) -> bool:
         if self._incoming or self._volatile:
             return True
+        if self.df.failure is not None:
+            return False
         try:
             return self.frontier.ready() > 0
         except Exception as exc:
@@ -212,14 +215,19 @@ class UrlseenScheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        self._settle()
-        if self.df.failure is not None or self._stop.failure is not None:
+        interval = getattr(self.frontier, "commit_seconds", 0.0)
+        if len(self._incoming) >= BATCH or time.monotonic() - self._settled >= interval:
+            self._settle()
+        if self.df.failure is not None:
             return None
         if self._volatile:
             return self._volatile.pop()
         try:
             self.frontier.renew()
             taken = self.frontier.take()
+            if taken is None and (self._incoming or self._finished):
+                self._settle()
+                taken = self.frontier.take()
         except Exception as exc:
             self._fail(exc, "taking a request")
             return None
@@ -241,9 +249,10 @@ class UrlseenScheduler(BaseScheduler):
     def _settle(self) -> None:
         """Admit the incoming requests and commit the done ones, in one frontier commit made
         before the filter's answers are durable."""
+        self._settled = time.monotonic()
         if not self._incoming and not self._finished:
             return
-        if self.df.failure is not None or self._stop.failure is not None:
+        if self.df.failure is not None:
             # The crawl is closing on that failure: nothing more is written (a lost shared
             # filter is not written back); the requests in flight stay there, for a rerun.
             self._incoming, self._finished = [], []
@@ -288,12 +297,14 @@ class UrlseenScheduler(BaseScheduler):
         if token not in self._taken:
             return
         if not ok:
-            self._inc("urlseen/frontier/failed_responses")
+            self._failures.add(token)
             return
         self._expected[token] = children
         self._check_children(token)
 
     def _renew(self) -> None:
+        if self.df.failure is not None:
+            return
         try:
             self.frontier.renew()
         except Exception as exc:
@@ -303,7 +314,9 @@ class UrlseenScheduler(BaseScheduler):
         """A shared frontier's process stays open while other processes hold requests (their
         callbacks may queue more, or their leases end and the requests come back), for at
         most idle_seconds without taking one: every wait is bounded."""
-        if self.idle_seconds <= 0 or time.monotonic() - self._progress > self.idle_seconds:
+        if self.df.failure is not None or self.idle_seconds <= 0:
+            return
+        if time.monotonic() - self._progress > self.idle_seconds:
             return
         try:
             pending = self.frontier.pending()
@@ -318,7 +331,7 @@ class UrlseenScheduler(BaseScheduler):
             self._done(token)
 
     def _fail(self, exc: BaseException, during: str) -> None:
-        if not self._stop.fail(exc, f"the frontier, {during}"):
+        if not self.df.fail(exc, f"the frontier, {during}"):
             raise exc
 
     def _inc(self, key: str, count: int = 1) -> None:
@@ -378,7 +391,8 @@ class FrontierSpiderMiddleware:
 
 class FrontierDownloaderMiddleware:
     """Tells UrlseenScheduler that a request was dropped on purpose (IgnoreRequest: offsite,
-    robots.txt, ...): done, not failed."""
+    robots.txt, ...): done; or that its fetch failed for good (an error RetryMiddleware, called
+    before this one, did not retry): kept for the next run."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -389,8 +403,12 @@ class FrontierDownloaderMiddleware:
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         token = request.meta.get(TOKEN)
-        if token is not None and isinstance(exception, IgnoreRequest):
-            self.crawler.signals.send_catch_log(FAILED, token=token)
+        if token is None:
+            return
+        if isinstance(exception, IgnoreRequest):
+            self.crawler.signals.send_catch_log(DROPPED, token=token)
+        else:
+            self.crawler.signals.send_catch_log(HANDLED, token=token, children=0, ok=False)
 
 
 def _check_middlewares(settings: BaseSettings) -> None:

@@ -187,6 +187,11 @@ class UrlseenDupeFilter(BaseDupeFilter):
         """The error that made the filter fail (the crawl is closing on it), else None."""
         return self._stop.failure
 
+    def fail(self, exc: BaseException, during: str) -> bool:
+        """Record a failure of the crawl's storage (the filter's, or its frontier's) and close
+        the crawl on it; False when no crawl runs (the caller raises instead)."""
+        return self._stop.fail(exc, during)
+
     # -- construction -----------------------------------------------------------------------
 
     @classmethod

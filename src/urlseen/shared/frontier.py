@@ -18,6 +18,8 @@ is lost with it and says so: FilterLostError).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +29,8 @@ from urlseen.frontier import Entry, Token
 from urlseen.shared import client as redis_store
 
 LEASE_SECONDS = 60.0  # a taken request's lease; renewed every third of it while held
+PREFETCH = 8  # requests taken per script call (leased to this process until it hands them out)
+COMMIT_SECONDS = 0.2  # the scheduler commits at least this often (each commit is an fsync)
 ORDER_WIDTH = 16  # digits of a member's order: equal priorities sort by it
 _LAST = 10**ORDER_WIDTH - 1
 
@@ -51,7 +55,9 @@ class RedisFrontier:
         self.keys.append(redis_store.key(name, "frontier:data"))
         self._order_key = redis_store.key(name, "frontier:order")
         self._script = redis_store.load_script(self.client, "frontier.lua")
+        self.commit_seconds = COMMIT_SECONDS
         self._held: set[str] = set()
+        self._taken: collections.deque[tuple[str, bytes]] = collections.deque()
         self._renewed = time.monotonic()
         self.returned = 0
         self._counts = (0, 0)  # queue, leases, as last read
@@ -99,13 +105,15 @@ class RedisFrontier:
         self.renew()
 
     def take(self) -> tuple[Token, bytes] | None:
-        reply = self._call("take")
-        self.returned += int(reply[0])
-        if len(reply) < 3:
-            return None
-        member = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-        self._held.add(member)
-        return member, bytes(reply[2])
+        """The next request, from those taken ahead (PREFETCH per script call)."""
+        if not self._taken:
+            reply = self._call("take", str(PREFETCH))
+            self.returned += int(reply[0])
+            for i in range(1, len(reply) - 1, 2):
+                member = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
+                self._held.add(member)
+                self._taken.append((member, bytes(reply[i + 1])))
+        return self._taken.popleft() if self._taken else None
 
     def _read_counts(self) -> tuple[int, int]:
         returned, queued, leased = (int(x) for x in self._call("count"))
@@ -114,16 +122,13 @@ class RedisFrontier:
         return self._counts
 
     def ready(self) -> int:
-        return self._read_counts()[0]
+        """Requests to hand out now: those taken ahead, else those queued (asked)."""
+        return len(self._taken) or self._read_counts()[0]
 
     def pending(self) -> int:
         """Requests queued or leased, by any process of the crawl."""
         queued, leased = self._read_counts()
         return queued + leased
-
-    def leased_elsewhere(self) -> int:
-        """Requests other processes hold (live leases); read by the last ready()/pending()."""
-        return max(0, self._counts[1] - len(self._held))
 
     def renew(self) -> None:
         """Start a new lease on every request this process holds (one script call), if a
@@ -139,6 +144,7 @@ class RedisFrontier:
             lambda: self.client.delete(*self.keys, self._order_key), f"frontier {self.name!r}"
         )
         self._held.clear()
+        self._taken.clear()
 
     def release(self) -> None:
         """Put the requests this process holds (fetches that failed for good) back in the
@@ -146,9 +152,16 @@ class RedisFrontier:
         if self._held:
             self._call("release", *sorted(self._held))
             self._held.clear()
+            self._taken.clear()
 
     def close(self) -> None:
-        """Close the connection. Requests still held stay leased and return to the queue when
-        their lease ends."""
+        """Close the connection. The requests taken ahead and never handed out go back to the
+        queue now (if Redis answers); those handed out and not done stay leased, and return
+        to the queue when their lease ends."""
+        ahead = [member for member, _ in self._taken]
+        if ahead:
+            with contextlib.suppress(Exception):  # unanswered: their leases end on their own
+                self._call("release", *ahead)
         self._held.clear()
+        self._taken.clear()
         self.client.close()

@@ -3,8 +3,8 @@
 -- zero-padded order) hands out the highest priority first; a taken member moves to the leases
 -- (scored by its deadline, the server's clock, in ms) until it is done or its lease ends.
 -- KEYS[1] queue, KEYS[2] leases, KEYS[3] data (member -> request)
--- ARGV[1] "take" | "renew" | "release" | "count", ARGV[2] the lease in ms, ARGV[3...] members
--- (renew: a new lease for each; release: back to the queue now)
+-- ARGV[1] "take" | "renew" | "release" | "count", ARGV[2] the lease in ms; take: ARGV[3] how
+-- many at most; renew, release: ARGV[3...] members (a new lease for each; back in the queue)
 
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -46,11 +46,16 @@ if op == 'count' then
   return {returned, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
 end
 
-local top = redis.call('ZRANGE', KEYS[1], 0, 0)
-if #top == 0 then
-  return {returned}
+-- take: up to ARGV[3] members, best first, each leased.
+local top = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)
+local reply = {returned}
+for _, member in ipairs(top) do
+  redis.call('ZREM', KEYS[1], member)
+  local data = redis.call('HGET', KEYS[3], member)
+  if data then
+    redis.call('ZADD', KEYS[2], ms + tonumber(ARGV[2]), member)
+    table.insert(reply, member)
+    table.insert(reply, data)
+  end
 end
-local member = top[1]
-redis.call('ZREM', KEYS[1], member)
-redis.call('ZADD', KEYS[2], ms + tonumber(ARGV[2]), member)
-return {returned, member, redis.call('HGET', KEYS[3], member)}
+return reply
