@@ -2,7 +2,7 @@
 
 On this Python a frozen dataclass costs ~3.7M instructions to create (it compiles six methods
 at import), and the rows below are made at every `urlseen dedup` start
-(benchmarks/callgrind_startup.py). A subclass lists its fields in `__slots__`, assigns them
+(benchmarks/tools/callgrind_startup.py). A subclass lists its fields in `__slots__`, assigns them
 once in `__init__` through `_init`, and behaves as `@dataclass(frozen=True)`
 would: equality and hash by the fields in order, the same repr, FrozenInstanceError on
 assignment (tests/test_frozen.py compares each with the dataclass it replaces).

@@ -27,7 +27,7 @@ Edge cases, decided here so that a crawler never stops on a URL:
 Speed: ``canonicalize_url`` manages about 140k URLs/s, while the Bloom filter does millions.
 Most real URLs are already canonical (99% of the distinct development URLs), so a strict
 pattern recognises them and returns them without calling w3lib: 1.2M URLs/s, and the same
-keys (tests check the shortcut against w3lib). ``benchmarks/CANONICALIZATION.md`` has the
+keys (tests check the shortcut against w3lib). ``benchmarks/dedup/REPORT.md`` has the
 numbers, the memo's, and why no profile built on the ``ada-url`` parser is offered. The dedup
 job does the same in C (csrc/lines.c: this shortcut, and w3lib's rule for http(s) URLs of
 printable ASCII), asking this module only about the URLs it defers.
@@ -55,7 +55,7 @@ Canonicalizer = Callable[[str], str]
 PROFILES: tuple[str, ...] = ("w3lib", "none")
 DEFAULT_PROFILE = "w3lib"
 # A small memo keeps most of the hits (77% against 80% for 2**16 entries on a polled feed)
-# and its misses stay cheap; benchmarks/CANONICALIZATION.md has the numbers.
+# and its misses stay cheap; benchmarks/dedup/REPORT.md has the numbers.
 DEFAULT_MEMO_SIZE = 4096
 # Longer lines bypass the memo, so a few huge URLs cannot fill memory.
 _MEMO_MAX_CHARS = 1024

@@ -195,10 +195,9 @@ static void want_huge_pages(void *p, size_t nbytes)
 
 /* A batch is hashed whole before any bit changes: the hash pass itself proves every key valid
  * (a bad key at position 900000 must not leave the first 899999 applied, since the caller would
- * never learn which were new), and the keys' objects are read once. Earlier versions hashed in
- * chunks after a validation pass over every object: at 20M keys (~2.4 GB of str objects, far
- * beyond the cache) that pass was 13% of a batch's CPU samples (perf, benchmarks/RESULTS.md,
- * batch-20m). The digests are kept at 8 bytes a key for XXH3-64 (h2 is derived from h1, so only
+ * never learn which were new), and the keys' objects are read once: a separate validation pass
+ * over 20M str objects (far beyond the cache) is a visible share of a batch's CPU
+ * (benchmarks/peers/REPORT.md). The digests are kept at 8 bytes a key for XXH3-64 (h2 is derived from h1, so only
  * h1 is stored: 160 MB at 20M keys) and 16 for the others, in a private map with huge pages when
  * large (fresh 4 KiB pages cost a fault each). Then the bits are probed a chunk at a time
  * without the GIL: CHUNK digests are 1 MiB, so a 20M-key batch gives the GIL back ~300 times. */

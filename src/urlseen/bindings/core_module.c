@@ -134,7 +134,7 @@ static PyObject *mod_positions(PyObject *mod, PyObject *args, PyObject *kwargs)
 PyDoc_STRVAR(set_prefetch_doc,
              "set_prefetch_distance(keys) -> int\n\n"
              "Set how many keys ahead batch calls prefetch (0 turns prefetching off) and return\n"
-             "the previous value. Process-wide; for benchmarks (benchmarks/layouts.py).");
+             "the previous value. Process-wide; for benchmarks (benchmarks/peers/layouts.py).");
 
 static PyObject *mod_set_prefetch(PyObject *mod, PyObject *arg)
 {

@@ -37,7 +37,7 @@ class BloomFilter(StoreBacked, _core.BitFilter):
         error_rate: false-positive rate at capacity, in (0, 1).
         layout: "blocked" (default): every key in one 64-byte cache line, fastest once the
             filter outgrows the CPU cache, at some extra memory (measured by
-            benchmarks/layouts.py); "standard": the textbook filter, minimal memory.
+            benchmarks/peers/layouts.py); "standard": the textbook filter, minimal memory.
         seed: hash seed, in [0, 2**32); filters combine only with the same seed and hash.
         hash: "xxh3_64" (default: the probes need no more than 64 bits, and it is the
             fastest), "xxh3_128", "murmur3_x64_128" or "md5"; each fixed forever, and state

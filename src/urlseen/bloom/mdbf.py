@@ -1,7 +1,7 @@
 """MultiDimensionalBloomFilter: the multi-dimensional Bloom filter paper's S groups of two bit
 vectors, in memory or in a memory-mapped state file.
 
-What it is worth (measured by benchmarks/mdbf.py): under QUERY_ALL it is a partitioned
+What it is worth (measured by benchmarks/papers/mdbf.py): under QUERY_ALL it is a partitioned
 Bloom filter; its false-positive rate falls as S grows only because memory grows with S, and at
 equal memory a standard Bloom filter is as good or slightly better. Its groups can be probed
 independently (in parallel, or V2 first with early exit on a miss).

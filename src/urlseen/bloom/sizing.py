@@ -23,7 +23,7 @@ from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError
 
 # The exact filter's cache of hot fingerprints, in entries (4 MiB; measured by
-# benchmarks/exact.py). Here, not in exact/, so that the kinds table can show it without
+# benchmarks/exact/exact.py). Here, not in exact/, so that the kinds table can show it without
 # importing the exact filter (and SQLite).
 DEFAULT_CACHE_ENTRIES = 1 << 17
 
@@ -154,7 +154,7 @@ def size_standard(capacity: int, error_rate: float) -> BloomSize:
 
 # (capacity, error_rate) -> (blocks, k) that search_blocked answers: the default filter of
 # `urlseen dedup` (10M URLs at 1e-6), sized at every start, where the search would be a
-# visible share of the start-up (measured by benchmarks/callgrind_startup.py).
+# visible share of the start-up (measured by benchmarks/tools/callgrind_startup.py).
 # tests/test_sizing_memo.py compares each entry with the search, so an entry cannot drift.
 KNOWN_BLOCKED: dict[tuple[int, float], tuple[int, int]] = {
     (defaults.CAPACITY, defaults.BLOOM_ERROR_RATE): (752_207, 16)

@@ -6,7 +6,7 @@
 /* How many keys ahead a batch prefetches. A miss costs ~100 ns and a probe ~15 ns, so ~8 misses
  * must be in flight to hide it; on the benchmark machine (20M keys, blocked, huge pages) the
  * probe loop ran 18 M/s at 4 ahead, 36-44 at 8, 53-58 at 16, 51-68 at 32 (noisy). 16 it is;
- * benchmarks/layouts.py sweeps it end to end through _core.set_prefetch_distance. */
+ * benchmarks/peers/layouts.py sweeps it end to end through _core.set_prefetch_distance. */
 unsigned us_prefetch_ahead = 16;
 
 void us_bloom_positions(const us_bloom *b, us_hash128 h, uint64_t *out)

@@ -12,7 +12,7 @@
  *    next word is fmix64(previous word + h1) (MurmurHash3's finalizer). Independent positions, not
  *    double hashing: mod 512, an arithmetic progression has only 2^17 patterns, and measured
  *    twice the planned false-positive rate. One cache miss per key, which a batch prefetches;
- *    it costs extra bits for the same error rate (bloom/sizing.py, benchmarks/RESULTS.md).
+ *    it costs extra bits for the same error rate (bloom/sizing.py, benchmarks/peers/REPORT.md).
  *
  * reduce(x) = (x * n) >> 64 maps a 64-bit value onto [0, n) without a division (Lemire's
  * "fastrange"); n need not be a power of two, so the filter is sized exactly.

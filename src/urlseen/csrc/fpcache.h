@@ -1,8 +1,8 @@
 /* fpcache.h: a bounded cache of hot 16-byte fingerprints, in front of the exact filter's library.
  *
  * Why: on a crawl's stream most URLs are duplicates (63% of the dev file's lines: 2,754,357
- * lines, 1,029,818 distinct, benchmarks/EXACT.md), and a counting filter sends every duplicate
- * to the library. A duplicate whose fingerprint is here is answered from memory, exactly (only
+ * lines, 1,029,818 distinct, benchmarks/exact/REPORT.md), and a counting filter sends every
+ * duplicate to the library. A duplicate whose fingerprint is here is answered from memory, exactly (only
  * fingerprints known to be in the library are cached), and its reference-count increment waits
  * here until it is written back: on eviction, or when the owner drains the cache at a
  * checkpoint, with the time it was last seen.
@@ -14,7 +14,7 @@
  *
  * Set-associative: a fingerprint lives in one bucket of US_FPCACHE_WAYS entries, kept in
  * most-recently-used order; a full bucket evicts its least recently used entry. 32 bytes per
- * entry, no load-factor slack. (benchmarks/EXACT.md, part c: with 2^17 entries the whole dev
+ * entry, no load-factor slack. (benchmarks/exact/REPORT.md, part c: with 2^17 entries the whole dev
  * file leaves 0.0105 library look-ups per URL.)
  * Pure C: the caller owns the arrays (see us_fpcache).
  */

@@ -8,7 +8,7 @@ library records that map to it, and saturated ones are recounted (exact/batches.
 
 Duplicates are most of a crawl's stream, and the counting filter sends every one of them to the
 library: a cache of hot fingerprints answers most of them from memory (exact/pending_refs.py),
-and what must go to the library goes as one sorted batch (measured by benchmarks/exact.py).
+and what must go to the library goes as one sorted batch (measured by benchmarks/exact/exact.py).
 
 The library is the source of truth. Changes reach it first (one transaction per batch), the
 counters second; a counter file whose writer did not close it, or that does not match the

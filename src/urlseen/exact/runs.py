@@ -2,7 +2,7 @@
 
 Why: merging staged fingerprints into one large B-tree rewrites most of its pages each time,
 so that work grows as N² / stage size; and any design that moves records one SQLite row at a
-time pays a fixed cost per record (measured by benchmarks/library_pace.py). Here a full stage
+time pays a fixed cost per record (measured by benchmarks/exact/library_pace.py). Here a full stage
 becomes a new run: its records packed in key order, 40 bytes each (csrc/runs.h), CHUNK records
 to a row of its own table `run_<id>(chunk, data)`. When TIER_FACTOR runs of one size tier exist
 they are merged into one run of the next tier, in C, a window of each run at a time, and the

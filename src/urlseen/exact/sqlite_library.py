@@ -12,11 +12,11 @@ every Python. Settings, and why:
 - New records and reference changes are staged first (exact/staging.py): one row per batch,
   mirrored in memory, written as a new run when `stage_limit` fingerprints are staged (DRUM's
   lesson again, across many batches): a random insert into a large B-tree costs a page write,
-  a staged one 16 bytes (measured by benchmarks/library_pace.py).
+  a staged one 16 bytes (measured by benchmarks/exact/library_pace.py).
 - A batch's look-ups, reference updates and deletes are one statement each, the fingerprints
   packed in one blob (`_runs.ROWS`).
 - 16 KiB pages and a WAL auto-checkpoint every 10,000 pages: fewer, larger writes for the
-  random inserts that dominate (measured by benchmarks/library_pace.py); the price is 16 KiB
+  random inserts that dominate (measured by benchmarks/exact/library_pace.py); the price is 16 KiB
   read per random look-up and a WAL that can grow to about 160 MiB before a checkpoint.
 - The page cache is bounded (`cache_kib`, default 4 MiB): the library may be much larger than
   memory.

@@ -2,7 +2,7 @@
 
 Why: a new fingerprint is a random key, and inserting a batch of them into a B-tree of N
 records dirties almost every leaf page once N is large: SQLite's insert cost per record grows
-with the table (measured by benchmarks/library_pace.py). Staged, a batch's
+with the table (measured by benchmarks/exact/library_pace.py). Staged, a batch's
 inserts are one row (the fingerprints in one blob) and its reference-count changes another,
 written in the same transaction as everything else, so crash safety is SQLite's.
 The memory mirror answers look-ups of staged fingerprints; when it holds `limit` of them the

@@ -46,11 +46,12 @@ from urlseen.protocol import Acknowledging, DedupStep, SeenFilter, new_in_batch
 
 DEFAULT_BATCH_SIZE = 8192
 # The worker's feeder reads 256 KiB at a time, and its ring holds a few such chunks: larger ones
-# raise the peak RSS above the serial engine's (measured by benchmarks/line_worker.py).
+# raise the peak RSS above the serial engine's (measured by benchmarks/dedup/).
 WORKER_CHUNK_SIZE = 1 << 18
 # ...but 4 MiB for a counting filter's hash (the exact filter): its batch step holds the GIL for
 # milliseconds at a time, and the feeder waits for the GIL after every chunk it reads (up to the
-# 5 ms switch interval), so small chunks starve the worker (measured by benchmarks/pipeline.py).
+# 5 ms switch interval), so small chunks starve the worker (measured by
+# benchmarks/dedup/pipeline.py).
 EXACT_CHUNK_SIZE = 1 << 22
 
 

@@ -1,7 +1,7 @@
 """gzip data inflated by zlib directly, in chunks, for the line engine's reader: gzip.GzipFile
 parses each member's header and checks its CRC32 and length in Python, and hands its output
 through its own buffers; zlib's gzip wrapper does both in C, which costs the reading thread less
-CPU (measured by benchmarks/inflate.py).
+CPU (measured by benchmarks/dedup/).
 
 It reads what GzipFile reads, and fails as it fails: members in turn, zero bytes after a member
 skipped, EOFError for a stream cut short, BadGzipFile or zlib.error for damaged data, raised

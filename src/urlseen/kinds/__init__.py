@@ -23,7 +23,7 @@ from urlseen.kinds import _openers as openers
 from urlseen.kinds._openers import Request, Spell, plain
 
 # pathlib is imported where a path is made, not here: `urlseen dedup` in memory makes none, and
-# pathlib (with urllib.parse) is ~5% of its start-up (benchmarks/callgrind_startup.py).
+# pathlib (with urllib.parse) is ~5% of its start-up (benchmarks/tools/callgrind_startup.py).
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -151,7 +151,7 @@ def _options() -> dict[str, Option]:
             Option("similarity_mode", "composite drops a URL only if site, depth, first "
                    "directory and last segment all match one kept URL; exact4 and patent "
                    "(CN106407485's rule) if each matches some kept URL, which drops many new "
-                   "URLs (benchmarks/SIMILARITY.md).",
+                   "URLs (benchmarks/papers/REPORT.md).",
                    choices=("composite", "exact4", "patent"), default="composite"),
             Option("similarity_index", "exact4/patent: feature bits mod M, mod the largest "
                    "prime <= M, or one region per feature.",

@@ -20,7 +20,7 @@ N, for the per-feature modes: ``shared`` (N = M), ``prime`` (largest prime <= M)
 
 Hashing runs in C (``_core.digests``, ``BitFilter``); the per-feature modes reduce the 128-bit
 digests mod N and test bits in Python, because the patent's rule (a 128-bit integer mod N, a
-raw depth) is not the core's double hashing. benchmarks/similarity.py measures each mode on
+raw depth) is not the core's double hashing. benchmarks/papers/similarity.py measures each mode on
 the development URLs: what they drop, how much of it is new, and the memory.
 """
 
@@ -62,7 +62,7 @@ class SimilarityFilter(CommitAfterWrite, Closeable):
         capacity: URLs to de-duplicate (the patent's k).
         error_rate: the desired rate P, in (0, 1). For patent and exact4 it sizes the bits
             as if features were random; real features repeat, so far more new URLs are
-            dropped (measured by benchmarks/similarity.py). For composite it is the false-positive
+            dropped (measured by benchmarks/papers/similarity.py). For composite it is the false-positive
             rate of whole-pattern matches.
         mode: "composite" (default), "exact4" or "patent" (module docstring).
         index: "shared" (default), "prime" or "regions": how per-feature values map to bits.

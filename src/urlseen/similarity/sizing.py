@@ -98,7 +98,7 @@ def random_feature_rate(count: int, nbits: int, modulus: int, probes: int, index
     """The false-positive rate after `count` URLs if every feature value were new and random.
 
     Real features repeat (one site, a handful of depths), so the measured drop rate of new
-    URLs is set by the data, not by this (measured by benchmarks/similarity.py).
+    URLs is set by the data, not by this (measured by benchmarks/papers/similarity.py).
     """
     if count <= 0:
         return 0.0

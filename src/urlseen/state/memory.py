@@ -5,7 +5,7 @@ a page is touched, which a bytearray of the same size would not give us. The map
 Python's default for mmap(-1) is MAP_SHARED, which Linux backs with shmem, where MADV_HUGEPAGE
 does nothing unless shmem_enabled allows it (it is "never" by default). Large ones ask for
 transparent huge pages: with one random probe per key, a 4 KiB page per probe is a TLB miss per
-key once the table outgrows the TLB's reach (measured by benchmarks/peers.py).
+key once the table outgrows the TLB's reach (measured by benchmarks/peers/run.py).
 
 A huge page covers only a whole, aligned 2 MiB of the map, and a map is only sure to be 4 KiB
 aligned: the advice runs to the end of the data's last 2 MiB when that costs at most an eighth
