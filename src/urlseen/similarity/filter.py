@@ -62,8 +62,8 @@ class SimilarityFilter(CommitAfterWrite, Closeable):
         capacity: URLs to de-duplicate (the patent's k).
         error_rate: the desired rate P, in (0, 1). For patent and exact4 it sizes the bits
             as if features were random; real features repeat, so far more new URLs are
-            dropped (measured by benchmarks/papers/similarity.py). For composite it is the false-positive
-            rate of whole-pattern matches.
+            dropped (measured by benchmarks/papers/similarity.py). For composite it is the
+            false-positive rate of whole-pattern matches.
         mode: "composite" (default), "exact4" or "patent" (module docstring).
         index: "shared" (default), "prime" or "regions": how per-feature values map to bits.
         features: feature names in probe order (features.DEFAULT_FEATURES, EXTRA_FEATURES).

@@ -8,8 +8,8 @@ not close it is flagged (FLAG_OPEN) and reported with a warning on the next open
 
 What is checked when: opening checks the header page (its CRCs) and, for a file that was closed
 cleanly, the data against the CRC of that close (one read of it all, measured by
-benchmarks/exact/state_checks.py). A writer opens only a file that passed, so a later close can never
-seal damage in. The blocks are reserved when the file is made (and when a writer opens it), so
+benchmarks/exact/state_checks.py). A writer opens only a file that passed, so a later close can
+never seal damage in. The blocks are reserved when the file is made (and when a writer opens it), so
 a full disk is an error then, not a SIGBUS in the middle of a batch; `check()` (run before each
 batch) turns a file cut short underneath into a FormatError instead of a SIGBUS.
 
