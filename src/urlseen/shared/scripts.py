@@ -109,7 +109,7 @@ LIBRARY_BATCH = Script(
     argv=_names("mode fps prefix groups bucket_bits now receipt_ttl instance", *CLAIMS),
     needs=("claims.lua",),
 )
-SCRIPTS = {s.filename: s for s in (LEAF_BATCH, LIBRARY_BATCH)}
+SCRIPTS = {s.filename: s for s in (BLOOM_BATCH, LEAF_BATCH, LIBRARY_BATCH)}
 
 
 def claim_fields(claim: Sequence[Any]) -> dict[str, Any]:
