@@ -39,9 +39,9 @@ from urlseen.shared.bloom import RedisBloomFilter
 from urlseen.splittable.filter import SplittableBloomFilter
 
 
-def _always(optimism: object) -> None:
-    """Never pause: the state as before the pause existed."""
-    optimism.heard = lambda tried, fell: None  # type: ignore[attr-defined]
+def _always(backoff: object) -> None:
+    """Never pause: the optimistic arguments on every batch."""
+    backoff.record = backoff.heard = lambda tried, fell: None  # type: ignore[attr-defined]
 
 
 def way(kind: str, arm: str, error_rate: float) -> Way:
@@ -54,7 +54,7 @@ def way(kind: str, arm: str, error_rate: float) -> Way:
     def open_(url: str) -> Opened:
         if kind == "bloom":
             f = RedisBloomFilter(url, NAME)
-            optimism = f._optimism
+            optimism = f._reads.backoff
         else:
             f = SplittableBloomFilter(redis=url, name=NAME)  # type: ignore[assignment]
             optimism = f._store._optimism  # type: ignore[attr-defined]
