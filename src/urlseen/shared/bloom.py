@@ -43,11 +43,11 @@ from urlseen.shared.bits import (
 )
 from urlseen.shared.claims import (
     RELEASE_CHUNK,
-    Claimant,
+    ClaimedAnswers,
     Claims,
     ask_each_once,
-    record_parts,
-    settle,
+    ask_until_decided,
+    record_size,
 )
 from urlseen.shared.client import LOST_HELP, retrying
 from urlseen.shared.scripts import BLOOM_BATCH, STAGED, Answer, Op, claim_fields
@@ -72,7 +72,7 @@ class _Snapshot(NamedTuple):
     count_read: bytes
 
 
-class RedisBloomFilter(Claimant):
+class RedisBloomFilter(ClaimedAnswers):
     """A Bloom filter whose bits live in Redis, shared by any number of processes. close()
     forgets the connection; the bits stay in Redis.
 
@@ -223,7 +223,7 @@ class RedisBloomFilter(Claimant):
                 return self._ask(part, [fps[i] for i in idx], priority, snapshots)
 
             if todo:
-                got = settle(
+                got = ask_until_decided(
                     lambda idx: ask_each_once([todo[j] for j in idx], fps, ask),
                     len(todo),
                     claims.lease,
@@ -338,7 +338,7 @@ class RedisBloomFilter(Claimant):
         return [i for i in range(len(fps)) if i not in seen]
 
     def acknowledge(self) -> int:
-        """As Claimant.acknowledge; claims younger than half a lease (the usual case: each
+        """As ClaimedAnswers.acknowledge; claims younger than half a lease (the usual case: each
         batch's, just before add_many returns) are deleted unread (none can have been taken
         over): when all of them are in this client's records, by one native HDEL of those;
         else by one script call with one argument each and no per-key Lua work."""
@@ -387,7 +387,7 @@ class RedisBloomFilter(Claimant):
             pipe.hlen(self._claims_key)
             pipe.hvals(self._records_key)
             held, records = pipe.execute()
-            return int(held) + sum(len(record_parts(v)[1]) // FP_BYTES for v in records)
+            return int(held) + sum(record_size(v, FP_BYTES) for v in records)
 
         return retrying(count, f"{self._what}: claims")
 

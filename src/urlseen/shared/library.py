@@ -37,7 +37,7 @@ from typing import Any
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.shared import client as redis_store
-from urlseen.shared.claims import Claimant, Claims, settle
+from urlseen.shared.claims import ClaimedAnswers, Claims, ask_until_decided
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
 from urlseen.shared.scripts import LIBRARY_BATCH, Answer, claim_fields
 
@@ -57,7 +57,7 @@ def bucket_bits(capacity: int, groups: int) -> int:
     return min(max((buckets - 1).bit_length(), 1), 32)
 
 
-class RedisLibrary(Claimant):
+class RedisLibrary(ClaimedAnswers):
     """A fingerprint library in Redis, shared by any number of processes. close() forgets the
     connection; the records stay in Redis.
 
@@ -280,7 +280,7 @@ class RedisLibrary(Claimant):
                     lambda new: claims.hold(new, priority),
                 )
 
-            answers = settle(ask, len(fps), claims.lease, self._renew)
+            answers = ask_until_decided(ask, len(fps), claims.lease, self._renew)
         self.io.lookups += len(fps)
         self.io.writes += len(fps)
         if claims.auto:
