@@ -547,7 +547,7 @@ def test_a_block_written_after_the_read_sends_the_batch_to_the_script(
 
 
 def test_masks_apply_is_the_scripts_rule_on_a_snapshot():
-    """_core.masks_apply, the client's twin of bloom_batch.lua's blocked check-and-add: on the
+    """_core.masks_apply, the client's twin of bits.lua's blocked check-and-add: on the
     whole bits or on 64-byte blocks numbered by an index, the answers and bytes of a local
     filter fed the same keys (repeats inside the batch answered seen)."""
     import struct

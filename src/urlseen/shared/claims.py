@@ -200,7 +200,7 @@ class ClaimedAnswers(Closeable):
 
     def _acknowledge_by(self, drop: Callable[[list[bytes]], int]) -> int:
         """acknowledge() for a filter that deletes claims younger than half a lease unread
-        (bloom_batch.lua's DROP; none can have been taken over): drop(fps), at most
+        (the batch scripts' DROP; none can have been taken over): drop(fps), at most
         RELEASE_CHUNK at a time, returns how many of fps it did not find."""
         self._usable()
         if not self._claims.young():

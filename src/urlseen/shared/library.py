@@ -109,7 +109,7 @@ class RedisLibrary(ClaimedAnswers):
         self._client = redis_store.connect(redis)
         self._what = f"library {name!r}"
         self._cluster = redis_store.is_cluster(self._client)
-        self._script = redis_store.load_script(self._client, "library_batch.lua", claims=True)
+        self._script = redis_store.load_script(self._client, "library_batch.lua")
         self._meta = redis_store.key(name, "library")
         self._prefix = f"urlseen:{{{redis_store.escape(name)}#"
         self.io = LibraryIO()

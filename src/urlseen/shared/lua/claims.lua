@@ -1,5 +1,5 @@
--- claims.lua: the claims of urlseen's shared filters (urlseen.shared.claims), put in
--- front of each batch script that uses them (bloom_batch.lua, library_batch.lua).
+-- claims.lua: the claims of urlseen's shared filters (urlseen.shared.claims), put in front
+-- of each batch script that uses them (bloom_batch.lua, leaf_batch.lua, library_batch.lua).
 --
 -- A claim says "this URL was answered new to client OWNER, which has not acknowledged it yet".
 -- It is a field of a hash in the slot of the URL's data (the Bloom filter's; the library keeps
