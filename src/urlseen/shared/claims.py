@@ -35,7 +35,7 @@ from typing import Any
 
 from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError
-from urlseen.shared.scripts import Answer
+from urlseen.shared.scripts import Answer, ClaimArgs
 
 LEASE_SECONDS = 10.0
 MAX_LEASE_SECONDS = 86_400.0
@@ -80,9 +80,9 @@ class Claims:
         now = int(time.time() * 1000)
         return now if self._oldest is None else min(self._oldest, now)
 
-    def args(self, priority: int) -> list[Any]:
+    def args(self, priority: int) -> ClaimArgs:
         """A script call's claim arguments: owner, priority, a fresh call id, lease (ms)."""
-        return [self.owner, priority, next(self._calls), self.lease_ms]
+        return ClaimArgs(self.owner, priority, next(self._calls), self.lease_ms)
 
     def hold(self, fps: list[bytes], priority: int) -> None:
         """Remember fingerprints just answered new (claimed by this client)."""

@@ -39,7 +39,7 @@ from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import ClaimedAnswers, Claims, ask_until_decided
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
-from urlseen.shared.scripts import LIBRARY_BATCH, Answer, claim_fields
+from urlseen.shared.scripts import LIBRARY_BATCH, Answer, ClaimArgs, claim_fields
 
 FORMAT = "urlseen-redis-library/3"
 KIND = "library"
@@ -218,7 +218,7 @@ class RedisLibrary(ClaimedAnswers):
         fps: Sequence[bytes],
         idx: Sequence[int],
         stamp: str,
-        claim: Callable[[], list[Any]],
+        claim: Callable[[], ClaimArgs],
         hold: Callable[[list[bytes]], None] | None = None,
     ) -> bytes:
         """One script call per part of _calls: one answer byte per fps[i], i in idx, in order.
