@@ -35,6 +35,7 @@ from typing import Any
 
 from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError
+from urlseen.shared.scripts import Answer, ClaimArgs
 
 LEASE_SECONDS = 10.0
 MAX_LEASE_SECONDS = 86_400.0
@@ -79,9 +80,9 @@ class Claims:
         now = int(time.time() * 1000)
         return now if self._oldest is None else min(self._oldest, now)
 
-    def args(self, priority: int) -> list[Any]:
+    def args(self, priority: int) -> ClaimArgs:
         """A script call's claim arguments: owner, priority, a fresh call id, lease (ms)."""
-        return [self.owner, priority, next(self._calls), self.lease_ms]
+        return ClaimArgs(self.owner, priority, next(self._calls), self.lease_ms)
 
     def hold(self, fps: list[bytes], priority: int) -> None:
         """Remember fingerprints just answered new (claimed by this client)."""
@@ -162,7 +163,7 @@ def claim_seen(value: bytes | None, owner: str, priority: int, now_ms: int | Non
     return not (prio < priority or (prio == priority and holder < owner))  # older: pending
 
 
-class Claimant(Closeable):
+class ClaimedAnswers(Closeable):
     """A filter (or store) that claims its answers: auto_acknowledge, acknowledge(), and a
     close that abandons answers never acknowledged. A subclass sets _claims and _instance (once
     it is open) and releases claims in Redis in _release."""
@@ -199,7 +200,7 @@ class Claimant(Closeable):
 
     def _acknowledge_by(self, drop: Callable[[list[bytes]], int]) -> int:
         """acknowledge() for a filter that deletes claims younger than half a lease unread
-        (bloom_batch.lua's DROP; none can have been taken over): drop(fps), at most
+        (the batch scripts' DROP; none can have been taken over): drop(fps), at most
         RELEASE_CHUNK at a time, returns how many of fps it did not find."""
         self._usable()
         if not self._claims.young():
@@ -221,7 +222,7 @@ class Claimant(Closeable):
             self._claims.close(self._abandon)
 
 
-class Patience:
+class PendingWait:
     """How long a batch asks again about pending URLs: a little over one lease (by then every
     claim it waits on was acknowledged or expired, unless its claimer has a longer lease: those
     keys are then answered seen, their claim outliving them for the next asker)."""
@@ -231,7 +232,7 @@ class Patience:
         self._delay = 0.002
 
     def wait(self) -> bool:
-        """Sleep a little before the next ask; False once patience is over."""
+        """Sleep a little before the next ask; False once the wait is over."""
         left = self._until - time.monotonic()
         if left <= 0:
             return False
@@ -240,7 +241,7 @@ class Patience:
         return True
 
 
-PENDING = 0x50  # b"P": the script's answer for a URL another client's older claim holds
+PENDING = Answer.PENDING
 
 
 def ask_each_once(idx: list[int], fps: list[bytes], ask: Callable[[list[int]], bytes]) -> bytes:
@@ -257,33 +258,38 @@ def ask_each_once(idx: list[int], fps: list[bytes], ask: Callable[[list[int]], b
     out = bytearray()
     for i in idx:
         j = first[fps[i]]
-        out.append(said[i] if j == i else PENDING if said[j] == PENDING else 0x30)
+        out.append(said[i] if j == i else PENDING if said[j] == PENDING else Answer.SEEN)
     return bytes(out)
 
 
-def settle(
+def ask_until_decided(
     ask: Callable[[list[int]], bytes], count: int, lease: float, renew: Callable[[], None]
 ) -> list[bool]:
     """Answers for keys 0..count-1: ask(indices) returns one byte per index (b"1" new, b"0"
-    seen, b"P" pending); pending ones are asked again until they settle or patience ends
+    seen, b"P" pending); pending ones are asked again until decided or the wait (PendingWait) ends
     (then: seen), renewing the asker's own claims meanwhile."""
     answers = [False] * count
     todo = list(range(count))
-    patience: Patience | None = None
+    wait: PendingWait | None = None
     while todo:
         pending = []
         for i, c in zip(todo, ask(todo), strict=True):
             if c == PENDING:
                 pending.append(i)
             else:
-                answers[i] = c == 0x31
+                answers[i] = c == Answer.NEW
         todo = pending
         if todo:
-            patience = patience or Patience(lease)
-            if not patience.wait():
+            wait = wait or PendingWait(lease)
+            if not wait.wait():
                 break
             renew()
     return answers
+
+
+def record_size(value: bytes, width: int) -> int:
+    """How many claims a record holds (record_parts), of fingerprints `width` bytes wide."""
+    return len(record_parts(value)[1]) // width
 
 
 def record_parts(value: bytes) -> tuple[bytes, bytes]:
@@ -304,3 +310,8 @@ def recorded_claims(records: Iterable[bytes], wanted: set[bytes], width: int) ->
             if fp in wanted:
                 out[fp] = claim
     return out
+
+
+# The former names, kept importable until their last users move to the new ones.
+Claimant = ClaimedAnswers
+Patience = PendingWait

@@ -34,7 +34,6 @@ import unicodedata
 import uuid
 import warnings
 from collections.abc import Callable
-from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
@@ -394,14 +393,13 @@ def check_alive(
 # -- scripts --------------------------------------------------------------------------------
 
 
-def load_script(client: Any, filename: str, *, claims: bool = False) -> Any:
-    """A registered Lua script (EVALSHA, falling back to EVAL after a SCRIPT FLUSH); with
-    claims, claims.lua's functions put in front of it."""
-    folder = resources.files("urlseen.shared").joinpath("lua")
-    source = folder.joinpath(filename).read_text()
-    if claims:
-        source = folder.joinpath("claims.lua").read_text() + "\n" + source
-    return client.register_script(source)
+def load_script(client: Any, filename: str) -> Any:
+    """A registered Lua script of shared/lua/ (EVALSHA, falling back to EVAL after a SCRIPT
+    FLUSH), with what it needs put in front of it (urlseen.shared.scripts)."""
+    from urlseen.shared.scripts import SCRIPTS, lua_text
+
+    script = SCRIPTS.get(filename)
+    return client.register_script(lua_text(filename) if script is None else script.source())
 
 
 def retrying(call: Callable[[], T], what: str) -> T:

@@ -46,7 +46,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from importlib import resources
 from typing import Any
 
 from urlseen import _core
@@ -62,6 +61,7 @@ from urlseen.shared.native import (
     seen_by_claims,
     server_ms,
 )
+from urlseen.shared.scripts import LEAF_BATCH, lua_text
 from urlseen.splittable.tree import (
     MISSING,
     MOVED,
@@ -101,7 +101,7 @@ class RedisLeafStore:
         self._cluster = redis_store.is_cluster(self.client)
         self._tree_script = redis_store.load_script(self.client, "dsbf_tree.lua")
         self._leaf_script = redis_store.load_script(self.client, "dsbf_leaf.lua")
-        self._batch_script = redis_store.load_script(self.client, "bloom_batch.lua", claims=True)
+        self._batch_script = redis_store.load_script(self.client, "leaf_batch.lua")
         self._multi_script = self.client.register_script(_multi_source())
         self.native_from = NATIVE_FROM
         self.native_copy = True  # a split's copies set the bits in the client (_fill)
@@ -774,11 +774,9 @@ def _drop_pairs(owner: str, fps: list[bytes], calls: Sequence[int] | None) -> li
 
 
 def _multi_source() -> str:
-    """dsbf_batch.lua's source: claims.lua, bloom_batch.lua as the function leaf_batch, then
-    the loop over the leaves (one leaf's rules stay in bloom_batch.lua alone)."""
-    folder = resources.files("urlseen.shared").joinpath("lua")
-    claims, batch, multi = (
-        folder.joinpath(name).read_text()
-        for name in ("claims.lua", "bloom_batch.lua", "dsbf_batch.lua")
-    )
-    return f"{claims}\nlocal function leaf_batch(KEYS, ARGV)\n{batch}\nend\n{multi}"
+    """dsbf_batch.lua's source: what leaf_batch.lua needs in front, leaf_batch.lua as the
+    function leaf_batch, then the loop over the leaves (one leaf's rules stay in
+    leaf_batch.lua alone)."""
+    needs = "\n".join(lua_text(name) for name in LEAF_BATCH.needs)
+    batch, multi = lua_text("leaf_batch.lua"), lua_text("dsbf_batch.lua")
+    return f"{needs}\nlocal function leaf_batch(KEYS, ARGV)\n{batch}\nend\n{multi}"

@@ -1,5 +1,5 @@
--- claims.lua: the claims of urlseen's shared filters (urlseen.shared.claims), put in
--- front of each batch script that uses them (bloom_batch.lua, library_batch.lua).
+-- claims.lua: the claims of urlseen's shared filters (urlseen.shared.claims), put in front
+-- of each batch script that uses them (bloom_batch.lua, leaf_batch.lua, library_batch.lua).
 --
 -- A claim says "this URL was answered new to client OWNER, which has not acknowledged it yet".
 -- It is a field of a hash in the slot of the URL's data (the Bloom filter's; the library keeps
@@ -26,6 +26,9 @@
 -- one write (claims_release).
 
 local UNPACK_MAX = 4000 -- values per unpack() (Lua's C stack holds ~8000)
+
+-- The answers, one character per URL (urlseen.shared.scripts.Answer).
+local NEW, SEEN, PENDING = '1', '0', 'P'
 
 local function claims_now()
   local t = redis.call('TIME')
@@ -123,26 +126,26 @@ end
 -- (owner nil: none): '0', '1' or 'P' (above), and whether it is a takeover (the caller then
 -- claims it).
 local function claim_answer(c, owner, prio, call, deadline)
-  if not owner then return '0', false end
+  if not owner then return SEEN, false end
   if owner == c.owner then
-    if tostring(call) == c.call then return '1', false end -- a resent call: as the first time
+    if tostring(call) == c.call then return NEW, false end -- a resent call: as the first time
     -- The asker's own claim whose lease ended: abandoned after a call whose every reply was
     -- lost (its caller never got the answer), or never acknowledged in time: new again.
-    if deadline <= c.now then return '1', true end
-    return '0', false
+    if deadline <= c.now then return NEW, true end
+    return SEEN, false
   end
-  if deadline <= c.now then return '1', true end
-  if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P', false end
-  return '0', false
+  if deadline <= c.now then return NEW, true end
+  if prio < c.prio or (prio == c.prio and owner < c.owner) then return PENDING, false end
+  return SEEN, false
 end
 
 -- A URL present in the data: '0', '1' or 'P', from claims_lookup's reading of `key`.
 local function claim_present(c, key, fp)
-  if c.fresh[fp] then return '0' end -- answered new earlier in this call: a repeat
+  if c.fresh[fp] then return SEEN end -- answered new earlier in this call: a repeat
   local answer, takeover = claim_answer(c, claims_parse(c.known[key][fp]))
   if takeover then
     claims_queue(c, key, fp)
-  elseif answer == '1' then
+  elseif answer == NEW then
     c.fresh[fp] = true
   end
   return answer
@@ -173,7 +176,7 @@ local function claims_release(c, key, fps, how)
     for i = s, last do
       local value = values[i - s + 1]
       if value and string.find(value, c.tag, 1, true) == 1 then -- no substring made
-        out[i] = '1'
+        out[i] = NEW
         if how == 'ack' then
           hit[#hit + 1] = fps[i]
         else
@@ -181,7 +184,7 @@ local function claims_release(c, key, fps, how)
           hit[#hit + 1] = claim_released(c, value, how)
         end
       else
-        out[i] = '0'
+        out[i] = SEEN
       end
     end
   end
@@ -194,8 +197,8 @@ end
 -- data) claims them all in one field of a second hash, `records`: field "OWNER CALL", value
 -- this call's claim, a newline, then the keys' fingerprints packed (`size` bytes each). Its
 -- client acknowledges them by deleting that field: claiming and acknowledging a batch cost
--- O(1) commands and no Lua work per key (a field per key cost ~0.9 us of server CPU per new
--- key: benchmarks/redis_script_profile.py). Whatever reads or changes claims one by one (a
+-- O(1) commands and no Lua work per key (benchmarks/redis_script_profile.py measures what a
+-- field per key costs). Whatever reads or changes claims one by one (a
 -- lookup of keys found present, a release other than that deletion) first expands every
 -- record into per-key claims (claims_expand, once per record), so the rules above hold
 -- unchanged. Returns false when the field exists already (a resent call: never on the paths
