@@ -40,3 +40,18 @@ def test_front_ends_import_neither_stores_nor_the_core(path: Path) -> None:
 def test_cli_stays_thin() -> None:
     lines = sum(len(p.read_text().splitlines()) for p in PACKAGE.glob("cli/*.py"))
     assert lines < 700, f"cli/ has {lines} lines: its logic belongs in kinds/ or the job"
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.glob("splittable/*.py")), ids=lambda p: f"splittable/{p.name}"
+)
+def test_the_splittable_wing_is_redis_blind(path: Path) -> None:
+    """The algorithm knows its store only by the LeafStore protocol (splittable/tree.py): the
+    Redis store lives with the host code in shared/, as RedisBloom keeps its filter code
+    unaware of Redis. Imports inside functions count too."""
+    bad = {
+        name
+        for name in _imports(path)
+        if name.startswith(("urlseen.shared", "redis")) or name in ("urlseen.shared", "redis")
+    }
+    assert not bad, f"splittable/{path.name} imports {sorted(bad)}"

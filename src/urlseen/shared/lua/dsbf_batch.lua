@@ -4,8 +4,8 @@
 -- Put after claims.lua and after bloom_batch.lua wrapped as `local function leaf_batch(KEYS,
 -- ARGV) ... end` (shared/leaves.py does): each leaf is exactly one bloom_batch.lua call,
 -- with its checks and answers, so the leaves' rules live in one place; what this saves is the
--- server's cost per script call (~20-35 us each here: a batch of 1000 new URLs touched ~60
--- leaves, each called twice, to check and to acknowledge).
+-- server's cost per script call, paid once per batch instead of once per leaf (a batch of new
+-- URLs touches many leaves, each twice: to check and to acknowledge).
 --
 -- KEYS: bloom_batch.lua's KEYS[1..6] of each leaf, six per leaf.
 -- ARGV[1..9]: what every leaf shares: the operation, receipt ttl, layout, fingerprint width,

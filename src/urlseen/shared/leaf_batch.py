@@ -1,0 +1,279 @@
+"""Check-and-add on a splittable filter's Redis leaves: a batch's script calls.
+
+A batch's repeats are answered from a native snapshot of its leaves (shared/leaf_reads.py); the
+rest go in one script call for all leaves on a single server (dsbf_batch.lua, a loop over the
+Bloom filter's batch script in its leaf mode), or one per leaf on a Cluster, side by side. A
+call claims each leaf's new keys in one record (one field of `:records`); a young
+acknowledgement deletes it whole (DROP), with no claim work per key. Claims answer a call sent
+again after a lost reply as the first time; a split's copies leave receipts.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from urlseen import _core
+from urlseen.bloom.bloom import LAYOUT_CODES
+from urlseen.shared import client as redis_store
+from urlseen.shared.bloom import NATIVE_FROM
+from urlseen.shared.claims import first_of_each
+from urlseen.shared.client import RECEIPT_SECONDS, retrying
+from urlseen.shared.leaf_reads import LeafReads, Read
+from urlseen.shared.native import Optimism, fell_back, optimistic_args
+from urlseen.splittable.tree import (
+    MISSING,
+    MOVED,
+    PENDING,
+    LeafAnswer,
+    LeafOp,
+    LeafReply,
+    write_limit,
+)
+
+_MASKED = (LeafOp.CONTAINS, LeafOp.ADD, LeafOp.COPY)  # the operations that read or set bits
+OWN = 0x54  # bloom_batch.lua's b"T": new, claimed by a field of its own (not the call's record)
+NO_CLAIM = ("", 0, 0, 1)  # the claim arguments of a call that claims nothing
+
+
+@dataclass
+class _Plan:
+    """What a batch asks the scripts, per leaf: the keys' positions to send (`ask`), the
+    snapshot's answers and reads, the repeats within the call (position -> its first's), and
+    the keys past the leaf's room (deferred)."""
+
+    ask: dict[str, list[int]]
+    optimistic: bool = False
+    seen: dict[str, LeafAnswer] = field(default_factory=dict)
+    reads: dict[str, Read] = field(default_factory=dict)
+    repeats: dict[str, dict[int, int]] = field(default_factory=dict)
+    deferred: dict[str, list[int]] = field(default_factory=dict)
+
+
+class LeafBatches(LeafReads):
+    """Check-and-add of a batch on Redis leaves (see module docstring); the claims whose
+    arguments it sends are RedisLeafStore's."""
+
+    def __init__(self, redis: Any, name: str, receipt_seconds: int = RECEIPT_SECONDS) -> None:
+        super().__init__(redis, name)
+        self.receipt_seconds = receipt_seconds
+        self._batch_script = redis_store.load_script(self.client, "bloom_batch.lua", claims=True)
+        self._multi_script = self.client.register_script(_multi_source())
+        self.native_from = NATIVE_FROM
+        self.native_copy = True  # a split's copies set the bits in the client (_fill)
+        self.optimistic = True  # (blocked layout) the snapshot decides new keys too
+        self._optimism = Optimism()
+        self._seen_share = 1.0
+
+    def _masks(self, leaf: str, fps: list[bytes]) -> bytes:
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        nbits = self._sizes.get(leaf, p["leaf_bits"])
+        layout = LAYOUT_CODES[p["layout"]]
+        return _core.byte_masks(fps, nbits, p["k"], layout, p["seed"], p["hash_id"])
+
+    def _leaf_call(
+        self, leaf: str, fps: list[bytes], op: LeafOp, masks: bytes | None, extra: list[Any]
+    ) -> tuple[list[str], list[Any]]:
+        """One leaf's KEYS and its own ARGV of bloom_batch.lua (masks, fingerprints, write
+        limit, length of the bits, and its ARGV[14..] `extra`: DROP's are its pairs,
+        _drop_pairs, with no fingerprints); the ARGV every leaf shares are _shared_args."""
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        nbits = self._sizes.get(leaf, p["leaf_bits"])
+        if masks is None:
+            masks = self._masks(leaf, fps) if op in _MASKED else b""
+        meta, bits, fps_key, claims = self._keys(leaf)
+        # A receipt only for COPY: claims answer a resent ADD; the others write nothing to keep
+        receipt = redis_store.tagged(f"{self._escaped}:leaf:{leaf}", f"receipt:{uuid.uuid4().hex}")
+        args = [masks, b"".join(fps), write_limit(p, nbits), nbits // 8, extra]
+        return [bits, meta, receipt, claims, fps_key, self._records(leaf)], args
+
+    def _shared_args(self, op: LeafOp, claim: Sequence[Any]) -> list[Any]:
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        ttl = self.receipt_seconds if op == LeafOp.COPY else 0
+        return [int(op), ttl, p["layout"], p["fp_bytes"], self._instance, *claim]
+
+    def _check_and_add(
+        self,
+        groups: Mapping[str, list[bytes]],
+        op: LeafOp,
+        claim: Sequence[Any],
+        records: Mapping[str, Sequence[int]] | None = None,
+        room: Mapping[str, int] | None = None,
+    ) -> dict[str, LeafReply]:
+        """The op on each leaf's fingerprints, with these claim arguments. An ADD first
+        answers, from one native snapshot, the keys found seen; the rest, up to the leaf's
+        room (the rest deferred), go to the scripts (_run). With the blocked layout each
+        leaf's call carries the snapshot's answers and blocks (optimistic_args), unless most
+        leaves of a recent batch fell back (Optimism)."""
+        groups = {leaf: fps for leaf, fps in groups.items() if fps}
+        filled: dict[str, LeafReply] = {}
+        if op == LeafOp.COPY and self.native_copy:
+            filled = self._fill(groups)
+            groups = {leaf: fps for leaf, fps in groups.items() if leaf not in filled}
+        masks = {}
+        if op in _MASKED:
+            masks = {leaf: self._masks(leaf, fps) for leaf, fps in groups.items()}
+        plan = _Plan({leaf: list(range(len(fps))) for leaf, fps in groups.items()})
+        if op == LeafOp.ADD:
+            self._plan_add(plan, groups, masks, claim, room or {})
+        calls = self._script_calls(plan, groups, op, masks, claim, records or {})
+        replies = dict(zip(calls, self._run(calls, op, claim), strict=True))
+        out: dict[str, LeafReply] = dict(filled)
+        tried = fallbacks = 0
+        for leaf, fps in groups.items():
+            if leaf not in replies:  # every key answered seen by the snapshot
+                out[leaf] = plan.seen[leaf]
+                continue
+            reply = replies[leaf]
+            if calls[leaf][1][4] and op == LeafOp.ADD:
+                reply, back = fell_back(reply)
+                tried, fallbacks = tried + 1, fallbacks + back
+            out[leaf] = self._answer(plan, leaf, len(fps), reply, op)
+        if op == LeafOp.ADD:
+            self._optimism.heard(tried, fallbacks)
+            self._learn_seen_share(out)
+        return out
+
+    def _plan_add(
+        self,
+        plan: _Plan,
+        groups: Mapping[str, list[bytes]],
+        masks: Mapping[str, bytes],
+        claim: Sequence[Any],
+        room: Mapping[str, int],
+    ) -> None:
+        """An ADD's plan: the keys a native snapshot finds seen are not asked; of the rest,
+        each fingerprint's first only (a repeat sent to the script would make its call decide
+        keys found present, expanding the leaf's records into claims one by one), and up to
+        the leaf's room of them (the rest, and their repeats, deferred)."""
+        p = self._params
+        assert p is not None, "load or create the tree first"
+        optimistic = self.optimistic and p["layout"] == "blocked" and self._optimism.now()
+        plan.optimistic = optimistic
+        if optimistic or self._seen_share >= self.native_from:
+            plan.seen, plan.reads = self._native(groups, masks, str(claim[0]), int(claim[1]))
+            for leaf, answer in plan.seen.items():
+                plan.ask[leaf] = [j for j, new in enumerate(answer.new) if new]
+        for leaf, idx in plan.ask.items():
+            plan.ask[leaf], plan.repeats[leaf] = first_of_each(groups[leaf], idx)
+        for leaf, limit in room.items():
+            idx = plan.ask.get(leaf, [])
+            if len(idx) > max(1, limit):
+                plan.ask[leaf], held = idx[: max(1, limit)], set(idx[max(1, limit) :])
+                held |= {j for j, first in plan.repeats[leaf].items() if first in held}
+                plan.deferred[leaf] = sorted(held)
+
+    def _script_calls(
+        self,
+        plan: _Plan,
+        groups: Mapping[str, list[bytes]],
+        op: LeafOp,
+        masks: Mapping[str, bytes],
+        claim: Sequence[Any],
+        records: Mapping[str, Sequence[int]],
+    ) -> dict[str, tuple[list[str], list[Any]]]:
+        """Each leaf's script call for the keys its plan asks (none: no call)."""
+        calls = {}
+        for leaf, idx in plan.ask.items():
+            if not idx:
+                continue
+            whole = len(idx) == len(groups[leaf])
+            fps = groups[leaf] if whole else [groups[leaf][j] for j in idx]
+            part = masks.get(leaf) if whole else None
+            extra: list[Any] = []
+            if plan.optimistic and leaf in plan.reads:
+                part = part or self._masks(leaf, fps)
+                extra = optimistic_args(part, *plan.reads[leaf])
+            if op == LeafOp.DROP:
+                extra = _drop_pairs(str(claim[0]), fps, records.get(leaf))
+                fps = []
+            calls[leaf] = self._leaf_call(leaf, fps, op, part, extra)
+        return calls
+
+    @staticmethod
+    def _answer(plan: _Plan, leaf: str, n_keys: int, reply: Any, op: LeafOp) -> LeafReply:
+        """A leaf's reply as its answer: per key new, pending (and repeats of pending keys),
+        claimed one by one (OWN), deferred; a DROP's: how many claims it deleted."""
+        if reply in (b"M", b"X"):
+            return MOVED if reply == b"M" else MISSING
+        if op == LeafOp.DROP:  # how many claims it deleted: the rest were not there
+            deleted = int(reply)
+            return LeafAnswer([j < deleted for j in range(n_keys)], 0)
+        idx, n = plan.ask[leaf], len(plan.ask[leaf])
+        new = [False] * n_keys
+        for j, c in zip(idx, reply[:n], strict=True):
+            new[j] = c in (0x31, OWN)
+        pending = [idx[j] for j, c in enumerate(reply[:n]) if c == PENDING]
+        per_key = [idx[j] for j, c in enumerate(reply[:n]) if c == OWN]
+        repeats = plan.repeats.get(leaf)
+        if repeats:  # a repeat within the call: seen, or pending as its first is
+            waits = set(pending)
+            pending = sorted(pending + [j for j, a in repeats.items() if a in waits])
+        deferred = plan.deferred.get(leaf, [])
+        return LeafAnswer(new, int(reply[n:] or 0), pending, per_key, deferred)
+
+    def _learn_seen_share(self, out: Mapping[str, LeafReply]) -> None:
+        """The share of an ADD's keys found seen: the next ADD reads natively first if it
+        reaches native_from."""
+        answers = [a for a in out.values() if isinstance(a, LeafAnswer)]
+        total = sum(len(a.new) - len(a.deferred) for a in answers)
+        seen_keys = sum(a.new.count(False) - len(a.deferred) for a in answers)
+        self._seen_share = seen_keys / total if total else 1.0
+
+    def _run(
+        self, calls: Mapping[str, tuple[list[str], list[Any]]], op: LeafOp, claim: Sequence[Any]
+    ) -> list[Any]:
+        """The scripts' answers for each leaf's call, in order: on a single server one call
+        for all leaves (dsbf_batch.lua), on a Cluster one per leaf, side by side."""
+        if not calls:
+            return []
+        what = f"{self._what}: {op.name.lower()}"
+        shared = self._shared_args(op, claim)
+        if not self._cluster:
+            keys = [k for leaf_keys, _ in calls.values() for k in leaf_keys]
+            args = list(shared)
+            for _, (*own, extra) in calls.values():
+                args += [*own, len(extra), *extra]
+            return list(retrying(functools.partial(self._multi_script, keys=keys, args=args), what))
+
+        def one(call: tuple[list[str], list[Any]]) -> Any:
+            keys, (masks, fps, limit, nbytes, extra) = call
+            args = [masks, shared[0], shared[1], shared[2], fps, shared[3], limit, shared[4],
+                    nbytes, *shared[5:], *extra]  # fmt: skip
+            return retrying(functools.partial(self._batch_script, keys=keys, args=args), what)
+
+        if len(calls) == 1:
+            return [one(next(iter(calls.values())))]
+        # one script per leaf on its own node: the calls run side by side
+        return list(self._pool().map(one, calls.values()))
+
+
+def _drop_pairs(owner: str, fps: list[bytes], calls: Sequence[int] | None) -> list[Any]:
+    """A leaf's DROP arguments (bloom_batch.lua): per call whose record holds some of fps
+    (calls: per key its call id, 0 or None for a key claimed one by one), the record's field
+    and those keys packed; the keys claimed one by one after "" the same way."""
+    groups: dict[int, list[bytes]] = {}
+    for fp, call in zip(fps, calls or [0] * len(fps), strict=True):
+        groups.setdefault(call, []).append(fp)
+    out: list[Any] = []
+    for call, part in groups.items():
+        out += [f"{owner} {call}" if call else "", b"".join(part)]
+    return out
+
+
+def _multi_source() -> str:
+    """dsbf_batch.lua's source: claims.lua, bloom_batch.lua as the function leaf_batch, then
+    the loop over the leaves (one leaf's rules stay in bloom_batch.lua alone)."""
+    folder = resources.files("urlseen.shared").joinpath("lua")
+    claims, batch, multi = (
+        folder.joinpath(name).read_text()
+        for name in ("claims.lua", "bloom_batch.lua", "dsbf_batch.lua")
+    )
+    return f"{claims}\nlocal function leaf_batch(KEYS, ARGV)\n{batch}\nend\n{multi}"
