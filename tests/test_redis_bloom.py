@@ -16,6 +16,7 @@ from urlseen.errors import RemoteError
 from urlseen.shared import client as redis_store
 from urlseen.shared import native as redis_native
 from urlseen.shared.bloom import RedisBloomFilter
+from urlseen.shared.scripts import BLOOM_BATCH, Op
 
 
 def urls(n: int, seed: int = 0) -> list[str]:
@@ -133,7 +134,7 @@ def _script_keys(seen: RedisBloomFilter, monkeypatch) -> list[int]:
     real = seen._call
 
     def call(op, masks, fps, claim, what, *extra):
-        if op == "1":
+        if op == Op.ADD:
             sent.append(len(fps) // 16)
         return real(op, masks, fps, claim, what, *extra)
 
@@ -213,7 +214,7 @@ def test_a_resent_batch_gets_the_same_answer(redis_url, redis_name, monkeypatch)
 
     def lossy(keys, args):
         answer = real(keys=keys, args=args)
-        if args[1] in ("3", "6"):  # acknowledging the answers: not the batch
+        if args[0] in (Op.ACK, Op.DROP):  # acknowledging the answers: not the batch
             return answer
         calls["n"] += 1
         if calls["n"] == 1:
@@ -465,7 +466,7 @@ def test_a_batch_whose_replies_were_all_lost_is_new_again_to_its_client(
 
     def lossy(keys, args):
         answer = real(keys=keys, args=args)
-        if lose["on"] and args[1] == "1":  # check-and-add: ran, reply lost
+        if lose["on"] and args[0] == Op.ADD:  # check-and-add: ran, reply lost
             raise redis.exceptions.ConnectionError("reply lost")
         return answer
 
@@ -488,8 +489,8 @@ def test_an_optimistic_batch_sends_its_answers_and_blocks(redis_url, redis_name,
     real = seen._script
 
     def spy(keys, args):
-        if args[1] == "1":
-            sent.append(args[13:])
+        if args[0] == Op.ADD:
+            sent.append(args[len(BLOOM_BATCH.argv) :])
         return real(keys=keys, args=args)
 
     monkeypatch.setattr(seen, "_script", spy)
@@ -587,7 +588,7 @@ def test_fallbacks_in_a_row_pause_the_optimistic_path_for_a_while(
     interfere = list(batches)
 
     def spy(op, masks, fps, claim, what, extra=()):
-        if op == "1":
+        if op == Op.ADD:
             sent.append(len(extra))
         return real_call(op, masks, fps, claim, what, extra)
 
@@ -706,7 +707,7 @@ def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, mon
     sent, real = [], seen._call
 
     def spy(op, masks, fps, claim, what, extra=()):
-        if op == "1" and extra:
+        if op == Op.ADD and extra:
             sent.append(extra)
         return real(op, masks, fps, claim, what, extra)
 

@@ -24,7 +24,7 @@ one (then the records are expanded into per-key claims first).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from urlseen import _core
@@ -45,16 +45,14 @@ from urlseen.shared.claims import (
 )
 from urlseen.shared.client import LOST_HELP, retrying
 from urlseen.shared.native import BitsRead, seen_by_claims, server_ms
+from urlseen.shared.scripts import BLOOM_BATCH, STAGED, Answer, Op, claim_fields
 
 _LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB
 FORMAT = "urlseen-redis-bloom/2"  # /1: no kind record, no instance id, no claims
 KIND = "bloom"
 FP_BYTES = 16  # a claim's field: the key's digest
-_CONTAINS, _ADD = "0", "1"  # bloom_batch.lua's operations
-_RELEASE = {"ack": "3", "abandon": "4", "renew": "5"}
-_DROP = "6"
-_OWN = b"T"  # bloom_batch.lua: new, and claimed by a field of its own (not in the call's record)
+_RELEASE = {"ack": Op.ACK, "abandon": Op.ABANDON, "renew": Op.RENEW}
 STAGE_MS = 60_000  # the expiry of a client's staged bits (renamed or deleted by the next call)
 NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
 # (native_from on a filter: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
@@ -189,25 +187,47 @@ class RedisBloomFilter(Claimant):
                 raise FormatError(f"Redis key {self._meta}: unknown layout or hash")
 
         return redis_store.record(
-            self._client, self.name, KIND, self._meta, FORMAT, "Redis Bloom filter", validate,
-            create, allocate,
-        )  # fmt: skip
+            self._client,
+            self.name,
+            KIND,
+            self._meta,
+            FORMAT,
+            "Redis Bloom filter",
+            validate,
+            create,
+            allocate,
+        )
 
     # -- the seen-test ------------------------------------------------------------------
 
     def _call(
-        self, op: str, masks: bytes, fps: bytes, claim: list[Any], what: str, extra: Any = ()
+        self, op: Op, masks: bytes, fps: bytes, claim: Sequence[Any], what: str, extra: Any = ()
     ) -> Any:
-        """One bloom_batch.lua call (KEYS[3], the receipt, is unused by these operations);
-        extra: ARGV[14..]. For extra's rewrite (STAGED), the whole bits in _staging are staged
-        first, in the same round trip."""
+        """One bloom_batch.lua call; extra: the operation's tail. For the tail's rewrite
+        (STAGED), the whole bits in _staging are staged first, in the same round trip."""
         staged, self._staging = self._staging, None
-        if len(extra) < 3 or extra[2] != redis_native.STAGED:
+        if len(extra) < 3 or extra[2] != STAGED:
             staged = None
-        keys = [self._bits, self._meta, self._meta, self._claims_key, self._records_key,
-                self._stage]  # fmt: skip
-        args = [masks, op, 0, self._params["layout"], fps, FP_BYTES, "", self._instance,
-                self._nbytes, *claim, *extra]  # fmt: skip
+        keys, args = BLOOM_BATCH.call(
+            {
+                "bits": self._bits,
+                "meta": self._meta,
+                "claims": self._claims_key,
+                "records": self._records_key,
+                "stage": self._stage,
+            },
+            {
+                "op": op,
+                "instance": self._instance,
+                "nbytes": self._nbytes,
+                "layout": self._params["layout"],
+                "fp_bytes": FP_BYTES,
+                "masks": masks,
+                "fps": fps,
+                **claim_fields(claim),
+            },
+            extra,
+        )
         if staged is None:
             return retrying(lambda: self._script(keys=keys, args=args), f"{self._what}: {what}")
 
@@ -275,8 +295,9 @@ class RedisBloomFilter(Claimant):
                 claim = claims.args(priority)
                 left = None if work is None else bytes(work)  # the bits as the batch leaves them
                 self._staging = left  # _call stages them if extra says so
-                reply = self._call(_ADD, part, b"".join(fps[i] for i in idx), claim,
-                                   "check-and-add", extra)  # fmt: skip
+                reply = self._call(
+                    Op.ADD, part, b"".join(fps[i] for i in idx), claim, "check-and-add", extra
+                )
                 answer, fell = redis_native.fell_back(reply)
                 if extra:
                     self._optimism.heard(1, fell)
@@ -284,10 +305,10 @@ class RedisBloomFilter(Claimant):
                 self._kept = None
                 if left is not None and self._expect is not None:
                     self._kept = (self._expect, left)
-                if _OWN in answer:  # new keys claimed one by one, not in the call's record
+                if Answer.OWN in answer:  # new keys claimed one by one, not in the call's record
                     self._loose = True
-                    answer = answer.replace(_OWN, b"1")
-                got = [fps[i] for i, c in zip(idx, answer, strict=True) if c == 0x31]
+                    answer = answer.replace(bytes([Answer.OWN]), bytes([Answer.NEW]))
+                got = [fps[i] for i, c in zip(idx, answer, strict=True) if c == Answer.NEW]
                 if got:
                     self._records[f"{claim[0]} {claim[2]}"] = got
                 claims.hold(got, priority)
@@ -296,8 +317,10 @@ class RedisBloomFilter(Claimant):
             if todo:
                 got = settle(
                     lambda idx: ask_each_once([todo[j] for j in idx], fps, ask),
-                    len(todo), claims.lease, self._renew,
-                )  # fmt: skip
+                    len(todo),
+                    claims.lease,
+                    self._renew,
+                )
                 for i, answer in zip(todo, got, strict=True):
                     answers[i] = answer
         self._seen_share = answers.count(False) / len(keys)
@@ -308,8 +331,9 @@ class RedisBloomFilter(Claimant):
     # -- native reads: repeats answered without the script ---------------------------------
 
     def _alive(self, found: bytes | None, length: int) -> None:
-        redis_store.check_alive(self._what, self._meta, found, self._instance, self._bits,
-                                int(length), self._nbytes)  # fmt: skip
+        redis_store.check_alive(
+            self._what, self._meta, found, self._instance, self._bits, int(length), self._nbytes
+        )
 
     def _present(self, masks: bytes, n: int) -> _Snapshot | None:
         """Whether each of n keys finds its bits set, how many claims the filter holds, and the
@@ -419,7 +443,7 @@ class RedisBloomFilter(Claimant):
     def _drop(self, fps: list[bytes]) -> int:
         """DROP: delete this client's young claims of fps unread (records expanded first);
         how many of fps it did not find."""
-        return len(fps) - int(self._call(_DROP, b"", b"", self._claims.args(0), "ack", fps))
+        return len(fps) - int(self._call(Op.DROP, b"", b"", self._claims.args(0), "ack", fps))
 
     def _release(self, fps: list[bytes], how: str) -> int:
         if how != "renew":
@@ -428,7 +452,7 @@ class RedisBloomFilter(Claimant):
         for start in range(0, len(fps), RELEASE_CHUNK):
             part = b"".join(fps[start : start + RELEASE_CHUNK])
             answer = self._call(op, b"", part, self._claims.args(0), how)
-            lost += answer.count(b"0")
+            lost += answer.count(Answer.SEEN)
         return lost
 
     def claims_held(self) -> int:
@@ -456,8 +480,8 @@ class RedisBloomFilter(Claimant):
         snapshot = self._present(masks, len(keys))
         if snapshot is not None:
             return [bit == 1 for bit in snapshot.present]
-        answer = self._call(_CONTAINS, masks, b"", self._claims.args(0), "contains")
-        return [c == 0x30 for c in answer]  # b"0": every bit was set
+        answer = self._call(Op.CONTAINS, masks, b"", self._claims.args(0), "contains")
+        return [c == Answer.SEEN for c in answer]  # every bit was set
 
     def __len__(self) -> int:
         self._usable()
@@ -498,8 +522,13 @@ class RedisBloomFilter(Claimant):
     def destroy(self) -> None:
         """Delete the filter's keys from Redis (its receipts expire on their own)."""
         self._usable()
-        parts = (self._bits, self._meta, self._claims_key, self._records_key,
-                 redis_store.key(self.name, "kind"))  # fmt: skip
+        parts = (
+            self._bits,
+            self._meta,
+            self._claims_key,
+            self._records_key,
+            redis_store.key(self.name, "kind"),
+        )
         retrying(lambda: self._client.delete(*parts), f"{self._what}: destroy")
         self._claims.take()  # nothing left to release
         self.close()
@@ -511,5 +540,5 @@ class RedisBloomFilter(Claimant):
 def _count_after(count: bytes, said: bytes) -> bytes:
     """The filter's count (as a snapshot read it: b"" before any write) once a script took
     the answers `said` (each b"1" adds one)."""
-    fresh = said.count(b"1")
+    fresh = said.count(Answer.NEW)
     return str(int(count or 0) + fresh).encode() if fresh else count

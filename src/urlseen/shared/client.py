@@ -33,7 +33,6 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
@@ -339,12 +338,17 @@ def check_alive(
 
 
 def load_script(client: Any, filename: str, *, claims: bool = False) -> Any:
-    """A registered Lua script (EVALSHA, falling back to EVAL after a SCRIPT FLUSH); with
-    claims, claims.lua's functions put in front of it."""
-    folder = resources.files("urlseen.shared").joinpath("lua")
-    source = folder.joinpath(filename).read_text()
+    """A registered Lua script of shared/lua/ (EVALSHA, falling back to EVAL after a SCRIPT
+    FLUSH), with what it needs put in front of it (urlseen.shared.scripts); with claims, a
+    script scripts.py does not list gets claims.lua in front."""
+    from urlseen.shared.scripts import SCRIPTS, lua_text
+
+    script = SCRIPTS.get(filename)
+    if script is not None:
+        return client.register_script(script.source())
+    source = lua_text(filename)
     if claims:
-        source = folder.joinpath("claims.lua").read_text() + "\n" + source
+        source = lua_text("claims.lua") + "\n" + source
     return client.register_script(source)
 
 

@@ -14,7 +14,6 @@ import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from urlseen import _core
@@ -25,6 +24,7 @@ from urlseen.shared.claims import first_of_each
 from urlseen.shared.client import RECEIPT_SECONDS, retrying
 from urlseen.shared.leaf_reads import LeafReads, Read
 from urlseen.shared.native import Optimism, fell_back, optimistic_args
+from urlseen.shared.scripts import LEAF_BATCH, lua_text
 from urlseen.splittable.tree import (
     MISSING,
     MOVED,
@@ -36,7 +36,7 @@ from urlseen.splittable.tree import (
 )
 
 _MASKED = (LeafOp.CONTAINS, LeafOp.ADD, LeafOp.COPY)  # the operations that read or set bits
-OWN = 0x54  # bloom_batch.lua's b"T": new, claimed by a field of its own (not the call's record)
+OWN = 0x54  # leaf_batch.lua's b"T": new, claimed by a field of its own (not the call's record)
 NO_CLAIM = ("", 0, 0, 1)  # the claim arguments of a call that claims nothing
 
 
@@ -61,7 +61,7 @@ class LeafBatches(LeafReads):
     def __init__(self, redis: Any, name: str, receipt_seconds: int = RECEIPT_SECONDS) -> None:
         super().__init__(redis, name)
         self.receipt_seconds = receipt_seconds
-        self._batch_script = redis_store.load_script(self.client, "bloom_batch.lua", claims=True)
+        self._batch_script = redis_store.load_script(self.client, "leaf_batch.lua")
         self._multi_script = self.client.register_script(_multi_source())
         self.native_from = NATIVE_FROM
         self.native_copy = True  # a split's copies set the bits in the client (_fill)
@@ -79,7 +79,7 @@ class LeafBatches(LeafReads):
     def _leaf_call(
         self, leaf: str, fps: list[bytes], op: LeafOp, masks: bytes | None, extra: list[Any]
     ) -> tuple[list[str], list[Any]]:
-        """One leaf's KEYS and its own ARGV of bloom_batch.lua (masks, fingerprints, write
+        """One leaf's KEYS and its own ARGV of leaf_batch.lua (masks, fingerprints, write
         limit, length of the bits, and its ARGV[14..] `extra`: DROP's are its pairs,
         _drop_pairs, with no fingerprints); the ARGV every leaf shares are _shared_args."""
         p = self._params
@@ -256,7 +256,7 @@ class LeafBatches(LeafReads):
 
 
 def _drop_pairs(owner: str, fps: list[bytes], calls: Sequence[int] | None) -> list[Any]:
-    """A leaf's DROP arguments (bloom_batch.lua): per call whose record holds some of fps
+    """A leaf's DROP arguments (leaf_batch.lua): per call whose record holds some of fps
     (calls: per key its call id, 0 or None for a key claimed one by one), the record's field
     and those keys packed; the keys claimed one by one after "" the same way."""
     groups: dict[int, list[bytes]] = {}
@@ -269,11 +269,9 @@ def _drop_pairs(owner: str, fps: list[bytes], calls: Sequence[int] | None) -> li
 
 
 def _multi_source() -> str:
-    """dsbf_batch.lua's source: claims.lua, bloom_batch.lua as the function leaf_batch, then
-    the loop over the leaves (one leaf's rules stay in bloom_batch.lua alone)."""
-    folder = resources.files("urlseen.shared").joinpath("lua")
-    claims, batch, multi = (
-        folder.joinpath(name).read_text()
-        for name in ("claims.lua", "bloom_batch.lua", "dsbf_batch.lua")
-    )
-    return f"{claims}\nlocal function leaf_batch(KEYS, ARGV)\n{batch}\nend\n{multi}"
+    """dsbf_batch.lua's source: what leaf_batch.lua needs in front, leaf_batch.lua as the
+    function leaf_batch, then the loop over the leaves (one leaf's rules stay in
+    leaf_batch.lua alone)."""
+    needs = "\n".join(lua_text(name) for name in LEAF_BATCH.needs)
+    batch, multi = lua_text("leaf_batch.lua"), lua_text("dsbf_batch.lua")
+    return f"{needs}\nlocal function leaf_batch(KEYS, ARGV)\n{batch}\nend\n{multi}"

@@ -148,7 +148,7 @@ class LeafReads(LeafTree):
     def _fill(self, groups: Mapping[str, list[bytes]]) -> dict[str, LeafReply]:
         """A split's COPY without a loop in Lua (a script's work per copied URL is much of the
         server CPU of a growing filter): one snapshot reads each child's state, count and
-        bits, the client sets the copied fingerprints' bits (the same bytes bloom_batch.lua
+        bits, the client sets the copied fingerprints' bits (the same bytes leaf_batch.lua
         would set) and dsbf_leaf.lua's fill writes them back with the fingerprints, if the
         child has not changed since (a child is written only by its splitter until the swap;
         else, and for a child whose bits are not as made, the script copies). A resent fill

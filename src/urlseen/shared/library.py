@@ -40,6 +40,7 @@ from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import Claimant, Claims, settle
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
+from urlseen.shared.scripts import LIBRARY_BATCH, Answer, claim_fields
 
 FORMAT = "urlseen-redis-library/3"  # /2: claims in a hash per group; /1: no claims at all
 KIND = "library"
@@ -149,8 +150,9 @@ class RedisLibrary(Claimant):
             if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
                 raise FormatError(f"Redis key {self._meta}: parameters out of range")
 
-        return redis_store.record(self._client, self.name, KIND, self._meta, FORMAT, noun,
-                                  validate, create)  # fmt: skip
+        return redis_store.record(
+            self._client, self.name, KIND, self._meta, FORMAT, noun, validate, create
+        )
 
     def _mark_groups(self) -> None:
         """Write the instance id into every group (once, by whoever opens the library first:
@@ -255,13 +257,23 @@ class RedisLibrary(Claimant):
         for receipt_prefix, positions in self._calls(fps, idx):
             receipt = receipt_prefix + uuid.uuid4().hex
             chunk = b"".join(fps[idx[p]] for p in positions)
-            args: list[Any] = [
-                mode, chunk, self._prefix, self.groups, self.bits, stamp, RECEIPT_SECONDS,
-                self._instance, *claim(),
-            ]  # fmt: skip
+            keys, args = LIBRARY_BATCH.call(
+                {"receipt": receipt},
+                {
+                    "mode": mode,
+                    "fps": chunk,
+                    "prefix": self._prefix,
+                    "groups": self.groups,
+                    "bucket_bits": self.bits,
+                    "now": stamp,
+                    "receipt_ttl": RECEIPT_SECONDS,
+                    "instance": self._instance,
+                    **claim_fields(claim()),
+                },
+            )
 
-            def call(receipt: str = receipt, args: list[Any] = args) -> Any:
-                return self._script(keys=[receipt], args=args)
+            def call(keys: list[str] = keys, args: list[Any] = args) -> Any:
+                return self._script(keys=keys, args=args)
 
             answer = retrying(call, f"{self._what}: {mode}")
             if len(answer) != len(positions):
@@ -269,7 +281,9 @@ class RedisLibrary(Claimant):
             for p, c in zip(positions, answer, strict=True):
                 answers[p] = c
             if hold is not None:
-                hold([fps[idx[p]] for p, c in zip(positions, answer, strict=True) if c == 0x31])
+                hold(
+                    [fps[idx[p]] for p, c in zip(positions, answer, strict=True) if c == Answer.NEW]
+                )
             self.io.round_trips += 1
         return bytes(answers)
 
@@ -280,7 +294,7 @@ class RedisLibrary(Claimant):
         self.io.lookups += len(fps)
         if mode != "contains":
             self.io.writes += len(fps)
-        return [c == 0x31 for c in answer]
+        return [c == Answer.NEW for c in answer]
 
     def claim(self, fps: Sequence[bytes], now: float | None = None) -> list[bool]:
         """Insert each fingerprint if absent, in order: True where it was new (refs = 1,
@@ -297,8 +311,14 @@ class RedisLibrary(Claimant):
         with claims.batch(self._abandon, fps) as priority:
 
             def ask(idx: list[int]) -> bytes:
-                return self._send("claim", fps, idx, stamp, lambda: claims.args(priority),
-                                  lambda new: claims.hold(new, priority))  # fmt: skip
+                return self._send(
+                    "claim",
+                    fps,
+                    idx,
+                    stamp,
+                    lambda: claims.args(priority),
+                    lambda new: claims.hold(new, priority),
+                )
 
             answers = settle(ask, len(fps), claims.lease, self._renew)
         self.io.lookups += len(fps)
@@ -311,7 +331,7 @@ class RedisLibrary(Claimant):
         if not fps:
             return 0
         answer = self._send(how, fps, range(len(fps)), "0", lambda: self._claims.args(0))
-        return answer.count(b"0")
+        return answer.count(Answer.SEEN)
 
     def contains(self, fps: Sequence[bytes]) -> list[bool]:
         """Whether each fingerprint is in the library (read only)."""

@@ -27,6 +27,9 @@
 
 local UNPACK_MAX = 4000 -- values per unpack() (Lua's C stack holds ~8000)
 
+-- The answers, one character per URL (urlseen.shared.scripts.Answer).
+local NEW, SEEN, PENDING = '1', '0', 'P'
+
 local function claims_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -123,26 +126,26 @@ end
 -- (owner nil: none): '0', '1' or 'P' (above), and whether it is a takeover (the caller then
 -- claims it).
 local function claim_answer(c, owner, prio, call, deadline)
-  if not owner then return '0', false end
+  if not owner then return SEEN, false end
   if owner == c.owner then
-    if tostring(call) == c.call then return '1', false end -- a resent call: as the first time
+    if tostring(call) == c.call then return NEW, false end -- a resent call: as the first time
     -- The asker's own claim whose lease ended: abandoned after a call whose every reply was
     -- lost (its caller never got the answer), or never acknowledged in time: new again.
-    if deadline <= c.now then return '1', true end
-    return '0', false
+    if deadline <= c.now then return NEW, true end
+    return SEEN, false
   end
-  if deadline <= c.now then return '1', true end
-  if prio < c.prio or (prio == c.prio and owner < c.owner) then return 'P', false end
-  return '0', false
+  if deadline <= c.now then return NEW, true end
+  if prio < c.prio or (prio == c.prio and owner < c.owner) then return PENDING, false end
+  return SEEN, false
 end
 
 -- A URL present in the data: '0', '1' or 'P', from claims_lookup's reading of `key`.
 local function claim_present(c, key, fp)
-  if c.fresh[fp] then return '0' end -- answered new earlier in this call: a repeat
+  if c.fresh[fp] then return SEEN end -- answered new earlier in this call: a repeat
   local answer, takeover = claim_answer(c, claims_parse(c.known[key][fp]))
   if takeover then
     claims_queue(c, key, fp)
-  elseif answer == '1' then
+  elseif answer == NEW then
     c.fresh[fp] = true
   end
   return answer
@@ -173,7 +176,7 @@ local function claims_release(c, key, fps, how)
     for i = s, last do
       local value = values[i - s + 1]
       if value and string.find(value, c.tag, 1, true) == 1 then -- no substring made
-        out[i] = '1'
+        out[i] = NEW
         if how == 'ack' then
           hit[#hit + 1] = fps[i]
         else
@@ -181,7 +184,7 @@ local function claims_release(c, key, fps, how)
           hit[#hit + 1] = claim_released(c, value, how)
         end
       else
-        out[i] = '0'
+        out[i] = SEEN
       end
     end
   end

@@ -2,8 +2,13 @@
 -- (RedisLibrary), in one atomic step; claim mode also claims each fingerprint answered new
 -- (claims.lua, put in front).
 --
--- Records live in bucket hashes: bucket b = the top ARGV[5] bits of the fingerprint, group
--- g = b % ARGV[4]; key ARGV[3] .. g .. "}:f:" .. b (the group is the hash tag, so a Redis
+-- KEYS: receipt
+-- ARGV: mode fps prefix groups bucket_bits now receipt_ttl instance
+--       owner priority call lease_ms
+-- (urlseen.shared.scripts.LIBRARY_BATCH builds them)
+--
+-- Records live in bucket hashes: bucket b = the top bucket_bits bits of the fingerprint,
+-- group g = b % groups; key prefix .. g .. "}:f:" .. b (the group is the hash tag, so a Redis
 -- Cluster spreads groups over its slots and one call touches one group's slot). The hash field
 -- is the fingerprint minus the whole bytes the bucket number already holds; the value is 12
 -- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds), followed, while
@@ -13,34 +18,33 @@
 -- hash-max-listpack-value, 64). A claim is written with the record it covers, in the same
 -- HSET, so it is never missing from data it covers, and a URL found present has its claim in
 -- the value already read.
--- Each group has a hash ARGV[3] .. g .. "}:n" (fields "count": its records, "claims": its
+-- Each group has a hash prefix .. g .. "}:n" (fields "count": its records, "claims": its
 -- records holding a claim, "instance": the library's random id, written when the library
 -- was made).
 --
--- KEYS[1]: this batch's receipt (same slot as the groups touched): the answer of a claim,
---          release or forget is kept there ARGV[7] seconds, so a batch resent after a lost
+-- receipt: this batch's receipt (same slot as the groups touched): the answer of a claim,
+--          release or forget is kept there receipt_ttl seconds, so a batch resent after a lost
 --          reply gets the same answer and changes nothing twice (should the receipt be gone, a
 --          resent claim still answers its new fingerprints new: claims.lua)
--- ARGV[1]: mode: "claim" (insert if absent, else one more reference), "contains" (read only),
---          "release" (one reference less; the record goes at zero), "forget" (remove), "ack",
---          "abandon", "renew" (delete, end the lease of, or start a new lease of the caller's
---          claims: claims.lua)
--- ARGV[2]: the fingerprints, 16 bytes each, concatenated
--- ARGV[6]: now, Unix seconds; ARGV[8]: the instance the client opened
--- ARGV[9..12]: the claims' owner, priority, call id and lease in ms (claims.lua)
--- Returns one character per fingerprint: claim: "1" new, "0" seen, "P" pending (claims.lua);
--- contains, release, forget: "1" was present, "0" not; ack, abandon, renew: "1" the claim was
--- still the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
+-- mode: "claim" (insert if absent, else one more reference), "contains" (read only),
+--       "release" (one reference less; the record goes at zero), "forget" (remove), "ack",
+--       "abandon", "renew" (delete, end the lease of, or start a new lease of the caller's
+--       claims: claims.lua)
+-- fps: the fingerprints, 16 bytes each, concatenated; now: Unix seconds; instance: the
+-- instance the client opened; owner, priority, call, lease_ms: the claims' (claims.lua)
+-- Returns one character per fingerprint: claim: NEW, SEEN or PENDING (claims.lua); contains,
+-- release, forget: NEW was present, SEEN not; ack, abandon, renew: NEW the claim was still
+-- the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
 -- anything is written.
-local mode = ARGV[1]
+local mode, data, prefix, groups = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local bits, now, ttl, instance = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+local receipt_key = KEYS[1]
 local receipts = mode == 'claim' or mode == 'release' or mode == 'forget'
 if receipts then
-  local done = redis.call('GET', KEYS[1])
+  local done = redis.call('GET', receipt_key)
   if done then return done end
 end
 
-local data, prefix, groups = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local bits, now, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local byte, sub, floor = string.byte, string.sub, math.floor
 local pack, unpack = struct.pack, struct.unpack
 local scale = 2 ^ (32 - bits)
@@ -59,9 +63,9 @@ for pos = 1, #data, 16 do
   if not checked[g] then
     checked[g] = true
     local marker = prefix .. g .. '}:n'
-    local instance = redis.call('HGET', marker, 'instance')
-    if instance ~= ARGV[8] then
-      if not instance then
+    local found = redis.call('HGET', marker, 'instance')
+    if found ~= instance then
+      if not found then
         return redis.error_reply('URLSEEN-LOST ' .. marker .. ' is gone')
       end
       return redis.error_reply('URLSEEN-LOST ' .. marker .. ' belongs to another library of '
@@ -97,10 +101,10 @@ for pos = 1, #data, 16 do
   local value = redis.call('HGET', key, field)
   local record, claim = value, nil
   if value and #value > 12 then record, claim = sub(value, 1, 12), sub(value, 13) end
-  local answer = '0'
+  local answer = SEEN
   if releasing then
     if claim and sub(claim, 1, 16) == claims.owner then
-      answer = '1'
+      answer = NEW
       if mode == 'ack' then
         redis.call('HSET', key, field, record)
         add(held, g, -1)
@@ -113,14 +117,14 @@ for pos = 1, #data, 16 do
     local fp = sub(data, pos, pos + 15)
     if value then
       if claims.fresh[fp] then
-        answer = '0' -- answered new earlier in this call: a repeat
+        answer = SEEN -- answered new earlier in this call: a repeat
       else
         local takeover
         answer, takeover = claim_answer(claims, claim_fields(claim))
         if takeover then claim = mine end
-        if answer == '1' then claims.fresh[fp] = true end
+        if answer == NEW then claims.fresh[fp] = true end
       end
-      if answer ~= 'P' then
+      if answer ~= PENDING then
         local refs, first, last = unpack('<I4I4I4', record)
         if refs < MAXREFS then refs = refs + 1 end
         if now > last then last = now end
@@ -131,10 +135,10 @@ for pos = 1, #data, 16 do
       claims.fresh[fp] = true
       add(counts, g, 1)
       add(held, g, 1)
-      answer = '1'
+      answer = NEW
     end
   elseif value then
-    answer = '1'
+    answer = NEW
     local refs = 0
     if mode == 'release' then
       local first, last
@@ -160,5 +164,5 @@ for g, delta in pairs(held) do
   if delta ~= 0 then redis.call('HINCRBY', prefix .. g .. '}:n', 'claims', delta) end
 end
 local answer = table.concat(out)
-if receipts and ttl > 0 then redis.call('SET', KEYS[1], answer, 'EX', ttl) end
+if receipts and ttl > 0 then redis.call('SET', receipt_key, answer, 'EX', ttl) end
 return answer
