@@ -676,7 +676,7 @@ def test_a_leaf_written_between_our_read_and_our_script_makes_the_script_decide(
     real_run = store._run
     monkeypatch.setattr(store, "_run", lambda calls, *a: sent.append(calls) or real_run(calls, *a))
     reply = store.check_and_add({leaf: fps}, LeafOp.ADD)[leaf]
-    assert len(sent[0][leaf][1][4]) == 4, "the optimistic arguments were sent"
+    assert len(sent[0][leaf].extra) == 4, "the optimistic arguments were sent"
     local, buffer = MemoryLeafStore._bits(seen._full_bits, seen.tree.params)
     local.add_many(theirs)
     assert reply.new == local.add_many(fps) and not any(reply.new[::7])
@@ -702,7 +702,7 @@ def test_optimistic_leaves_take_their_answers_and_drop_young_claims(
 
     def spy(calls, op, claim):
         ops.append(op)
-        extras.extend(len(args[4]) for _, args in calls.values() if op == LeafOp.ADD)
+        extras.extend(len(call.extra) for call in calls.values() if op == LeafOp.ADD)
         return real_run(calls, op, claim)
 
     monkeypatch.setattr(store, "_run", spy)

@@ -60,7 +60,7 @@ def test_a_batch_claims_each_leafs_new_urls_in_records_deleted_whole(redis_url, 
     seen._store._run = lambda calls, op, claim: sent.append((op, calls)) or real(calls, op, claim)
     assert seen.acknowledge() == 0 and seen.claims_held() == 0
     # each leaf's DROP names its records, not its keys: one (field, packed keys) pair per call
-    drops = [args[4] for op, calls in sent for _, args in calls.values()]
+    drops = [call.extra for op, calls in sent for call in calls.values()]
     assert drops and all(extra[0].startswith(seen._store._claims.owner) for extra in drops)
     client = redis.Redis.from_url(redis_url)
     assert not any(client.exists(seen._store._records(leaf)) for leaf in leaves)

@@ -14,21 +14,21 @@ import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from urlseen import _core
 from urlseen.bloom.bloom import LAYOUT_CODES
 from urlseen.shared import client as redis_store
+from urlseen.shared import scripts
 from urlseen.shared.bloom import NATIVE_FROM
 from urlseen.shared.claims import first_of_each
 from urlseen.shared.client import RECEIPT_SECONDS, retrying
 from urlseen.shared.leaf_reads import LeafReads, Read
 from urlseen.shared.native import Optimism, fell_back, optimistic_args
-from urlseen.shared.scripts import LEAF_BATCH, lua_text
+from urlseen.shared.scripts import CLAIMS, LEAF_BATCH, Answer, claim_fields, lua_text
 from urlseen.splittable.tree import (
     MISSING,
     MOVED,
-    PENDING,
     LeafAnswer,
     LeafOp,
     LeafReply,
@@ -36,8 +36,18 @@ from urlseen.splittable.tree import (
 )
 
 _MASKED = (LeafOp.CONTAINS, LeafOp.ADD, LeafOp.COPY)  # the operations that read or set bits
-OWN = 0x54  # leaf_batch.lua's b"T": new, claimed by a field of its own (not the call's record)
+_SHARED = ("op", "receipt_ttl", "layout", "fp_bytes", "instance", *CLAIMS)  # dsbf_batch.lua's
+# ARGV[1..9]: what every leaf's call shares; then per leaf these, its tail's length, its tail
+_OWN = ("masks", "fps", "write_limit", "nbytes")
 NO_CLAIM = ("", 0, 0, 1)  # the claim arguments of a call that claims nothing
+
+
+class LeafCall(NamedTuple):
+    """One leaf's call of leaf_batch.lua: its KEYS and own ARGV by name, its tail."""
+
+    keys: dict[str, str]
+    own: dict[str, Any]
+    extra: list[Any]
 
 
 @dataclass
@@ -78,10 +88,11 @@ class LeafBatches(LeafReads):
 
     def _leaf_call(
         self, leaf: str, fps: list[bytes], op: LeafOp, masks: bytes | None, extra: list[Any]
-    ) -> tuple[list[str], list[Any]]:
-        """One leaf's KEYS and its own ARGV of leaf_batch.lua (masks, fingerprints, write
-        limit, length of the bits, and its ARGV[14..] `extra`: DROP's are its pairs,
-        _drop_pairs, with no fingerprints); the ARGV every leaf shares are _shared_args."""
+    ) -> LeafCall:
+        """One leaf's call of leaf_batch.lua: its KEYS, its own ARGV (masks, fingerprints, write
+        limit, length of the bits) and the operation's tail `extra` (ADD's optimistic
+        arguments; DROP's pairs, _drop_pairs, with no fingerprints); the ARGV every leaf
+        shares are _shared_args."""
         p = self._params
         assert p is not None, "load or create the tree first"
         nbits = self._sizes.get(leaf, p["leaf_bits"])
@@ -90,14 +101,18 @@ class LeafBatches(LeafReads):
         meta, bits, fps_key, claims = self._keys(leaf)
         # A receipt only for COPY: claims answer a resent ADD; the others write nothing to keep
         receipt = redis_store.tagged(f"{self._escaped}:leaf:{leaf}", f"receipt:{uuid.uuid4().hex}")
-        args = [masks, b"".join(fps), write_limit(p, nbits), nbits // 8, extra]
-        return [bits, meta, receipt, claims, fps_key, self._records(leaf)], args
+        keys = {"bits": bits, "meta": meta, "receipt": receipt, "claims": claims,
+                "fps": fps_key, "records": self._records(leaf)}  # fmt: skip
+        own = {"masks": masks, "fps": b"".join(fps), "write_limit": write_limit(p, nbits),
+               "nbytes": nbits // 8}  # fmt: skip
+        return LeafCall(keys, own, extra)
 
-    def _shared_args(self, op: LeafOp, claim: Sequence[Any]) -> list[Any]:
+    def _shared_args(self, op: LeafOp, claim: Sequence[Any]) -> dict[str, Any]:
         p = self._params
         assert p is not None, "load or create the tree first"
         ttl = self.receipt_seconds if op == LeafOp.COPY else 0
-        return [int(op), ttl, p["layout"], p["fp_bytes"], self._instance, *claim]
+        return {"op": op, "receipt_ttl": ttl, "layout": p["layout"], "fp_bytes": p["fp_bytes"],
+                "instance": self._instance, **claim_fields(claim)}  # fmt: skip
 
     def _check_and_add(
         self,
@@ -132,7 +147,7 @@ class LeafBatches(LeafReads):
                 out[leaf] = plan.seen[leaf]
                 continue
             reply = replies[leaf]
-            if calls[leaf][1][4] and op == LeafOp.ADD:
+            if calls[leaf].extra and op == LeafOp.ADD:
                 reply, back = fell_back(reply)
                 tried, fallbacks = tried + 1, fallbacks + back
             out[leaf] = self._answer(plan, leaf, len(fps), reply, op)
@@ -178,7 +193,7 @@ class LeafBatches(LeafReads):
         masks: Mapping[str, bytes],
         claim: Sequence[Any],
         records: Mapping[str, Sequence[int]],
-    ) -> dict[str, tuple[list[str], list[Any]]]:
+    ) -> dict[str, LeafCall]:
         """Each leaf's script call for the keys its plan asks (none: no call)."""
         calls = {}
         for leaf, idx in plan.ask.items():
@@ -201,17 +216,17 @@ class LeafBatches(LeafReads):
     def _answer(plan: _Plan, leaf: str, n_keys: int, reply: Any, op: LeafOp) -> LeafReply:
         """A leaf's reply as its answer: per key new, pending (and repeats of pending keys),
         claimed one by one (OWN), deferred; a DROP's: how many claims it deleted."""
-        if reply in (b"M", b"X"):
-            return MOVED if reply == b"M" else MISSING
+        if reply in (scripts.MOVED, scripts.MISSING):
+            return MOVED if reply == scripts.MOVED else MISSING
         if op == LeafOp.DROP:  # how many claims it deleted: the rest were not there
             deleted = int(reply)
             return LeafAnswer([j < deleted for j in range(n_keys)], 0)
         idx, n = plan.ask[leaf], len(plan.ask[leaf])
         new = [False] * n_keys
         for j, c in zip(idx, reply[:n], strict=True):
-            new[j] = c in (0x31, OWN)
-        pending = [idx[j] for j, c in enumerate(reply[:n]) if c == PENDING]
-        per_key = [idx[j] for j, c in enumerate(reply[:n]) if c == OWN]
+            new[j] = c in (Answer.NEW, Answer.OWN)
+        pending = [idx[j] for j, c in enumerate(reply[:n]) if c == Answer.PENDING]
+        per_key = [idx[j] for j, c in enumerate(reply[:n]) if c == Answer.OWN]
         repeats = plan.repeats.get(leaf)
         if repeats:  # a repeat within the call: seen, or pending as its first is
             waits = set(pending)
@@ -227,26 +242,24 @@ class LeafBatches(LeafReads):
         seen_keys = sum(a.new.count(False) - len(a.deferred) for a in answers)
         self._seen_share = seen_keys / total if total else 1.0
 
-    def _run(
-        self, calls: Mapping[str, tuple[list[str], list[Any]]], op: LeafOp, claim: Sequence[Any]
-    ) -> list[Any]:
+    def _run(self, calls: Mapping[str, LeafCall], op: LeafOp, claim: Sequence[Any]) -> list[Any]:
         """The scripts' answers for each leaf's call, in order: on a single server one call
-        for all leaves (dsbf_batch.lua), on a Cluster one per leaf, side by side."""
+        for all leaves (dsbf_batch.lua: the ARGV every leaf shares, then each leaf's own and
+        its tail, counted), on a Cluster one per leaf, side by side."""
         if not calls:
             return []
         what = f"{self._what}: {op.name.lower()}"
         shared = self._shared_args(op, claim)
         if not self._cluster:
-            keys = [k for leaf_keys, _ in calls.values() for k in leaf_keys]
-            args = list(shared)
-            for _, (*own, extra) in calls.values():
-                args += [*own, len(extra), *extra]
+            keys: list[str] = []
+            args = [int(shared[name]) if name == "op" else shared[name] for name in _SHARED]
+            for call in calls.values():
+                keys += [call.keys[name] for name in LEAF_BATCH.keys]
+                args += [call.own[name] for name in _OWN] + [len(call.extra), *call.extra]
             return list(retrying(functools.partial(self._multi_script, keys=keys, args=args), what))
 
-        def one(call: tuple[list[str], list[Any]]) -> Any:
-            keys, (masks, fps, limit, nbytes, extra) = call
-            args = [masks, shared[0], shared[1], shared[2], fps, shared[3], limit, shared[4],
-                    nbytes, *shared[5:], *extra]  # fmt: skip
+        def one(call: LeafCall) -> Any:
+            keys, args = LEAF_BATCH.call(call.keys, {**shared, **call.own}, call.extra)
             return retrying(functools.partial(self._batch_script, keys=keys, args=args), what)
 
         if len(calls) == 1:
