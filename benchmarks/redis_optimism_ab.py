@@ -4,7 +4,7 @@
 RedisBloomFilter and the splittable filter's leaves decide new keys from a native snapshot and
 let bloom_batch.lua check them; when many clients write one small filter, blocks often change
 between a batch's read and its script, which then decides the batch itself and says so ("F"),
-and the client pauses the optimistic path (urlseen.shared.native.Optimism). This runs
+and the client pauses the optimistic path (urlseen.shared.bits.OptimisticBackoff). This runs
 redis_shared.py's fleet cell (C client processes on one private server, the first --lines
 lines of the dev set split among them, batch 1000) with the pause as shipped ("pause") and
 with it disabled ("always": the optimistic arguments on every batch), alternating the two
@@ -39,9 +39,9 @@ from urlseen.shared.bloom import RedisBloomFilter
 from urlseen.splittable.filter import SplittableBloomFilter
 
 
-def _always(optimism: object) -> None:
-    """Never pause: the state as before the pause existed."""
-    optimism.heard = lambda tried, fell: None  # type: ignore[attr-defined]
+def _always(backoff: object) -> None:
+    """Never pause: the optimistic arguments on every batch."""
+    backoff.record = backoff.heard = lambda tried, fell: None  # type: ignore[attr-defined]
 
 
 def way(kind: str, arm: str, error_rate: float) -> Way:
@@ -54,10 +54,10 @@ def way(kind: str, arm: str, error_rate: float) -> Way:
     def open_(url: str) -> Opened:
         if kind == "bloom":
             f = RedisBloomFilter(url, NAME)
-            optimism = f._optimism
+            optimism = f._reads.backoff
         else:
             f = SplittableBloomFilter(redis=url, name=NAME)  # type: ignore[assignment]
-            optimism = f._store._optimism  # type: ignore[attr-defined]
+            optimism = f._store._native_reads.backoff  # type: ignore[attr-defined]
         if arm == "always":
             _always(optimism)
         return Opened(f.add_many, f.contains_many, f.close)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where RedisBloomFilter's server CPU per new URL goes: bloom_batch.lua with parts removed.
+"""Where RedisBloomFilter's server CPU per new URL goes: its batch script with parts removed.
 
 One private redis-server (started here on a free port, stopped at the end). For each variant, a
 fresh RedisBloomFilter (blocked layout, f = 0.001, sized for the URLs) checks the first --new
@@ -32,11 +32,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from importlib import resources
 from pathlib import Path
 
 from redis_shared import DEFAULT_DATA, Server, distinct_lines, private_server  # the sibling's
 from urlseen.shared.bloom import RedisBloomFilter
+from urlseen.shared.scripts import BLOOM_BATCH, lua_text
 
 CUTS = ("noclaims", "nosetrange", "empty")
 SCRIPT_CUTS = ("noclaims", "nosetrange", "norebuild", "empty")
@@ -44,15 +44,14 @@ SCRIPT_CUTS = ("noclaims", "nosetrange", "norebuild", "empty")
 
 def _cut(source: str, old: str, new: str) -> str:
     if old not in source:
-        raise SystemExit(f"bloom_batch.lua changed: {old!r} not found; update the variants")
+        raise SystemExit(f"the batch scripts changed: {old!r} not found; update the variants")
     return source.replace(old, new)
 
 
 def variant_source(name: str) -> str:
-    """claims.lua + bloom_batch.lua with the parts `name` removes."""
-    folder = resources.files("urlseen.shared").joinpath("lua")
-    claims = folder.joinpath("claims.lua").read_text()
-    batch = folder.joinpath("bloom_batch.lua").read_text()
+    """bloom_batch.lua with what it needs in front (claims.lua, bits.lua, batch_claims.lua),
+    less the parts `name` removes."""
+    claims, bits, answers, batch = (lua_text(f) for f in (*BLOOM_BATCH.needs, "bloom_batch.lua"))
     cuts = SCRIPT_CUTS if name.startswith("script-") else CUTS
     level = name.removeprefix("script-")
     removed = set() if level == "full" else set(cuts[: cuts.index(level) + 1])
@@ -63,22 +62,30 @@ def variant_source(name: str) -> str:
             "fps) == 1\n"
         )
         claims = _cut(claims, record, "  return true\n")
-        batch = _cut(batch, "  local deleted = 0\n", "  if true then return #ARGV - 13 end\n")
-    if "nosetrange" in removed:
-        setrange = "redis.call('SETRANGE', KEYS[1], block_at(j), sub(ARGV[16], 68 * j + 5"
         batch = _cut(
-            batch, setrange, "(function() end)(KEYS[1], block_at(j), sub(ARGV[16], 68 * j + 5"
+            batch,
+            "  return batch_drop_each(claims_key, ARGV, TAIL + 1)",
+            "  return #ARGV - TAIL",
         )
-        batch = _cut(batch, "redis.call('SETRANGE', KEYS[1], base, over[base])", "")
-        batch = _cut(batch, "return redis.call('SETRANGE', KEYS[1], 0, ARGV[16])", "return")
-    if "norebuild" in removed:
+    if "nosetrange" in removed:
+        bits = _cut(
+            bits, "    redis.call('SETRANGE', key, u32_at(", "    (function() end)(key, u32_at("
+        )
+        bits = _cut(bits, "redis.call('SETRANGE', key, base, over[base])", "")
         batch = _cut(
-            batch, "    if is_new and add then\n      local t", "    if false then\n      local t"
+            batch,
+            "          redis.call('RENAME', stage_key, bits_key)\n"
+            "          redis.call('PERSIST', bits_key) -- RENAME kept the stage's expiry\n",
+            "          redis.call('DEL', stage_key)\n",
+        )
+    if "norebuild" in removed:
+        bits = _cut(
+            bits, "    if is_new and set then\n      local t", "    if false then\n      local t"
         )
     if "empty" in removed:
-        answer = "if op == ADD then return string.rep('1', #fps / fp_size) end\n"
-        batch = _cut(batch, "local sealed = false", answer + "local sealed = false")
-    return claims + "\n" + batch
+        answer = "if op == OP_ADD then return string.rep(NEW, #fps / width) end\n"
+        batch = _cut(batch, "local whole = bits_whole(", answer + "local whole = bits_whole(")
+    return "\n".join((claims, bits, answers, batch))
 
 
 def measure(server: Server, name: str, keys: list[str], batch: int) -> float:

@@ -681,7 +681,7 @@ def test_a_leaf_written_between_our_read_and_our_script_makes_the_script_decide(
     local.add_many(theirs)
     assert reply.new == local.add_many(fps) and not any(reply.new[::7])
     assert reply.count == sum(reply.new) + len(theirs)
-    assert store._optimism.fallbacks == 1, "the reply said it fell back"
+    assert store._native_reads.backoff.fallbacks == 1, "the reply said it fell back"
     client = redis.Redis.from_url(redis_url)
     assert client.get(store._keys(leaf)[1]) == bytes(buffer)
 
@@ -708,7 +708,7 @@ def test_optimistic_leaves_take_their_answers_and_drop_young_claims(
     monkeypatch.setattr(store, "_run", spy)
     keys = urls(1000, seed=31)
     assert sum(seen.add_many(keys)) >= 995
-    assert len(extras) > 1 and set(extras) == {4} and store._optimism.fallbacks == 0
+    assert len(extras) > 1 and set(extras) == {4} and store._native_reads.backoff.fallbacks == 0
     assert ops[-1] == LeafOp.DROP and LeafOp.ACK not in ops and seen.claims_held() == 0
     seen.auto_acknowledge = False
     more = urls(200, seed=32)

@@ -13,10 +13,10 @@ import redis
 from conftest import filter_bits
 from urlseen import BloomFilter, ConfigError, FormatError
 from urlseen.errors import RemoteError
+from urlseen.shared import bits as native_bits
 from urlseen.shared import client as redis_store
-from urlseen.shared import native as redis_native
 from urlseen.shared.bloom import RedisBloomFilter
-from urlseen.shared.scripts import BLOOM_BATCH, Op
+from urlseen.shared.scripts import BLOOM_BATCH, STAGED, Op
 
 
 def urls(n: int, seed: int = 0) -> list[str]:
@@ -547,7 +547,7 @@ def test_a_block_written_after_the_read_sends_the_batch_to_the_script(
 
 
 def test_masks_apply_is_the_scripts_rule_on_a_snapshot():
-    """_core.masks_apply, the client's twin of bloom_batch.lua's blocked check-and-add: on the
+    """_core.masks_apply, the client's twin of bits.lua's blocked check-and-add: on the
     whole bits or on 64-byte blocks numbered by an index, the answers and bytes of a local
     filter fed the same keys (repeats inside the batch answered seen)."""
     import struct
@@ -580,7 +580,7 @@ def test_fallbacks_in_a_row_pause_the_optimistic_path_for_a_while(
     in its reply; after STREAK such batches in a row the next PAUSE_FIRST go without the
     optimistic arguments (the read still answers repeats), then one tries again and, agreeing,
     keeps it."""
-    streak, pause = redis_native.STREAK, redis_native.PAUSE_FIRST
+    streak, pause = native_bits.STREAK, native_bits.PAUSE_FIRST
     seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
     other = RedisBloomFilter(redis_url, redis_name)
     sent, real_call, real_present = [], seen._call, seen._present
@@ -603,42 +603,40 @@ def test_fallbacks_in_a_row_pause_the_optimistic_path_for_a_while(
     try:
         for batch in batches:
             assert seen.add_many(batch) == [i % 5 != 0 for i in range(50)]
-        assert sent == [4] * streak and seen._optimism.fallbacks == streak
-        assert seen._optimism.skip == pause
+        assert sent == [4] * streak and seen._reads.backoff.fallbacks == streak
+        assert seen._reads.backoff.skip == pause
         for n in range(pause + 2):
             assert all(seen.add_many(urls(20, seed=100 + n)))
         assert sent[streak:] == [0] * pause + [4, 4]
-        assert seen._optimism.skip == 0 and seen._optimism.fallbacks == streak
+        assert seen._reads.backoff.skip == 0 and seen._reads.backoff.fallbacks == streak
         assert seen.claims_held() == 0
     finally:
         seen.destroy()
 
 
-def test_optimism_pauses_after_fallbacks_in_a_row_and_longer_each_time():
-    optimism = redis_native.Optimism()
-    for _ in range(redis_native.STREAK - 1):
-        optimism.heard(3, 2)  # most of a batch's leaves fell back: once or twice, still trying
-        assert optimism.now()
+def test_the_backoff_pauses_after_fallbacks_in_a_row_and_longer_each_time():
+    backoff = native_bits.OptimisticBackoff()
+    for _ in range(native_bits.STREAK - 1):
+        backoff.record(3, 2)  # most of a batch's leaves fell back: once or twice, still trying
+        assert backoff.sends()
     waits = []
     for _ in range(8):
-        optimism.heard(3, 2)
+        backoff.record(3, 2)
         skipped = 0
-        while not optimism.now():
+        while not backoff.sends():
             skipped += 1
         waits.append(skipped)
     assert waits == [4, 8, 16, 32, 64, 128, 256, 256]
-    optimism.heard(3, 1)  # most agreed: the streak and the pause start over
-    optimism.heard(0, 0)  # nothing tried: nothing learnt
-    for _ in range(redis_native.STREAK - 1):
-        optimism.heard(1, 1)
-    assert optimism.skip == 0
-    optimism.heard(1, 1)
-    assert (
-        optimism.skip == redis_native.PAUSE_FIRST
-        and optimism.fallbacks == 8 + 2 * (redis_native.STREAK - 1) + 1
-    )
-    assert redis_native.fell_back(b"0101F") == (b"0101", True)
-    assert redis_native.fell_back(b"0P12") == (b"0P12", False)
+    backoff.record(3, 1)  # most agreed: the streak and the pause start over
+    backoff.record(0, 0)  # nothing tried: nothing learnt
+    for _ in range(native_bits.STREAK - 1):
+        backoff.record(1, 1)
+    assert backoff.skip == 0
+    backoff.record(1, 1)
+    assert backoff.skip == native_bits.PAUSE_FIRST
+    assert backoff.fallbacks == 8 + 2 * (native_bits.STREAK - 1) + 1
+    assert native_bits.fell_back(b"0101F") == (b"0101", True)
+    assert native_bits.fell_back(b"0P12") == (b"0P12", False)
 
 
 def test_a_call_claims_its_new_keys_in_one_record(redis_url, redis_name):
@@ -717,9 +715,9 @@ def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, mon
     monkeypatch.setattr(seen, "_call", spy)
     first, second, third, theirs = urls(500, 1), urls(500, 2), urls(500, 3), urls(100, 4)
     assert seen.add_many(first) == local.add_many(first)
-    assert sent[-1][2] != redis_native.STAGED, "no count expected yet: blocks"
+    assert sent[-1][2] != STAGED, "no count expected yet: blocks"
     assert seen.add_many(second) == local.add_many(second)
-    assert sent[-1][2] == redis_native.STAGED and sent[-1][3] == b"", "alone: the whole bits"
+    assert sent[-1][2] == STAGED and sent[-1][3] == b"", "alone: the whole bits"
     bits = redis_store.key(redis_name, "bits")
     assert client.ttl(bits) == -1 and left_over() == []
     real_present = seen._present
@@ -732,7 +730,7 @@ def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, mon
     monkeypatch.setattr(seen, "_present", read_then_other_writes)
     local.add_many(theirs)
     assert seen.add_many(third) == local.add_many(third)
-    assert sent[-1][2] == redis_native.STAGED and seen._optimism.fallbacks == 1, "count moved"
+    assert sent[-1][2] == STAGED and seen._reads.backoff.fallbacks == 1, "count moved"
     assert left_over() == [], "the stage not taken is deleted"
     stored = client.get(bits)
     assert stored == filter_bits(local)
@@ -748,13 +746,13 @@ def test_a_client_alone_reads_no_bits_until_another_writes(redis_url, redis_name
     other = RedisBloomFilter(redis_url, redis_name)
     local = BloomFilter(5000)
     bits_read = []
-    real = redis_native.BitsRead.queue
+    real = native_bits.BitsRead.queue
 
     def spy(plan, pipe, key):
         bits_read.append(key)
         return real(plan, pipe, key)
 
-    monkeypatch.setattr(redis_native.BitsRead, "queue", spy)
+    monkeypatch.setattr(native_bits.BitsRead, "queue", spy)
     batches = [urls(300, seed=40 + i) for i in range(4)]
     for batch in batches:
         assert seen.add_many(batch) == local.add_many(batch)

@@ -8,7 +8,17 @@ import re
 
 import pytest
 
-from urlseen.shared.scripts import SCRIPTS, Answer, Op, Script, lua_text
+from urlseen.shared.scripts import (
+    LEAF_BATCH,
+    LEAF_OWN,
+    LEAVES_SHARED,
+    SCRIPTS,
+    Answer,
+    Op,
+    Script,
+    leaves_argv,
+    lua_text,
+)
 
 
 def _header(text: str, label: str) -> tuple[str, ...]:
@@ -55,3 +65,15 @@ def test_the_lua_names_of_operations_and_answers_are_the_pythons() -> None:
     for answer in Answer:
         assert bound[answer.name] == chr(answer.value), answer
     assert Op.ADD.value == 1 and ord("1") == Answer.NEW
+
+
+def test_the_leaves_call_carries_each_leafs_fields_once() -> None:
+    """dsbf_batch.lua's ARGV: the shared fields and each leaf's own are leaf_batch.lua's."""
+    assert sorted(LEAVES_SHARED + LEAF_OWN) == sorted(LEAF_BATCH.argv)
+    shared = {name: f"s-{name}" for name in LEAVES_SHARED}
+    own = [({name: f"{i}-{name}" for name in LEAF_OWN}, [b"t"] * i) for i in range(3)]
+    argv = leaves_argv({**shared, "op": Op.DROP}, own)
+    assert argv[0] == int(Op.DROP) and argv[1 : len(LEAVES_SHARED)] == [
+        shared[n] for n in LEAVES_SHARED[1:]
+    ]
+    assert len(argv) == len(LEAVES_SHARED) + sum(len(LEAF_OWN) + 1 + i for i in range(3))

@@ -8,13 +8,13 @@ as for any Bloom filter), and reaches a caller even if its client dies before th
 it (claims with leases: shared/claims.py). One round trip per batch, against one per bit
 (GETBIT/SETBIT) or one per URL, plus one to acknowledge a batch that had new URLs.
 
-Repeats skip the script (issue 17 G): on a crawl most URLs were seen, and the script's per-key
-work in Lua cost 2-3x pipelined SADD's server CPU. A batch first reads the bits its keys need
-(and, when some claims are held, those keys' claims) with native commands in one MULTI/EXEC; a
-key found set whose claim says seen (claim_seen, the script's rule) is answered from that
-snapshot, since bits are never cleared while the filter's instance lives. Only the other keys,
-each distinct one once, go to the script, which decides them atomically as before. When the
-last batch found most keys new, the read would answer little, so the next batch skips it.
+Repeats skip the script: on a crawl most URLs were seen, and the script's work per key in Lua
+costs the server more than native reads (benchmarks/redis_cpu.py). A batch first reads the
+bits its keys need (and, when some claims are held, those keys' claims) with native commands
+in one MULTI/EXEC (shared/bits.py); a key found set whose claim says seen is answered from
+that snapshot, since bits are never cleared while the filter's instance lives. Only the other
+keys, each distinct one once, go to the script, which decides them atomically. When the last
+batch found most keys new, the read would answer little, so the next batch skips it.
 
 A script call claims the keys it answers new in one record (claims.lua, claims_record: one
 field of :records holding their fingerprints), which the acknowledgement deletes with one
@@ -29,49 +29,50 @@ from typing import Any, NamedTuple
 
 from urlseen import _core
 from urlseen.bloom import sizing
-from urlseen.bloom.bloom import DEFAULT_HASH, HASHES, _params
+from urlseen.bloom.bloom import DEFAULT_HASH, HASHES, LAYOUT_CODES, _params
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.protocol import FilterStats, Key, key_batch
 from urlseen.shared import client as redis_store
-from urlseen.shared import native as redis_native
+from urlseen.shared.bits import (
+    NATIVE_FROM,
+    BitsRead,
+    ClaimsRead,
+    NativeReads,
+    fell_back,
+    optimistic_args,
+)
 from urlseen.shared.claims import (
     RELEASE_CHUNK,
-    Claimant,
+    ClaimedAnswers,
     Claims,
     ask_each_once,
-    record_parts,
-    recorded_claims,
-    settle,
+    ask_until_decided,
+    record_size,
 )
 from urlseen.shared.client import LOST_HELP, retrying
-from urlseen.shared.native import BitsRead, seen_by_claims, server_ms
 from urlseen.shared.scripts import BLOOM_BATCH, STAGED, Answer, Op, claim_fields
 
-_LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB
-FORMAT = "urlseen-redis-bloom/2"  # /1: no kind record, no instance id, no claims
+FORMAT = "urlseen-redis-bloom/2"
 KIND = "bloom"
 FP_BYTES = 16  # a claim's field: the key's digest
 _RELEASE = {"ack": Op.ACK, "abandon": Op.ABANDON, "renew": Op.RENEW}
 STAGE_MS = 60_000  # the expiry of a client's staged bits (renamed or deleted by the next call)
-NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
-# (native_from on a filter: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
 
 
 class _Snapshot(NamedTuple):
     """A native read of a batch's bits: per key 1 if its bits were all set; the claims held;
-    the bits read (the whole string, or 64-byte blocks in the order of `number`: block
-    offset -> its place); the filter's count (bloom_batch.lua adds to it whenever it writes
-    bits)."""
+    the bits read (the whole string, or 64-byte blocks placed by `number`: block offset ->
+    its place); the filter's count (bloom_batch.lua adds to it whenever it writes bits)."""
 
     present: bytes
     held: int
     bits: bytes
     number: dict[int, int] | None
-    written: bytes  # the filter's count
+    count_read: bytes
 
 
-class RedisBloomFilter(Claimant):
+class RedisBloomFilter(ClaimedAnswers):
     """A Bloom filter whose bits live in Redis, shared by any number of processes. close()
     forgets the connection; the bits stay in Redis.
 
@@ -79,8 +80,7 @@ class RedisBloomFilter(Claimant):
         redis: a Redis URL ("redis://host:6379/0") or a redis-py client.
         name: the filter's name (non-empty UTF-8, no braces, '#' or control characters);
             its keys are urlseen:{name}:kind, :meta, :bits, :claims and :records, the name
-            escaped in
-            the hash tag (Redis Cluster keeps them in one slot).
+            escaped in the hash tag (Redis Cluster keeps them in one slot).
         capacity, error_rate, layout, seed, hash: as for BloomFilter; used when the filter
             does not exist yet. An existing filter keeps its own parameters; passing
             different ones raises ConfigError.
@@ -128,75 +128,48 @@ class RedisBloomFilter(Claimant):
         self._stage = redis_store.key(name, f"stage:{self._claims.owner}")
         self._cluster = redis_store.is_cluster(self._client)
         self._records: dict[str, list[bytes]] = {}  # this client's records: field -> keys
-        self._loose = False  # some claims held may be per key (not only in those records)
-        self._script = redis_store.load_script(self._client, "bloom_batch.lua", claims=True)
+        self._per_key_claims = False  # some claims held may be per key, not in those records
+        self._script = redis_store.load_script(self._client, "bloom_batch.lua")
         redis_store.check_eviction(self._client, allow_eviction, self._what)
-        stored = self._record()
-        if stored is None:
-            if capacity is None:
-                raise ConfigError(f"no filter {name!r} in Redis: give a capacity to create it")
-            wanted = _params(
-                capacity, 0.001 if error_rate is None else error_rate, layout, seed, hash
-            )
-            if wanted["nbits"] > MAX_BITS:
-                raise ConfigError(
-                    f"{wanted['nbits']} bits exceed one Redis string (2**32 bits); lower the "
-                    "capacity or raise the error rate"
-                )
-            wanted = {**wanted, "format": FORMAT, "instance": redis_store.new_instance()}
-            stored = self._record(wanted)
-            assert stored is not None
-        else:
-            given = {"capacity": capacity, "error_rate": error_rate}
-            redis_store.check_given(stored, given, f"filter {name!r}")
+        stored = _open(self._client, self.name, capacity, error_rate, layout, seed, hash)
         self._params = stored
         self.nbits, self.k = int(stored["nbits"]), int(stored["k"])
         self._nbytes = (self.nbits + 7) // 8
         self._instance = stored["instance"]
-        self._layout = _LAYOUT_CODES[stored["layout"]]
+        self._layout = LAYOUT_CODES[stored["layout"]]
         self._hash = HASHES[stored["hash"]]
         self.seed = int(stored["seed"])
-        self.native_from = NATIVE_FROM
-        self._seen_share = 1.0
+        self._keys = {
+            "bits": self._bits,
+            "meta": self._meta,
+            "claims": self._claims_key,
+            "records": self._records_key,
+            "stage": self._stage,
+        }
+        self._fields = {
+            "instance": self._instance,
+            "nbytes": self._nbytes,
+            "fp_bytes": FP_BYTES,
+            "layout": stored["layout"],
+        }
         # The blocked layout reads every batch's blocks first and sends the script its own
-        # answers and blocks to write, checked unchanged (bloom_batch.lua, agreed()).
-        # A script that had to fall back (blocks written since the read) says so: the next
-        # batches go without (Optimism).
+        # answers and blocks to write, checked unchanged (bits.lua, bits_agreed).
         self.optimistic = self._layout == _core.LAYOUT_BLOCKED
-        self._optimism = redis_native.Optimism()
+        self.native_from = NATIVE_FROM  # NativeReads.start
+        self._reads = NativeReads()
         # The count the next read finds if no other client writes meanwhile: if it does, this
-        # client is likely alone (_alone), and may send a small filter's whole bits
-        # (optimistic_args) and skip reading them: they are as its last batch left them
-        # (_kept: that count and those bits; every write of bits adds to the count)
-        self._expect: bytes | None = None
-        self._alone = False
-        self._kept: tuple[bytes, bytes] | None = None
+        # client is likely the only writer (_sole_writer), and may send a small filter's whole
+        # bits (optimistic_args) and skip reading them: they are as its last batch left them
+        # (_last_bits: that count and those bits; every write of bits adds to the count)
+        self._count_after: bytes | None = None
+        self._sole_writer = False
+        self._last_bits: tuple[bytes, bytes] | None = None
         self._staging: bytes | None = None
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
         """Whether Redis holds a Bloom filter called name."""
         return redis_store.holds(redis_store.connect(redis), redis_store.check_name(name), KIND)
-
-    def _record(self, create: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """The stored parameters (created from `create`, bits allocated, if none)."""
-        allocate = None if create is None else (self._bits, (create["nbits"] + 7) // 8)
-
-        def validate(params: dict[str, Any]) -> None:
-            if params.get("layout") not in _LAYOUT_CODES or params.get("hash") not in HASHES:
-                raise FormatError(f"Redis key {self._meta}: unknown layout or hash")
-
-        return redis_store.record(
-            self._client,
-            self.name,
-            KIND,
-            self._meta,
-            FORMAT,
-            "Redis Bloom filter",
-            validate,
-            create,
-            allocate,
-        )
 
     # -- the seen-test ------------------------------------------------------------------
 
@@ -208,48 +181,14 @@ class RedisBloomFilter(Claimant):
         staged, self._staging = self._staging, None
         if len(extra) < 3 or extra[2] != STAGED:
             staged = None
-        keys, args = BLOOM_BATCH.call(
-            {
-                "bits": self._bits,
-                "meta": self._meta,
-                "claims": self._claims_key,
-                "records": self._records_key,
-                "stage": self._stage,
-            },
-            {
-                "op": op,
-                "instance": self._instance,
-                "nbytes": self._nbytes,
-                "layout": self._params["layout"],
-                "fp_bytes": FP_BYTES,
-                "masks": masks,
-                "fps": fps,
-                **claim_fields(claim),
-            },
-            extra,
-        )
+        fields = {**self._fields, "op": op, "masks": masks, "fps": fps, **claim_fields(claim)}
+        keys, args = BLOOM_BATCH.call(self._keys, fields, extra)
         if staged is None:
             return retrying(lambda: self._script(keys=keys, args=args), f"{self._what}: {what}")
-
-        from redis.exceptions import NoScriptError
-
-        def stage_then_call() -> Any:
-            if self._cluster:  # redis-py's Cluster pipelines refuse EVALSHA: two round trips
-                self._client.set(self._stage, staged, px=STAGE_MS)
-                return self._script(keys=keys, args=args)
-            for attempt in range(2):
-                pipe = self._client.pipeline(transaction=False)
-                pipe.set(self._stage, staged, px=STAGE_MS)
-                pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-                try:
-                    return pipe.execute()[-1]
-                except NoScriptError:  # a SCRIPT FLUSH: load it, send both again
-                    if attempt:
-                        raise
-                    self._client.script_load(self._script.script)
-            raise AssertionError("unreachable")
-
-        return retrying(stage_then_call, f"{self._what}: {what}")
+        return retrying(
+            lambda: _set_then_call(self._client, self._cluster, self._script, staged, keys, args),
+            f"{self._what}: {what}",
+        )
 
     def _masks(self, keys: list[Key]) -> bytes:
         return _core.byte_masks(keys, self.nbits, self.k, self._layout, self.seed, self._hash)
@@ -273,49 +212,18 @@ class RedisBloomFilter(Claimant):
         answers = [False] * len(keys)
         with claims.batch(self._abandon, fps) as priority:
             todo = list(range(len(keys)))
-            snapshots: list[_Snapshot] = []
-            hopeful = self.optimistic and self._optimism.now()
-            if hopeful or self._seen_share >= self.native_from:
-                snapshot = self._present(masks, len(keys))
-                if snapshot is not None:
-                    todo = self._undecided(snapshot, fps, priority)
-                    snapshots = [snapshot] if hopeful else []
+            read_first, send = self._reads.start(self.optimistic, self.native_from)
+            snapshot = self._present(masks, len(keys)) if read_first else None
+            if snapshot is not None:
+                todo = self._undecided(snapshot, fps, priority)
+            snapshots = [snapshot] if send and snapshot is not None else []
 
             def ask(idx: list[int]) -> bytes:
-                whole = len(idx) == len(keys)
-                part = masks if whole else self._masks([keys[i] for i in idx])
-                extra: list[bytes] = []
-                work = None
-                if snapshots:  # the first ask only
-                    s = snapshots.pop()
-                    work = bytearray(s.bits) if s.number is None else None
-                    extra = redis_native.optimistic_args(
-                        part, s.bits, s.number, s.written, rewrite=self._alone, work=work
-                    )
-                claim = claims.args(priority)
-                left = None if work is None else bytes(work)  # the bits as the batch leaves them
-                self._staging = left  # _call stages them if extra says so
-                reply = self._call(
-                    Op.ADD, part, b"".join(fps[i] for i in idx), claim, "check-and-add", extra
-                )
-                answer, fell = redis_native.fell_back(reply)
-                if extra:
-                    self._optimism.heard(1, fell)
-                self._expect = None if fell or not extra else _count_after(s.written, extra[1])
-                self._kept = None
-                if left is not None and self._expect is not None:
-                    self._kept = (self._expect, left)
-                if Answer.OWN in answer:  # new keys claimed one by one, not in the call's record
-                    self._loose = True
-                    answer = answer.replace(bytes([Answer.OWN]), bytes([Answer.NEW]))
-                got = [fps[i] for i, c in zip(idx, answer, strict=True) if c == Answer.NEW]
-                if got:
-                    self._records[f"{claim[0]} {claim[2]}"] = got
-                claims.hold(got, priority)
-                return answer
+                part = masks if len(idx) == len(keys) else self._masks([keys[i] for i in idx])
+                return self._ask(part, [fps[i] for i in idx], priority, snapshots)
 
             if todo:
-                got = settle(
+                got = ask_until_decided(
                     lambda idx: ask_each_once([todo[j] for j in idx], fps, ask),
                     len(todo),
                     claims.lease,
@@ -323,10 +231,44 @@ class RedisBloomFilter(Claimant):
                 )
                 for i, answer in zip(todo, got, strict=True):
                     answers[i] = answer
-        self._seen_share = answers.count(False) / len(keys)
+        self._reads.answered(answers.count(False), len(keys))
         if claims.auto:
             self.acknowledge()
         return answers
+
+    def _ask(
+        self, masks: bytes, fps: list[bytes], priority: int, snapshots: list[_Snapshot]
+    ) -> bytes:
+        """One check-and-add call of the script for these keys: their answers (OWN as NEW),
+        their claims held. The first call of a batch read natively (snapshots) sends the
+        answers and blocks that read decided (optimistic_args)."""
+        extra: list[bytes] = []
+        work = count = None
+        if snapshots:
+            s = snapshots.pop()
+            work = bytearray(s.bits) if s.number is None else None
+            extra = optimistic_args(
+                masks, s.bits, s.number, s.count_read, rewrite=self._sole_writer, work=work
+            )
+            count = s.count_read
+        claim = self._claims.args(priority)
+        left = None if work is None else bytes(work)  # the bits as the batch leaves them
+        self._staging = left  # _call stages them if extra says so
+        reply = self._call(Op.ADD, masks, b"".join(fps), claim, "check-and-add", extra)
+        answer, fell = fell_back(reply)
+        if extra:
+            self._reads.tried(1, fell)
+        after = None if fell or count is None else _count_after(count, extra[1])
+        self._count_after = after
+        self._last_bits = None if left is None or after is None else (after, left)
+        if Answer.OWN in answer:  # new keys claimed one by one, not in the call's record
+            self._per_key_claims = True
+            answer = answer.replace(bytes([Answer.OWN]), bytes([Answer.NEW]))
+        got = [fp for fp, c in zip(fps, answer, strict=True) if c == Answer.NEW]
+        if got:
+            self._records[f"{claim[0]} {claim[2]}"] = got
+        self._claims.hold(got, priority)
+        return answer
 
     # -- native reads: repeats answered without the script ---------------------------------
 
@@ -338,16 +280,14 @@ class RedisBloomFilter(Claimant):
     def _present(self, masks: bytes, n: int) -> _Snapshot | None:
         """Whether each of n keys finds its bits set, how many claims the filter holds, and the
         bits read, in one MULTI/EXEC (atomic: no script or command runs between its reads),
-        which also checks that the filter is still the one opened. The whole bits in one GET
-        when small next to the batch, else (blocked layout) one GETRANGE per distinct block;
-        None for a large filter of the standard layout (its bytes are scattered: the script
-        reads them). A client alone on the filter reads no bits: its last batch's (_kept) are
-        the filter's while the count is the one they go with (else it reads again, bits too):
-        the whole GET cost about a third of the server CPU of a batch of new URLs."""
+        which also checks that the filter is still the one opened (BitsRead; None when a
+        script must read the bits). The only writer of the filter reads no bits: its last
+        batch's (_last_bits) are the filter's while the count is the one they go with (else it
+        reads again, bits too)."""
         plan = BitsRead(masks, self._nbytes, self._layout, n)
         if not plan.possible:
             return None
-        kept = self._kept if plan.whole and self._alone else None
+        last = self._last_bits if plan.whole and self._sole_writer else None
 
         def read(bits: bool) -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
@@ -360,67 +300,51 @@ class RedisBloomFilter(Claimant):
             return pipe.execute()  # type: ignore[no-any-return]
 
         (found, count), length, held, records, *data = retrying(
-            lambda: read(kept is None), f"{self._what}: read"
+            lambda: read(last is None), f"{self._what}: read"
         )
         self._alive(found, length)
-        if kept is not None and kept[0] != (count or b""):
-            kept = None  # another client wrote: read again, with the bits
+        if last is not None and last[0] != (count or b""):
+            last = None  # another client wrote: read again, with the bits
             (found, count), length, held, records, *data = retrying(
                 lambda: read(True), f"{self._what}: read"
             )
             self._alive(found, length)
         count = count or b""
-        self._alone = count == self._expect
-        bits = kept[1] if kept is not None else plan.bits(data)
-        held = int(held) + int(records)
-        return _Snapshot(plan.present(bits), held, bits, plan.number, count)
-
-    def _claims_of(self, fps: list[bytes]) -> tuple[list[bytes | None], int | None]:
-        """The claims of fps and the server's time (ms; None on a Redis Cluster, whose
-        transactions take keyed commands only), in one MULTI/EXEC that checks the filter too."""
-        clock = not redis_store.is_cluster(self._client)
-
-        def read() -> list[Any]:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.hget(self._meta, "instance")
-            pipe.strlen(self._bits)
-            if clock:
-                pipe.time()
-            pipe.hmget(self._claims_key, fps)
-            pipe.hgetall(self._records_key)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        replies = retrying(read, f"{self._what}: read claims")
-        self._alive(replies[0], replies[1])
-        now = server_ms(replies[2]) if clock else None
-        values: list[bytes | None] = replies[-2]
-        if replies[-1]:
-            recorded = recorded_claims(replies[-1].values(), set(fps), FP_BYTES)
-            values = [
-                v if v is not None else recorded.get(fp) for v, fp in zip(values, fps, strict=True)
-            ]
-        return values, now
+        self._sole_writer = count == self._count_after
+        bits = last[1] if last is not None else plan.bits(data)
+        return _Snapshot(plan.present(bits), int(held) + int(records), bits, plan.number, count)
 
     def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> list[int]:
         """The keys a native read cannot answer seen, for the script to decide: those with a
-        bit missing, or a claim that is not plainly seen (claim_seen). The others are seen:
+        bit missing, or a claim that is not plainly seen (ClaimsRead). The others are seen:
         their bits are set and stay set (bits are never cleared while the instance lives), so
         the answer holds at the moment their claims were read."""
         found = [i for i, bit in enumerate(snapshot.present) if bit]
         if snapshot.held and found:
-            values, now = self._claims_of([fps[i] for i in found])
-            found = seen_by_claims(found, values, self._claims.owner, priority, now)
+            wanted = [fps[i] for i in found]
+            claims = ClaimsRead(self._claims_key, self._records_key, wanted, not self._cluster)
+
+            def read() -> list[Any]:
+                pipe = self._client.pipeline(transaction=True)
+                pipe.hget(self._meta, "instance")
+                pipe.strlen(self._bits)
+                claims.queue(pipe)
+                return pipe.execute()  # type: ignore[no-any-return]
+
+            replies = retrying(read, f"{self._what}: read claims")
+            self._alive(replies[0], replies[1])
+            found = claims.seen(found, replies[2:], self._claims.owner, priority, FP_BYTES)
         seen = set(found)
         return [i for i in range(len(fps)) if i not in seen]
 
     def acknowledge(self) -> int:
-        """As Claimant.acknowledge; claims younger than half a lease (the usual case: each
+        """As ClaimedAnswers.acknowledge; claims younger than half a lease (the usual case: each
         batch's, just before add_many returns) are deleted unread (none can have been taken
         over): when all of them are in this client's records, by one native HDEL of those;
         else by one script call with one argument each and no per-key Lua work."""
-        records, loose = self._records, self._loose
-        self._records, self._loose = {}, False
-        if not records or loose or not self._claims.young():
+        records, per_key = self._records, self._per_key_claims
+        self._records, self._per_key_claims = {}, False
+        if not records or per_key or not self._claims.young():
             return self._acknowledge_by(self._drop)  # the script expands records first
         self._usable()
         fps = self._claims.take()
@@ -447,7 +371,7 @@ class RedisBloomFilter(Claimant):
 
     def _release(self, fps: list[bytes], how: str) -> int:
         if how != "renew":
-            self._records, self._loose = {}, False  # the script expands them: per key now
+            self._records, self._per_key_claims = {}, False  # the script expands them: per key
         op, lost = _RELEASE[how], 0
         for start in range(0, len(fps), RELEASE_CHUNK):
             part = b"".join(fps[start : start + RELEASE_CHUNK])
@@ -463,7 +387,7 @@ class RedisBloomFilter(Claimant):
             pipe.hlen(self._claims_key)
             pipe.hvals(self._records_key)
             held, records = pipe.execute()
-            return int(held) + sum(len(record_parts(v)[1]) // FP_BYTES for v in records)
+            return int(held) + sum(record_size(v, FP_BYTES) for v in records)
 
         return retrying(count, f"{self._what}: claims")
 
@@ -542,3 +466,69 @@ def _count_after(count: bytes, said: bytes) -> bytes:
     the answers `said` (each b"1" adds one)."""
     fresh = said.count(Answer.NEW)
     return str(int(count or 0) + fresh).encode() if fresh else count
+
+
+def _set_then_call(
+    client: Any, cluster: bool, script: Any, staged: bytes, keys: list[str], args: list[Any]
+) -> Any:
+    """SET the staged bits (KEYS' stage, with an expiry), then run the script: in one round
+    trip on a single server, in two on a Cluster (redis-py's Cluster pipelines refuse EVALSHA)."""
+    from redis.exceptions import NoScriptError
+
+    stage = keys[BLOOM_BATCH.keys.index("stage")]
+    if cluster:
+        client.set(stage, staged, px=STAGE_MS)
+        return script(keys=keys, args=args)
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        pipe.set(stage, staged, px=STAGE_MS)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        try:
+            return pipe.execute()[-1]
+        except NoScriptError:  # a SCRIPT FLUSH: load it, send both again
+            if attempt:
+                raise
+            client.script_load(script.script)
+    raise AssertionError("unreachable")
+
+
+def _open(
+    client: Any,
+    name: str,
+    capacity: int | None,
+    error_rate: float | None,
+    layout: str,
+    seed: int,
+    hash: str,
+) -> dict[str, Any]:
+    """The filter's stored parameters; when there are none, made from the arguments (its bits
+    allocated). An existing filter's are checked against the capacity and error rate given."""
+    meta, bits = redis_store.key(name, "meta"), redis_store.key(name, "bits")
+
+    def validate(params: dict[str, Any]) -> None:
+        if params.get("layout") not in LAYOUT_CODES or params.get("hash") not in HASHES:
+            raise FormatError(f"Redis key {meta}: unknown layout or hash")
+
+    def record(create: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        allocate = None if create is None else (bits, (create["nbits"] + 7) // 8)
+        noun = "Redis Bloom filter"
+        return redis_store.record(
+            client, name, KIND, meta, FORMAT, noun, validate, create, allocate
+        )
+
+    stored = record()
+    if stored is not None:
+        given = {"capacity": capacity, "error_rate": error_rate}
+        redis_store.check_given(stored, given, f"filter {name!r}")
+        return stored
+    if capacity is None:
+        raise ConfigError(f"no filter {name!r} in Redis: give a capacity to create it")
+    wanted = _params(capacity, 0.001 if error_rate is None else error_rate, layout, seed, hash)
+    if wanted["nbits"] > MAX_BITS:
+        raise ConfigError(
+            f"{wanted['nbits']} bits exceed one Redis string (2**32 bits); lower the "
+            "capacity or raise the error rate"
+        )
+    stored = record({**wanted, "format": FORMAT, "instance": redis_store.new_instance()})
+    assert stored is not None
+    return stored

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from urlseen._lifecycle import Closeable
+from urlseen.shared.scripts import Answer
 from urlseen.splittable.tree import LEASE_SECONDS, check_lease
 
 RELEASE_CHUNK = 65536  # fingerprints per acknowledging call
@@ -149,7 +150,7 @@ def claim_seen(value: bytes | None, owner: str, priority: int, now_ms: int | Non
     return not (prio < priority or (prio == priority and holder < owner))  # older: pending
 
 
-class Claimant(Closeable):
+class ClaimedAnswers(Closeable):
     """A filter (or store) that claims its answers: auto_acknowledge, acknowledge(), and a
     close that abandons answers never acknowledged. A subclass sets _claims and _instance (once
     it is open) and releases claims in Redis in _release."""
@@ -186,7 +187,7 @@ class Claimant(Closeable):
 
     def _acknowledge_by(self, drop: Callable[[list[bytes]], int]) -> int:
         """acknowledge() for a filter that deletes claims younger than half a lease unread
-        (bloom_batch.lua's DROP; none can have been taken over): drop(fps), at most
+        (the batch scripts' DROP; none can have been taken over): drop(fps), at most
         RELEASE_CHUNK at a time, returns how many of fps it did not find."""
         self._usable()
         if not self._claims.young():
@@ -208,7 +209,7 @@ class Claimant(Closeable):
             self._claims.close(self._abandon)
 
 
-class Patience:
+class PendingWait:
     """How long a batch asks again about pending URLs: a little over one lease (by then every
     claim it waits on was acknowledged or expired, unless its claimer has a longer lease: those
     keys are then answered seen, their claim outliving them for the next asker)."""
@@ -218,7 +219,7 @@ class Patience:
         self._delay = 0.002
 
     def wait(self) -> bool:
-        """Sleep a little before the next ask; False once patience is over."""
+        """Sleep a little before the next ask; False once the wait is over."""
         left = self._until - time.monotonic()
         if left <= 0:
             return False
@@ -227,7 +228,7 @@ class Patience:
         return True
 
 
-PENDING = 0x50  # b"P": the script's answer for a URL another client's older claim holds
+PENDING = Answer.PENDING
 
 
 def first_of_each(fps: Sequence[bytes], idx: Iterable[int]) -> tuple[list[int], dict[int, int]]:
@@ -257,33 +258,38 @@ def ask_each_once(idx: list[int], fps: list[bytes], ask: Callable[[list[int]], b
     out = bytearray()
     for i in idx:
         j = repeats.get(i, i)
-        out.append(said[i] if j == i else PENDING if said[j] == PENDING else 0x30)
+        out.append(said[i] if j == i else PENDING if said[j] == PENDING else Answer.SEEN)
     return bytes(out)
 
 
-def settle(
+def ask_until_decided(
     ask: Callable[[list[int]], bytes], count: int, lease: float, renew: Callable[[], None]
 ) -> list[bool]:
     """Answers for keys 0..count-1: ask(indices) returns one byte per index (b"1" new, b"0"
-    seen, b"P" pending); pending ones are asked again until they settle or patience ends
+    seen, b"P" pending); pending ones are asked again until decided or the wait (PendingWait) ends
     (then: seen), renewing the asker's own claims meanwhile."""
     answers = [False] * count
     todo = list(range(count))
-    patience: Patience | None = None
+    wait: PendingWait | None = None
     while todo:
         pending = []
         for i, c in zip(todo, ask(todo), strict=True):
             if c == PENDING:
                 pending.append(i)
             else:
-                answers[i] = c == 0x31
+                answers[i] = c == Answer.NEW
         todo = pending
         if todo:
-            patience = patience or Patience(lease)
-            if not patience.wait():
+            wait = wait or PendingWait(lease)
+            if not wait.wait():
                 break
             renew()
     return answers
+
+
+def record_size(value: bytes, width: int) -> int:
+    """How many claims a record holds (record_parts), of fingerprints `width` bytes wide."""
+    return len(record_parts(value)[1]) // width
 
 
 def record_parts(value: bytes) -> tuple[bytes, bytes]:
@@ -304,3 +310,8 @@ def recorded_claims(records: Iterable[bytes], wanted: set[bytes], width: int) ->
             if fp in wanted:
                 out[fp] = claim
     return out
+
+
+# The former names, kept importable until their last users move to the new ones.
+Claimant = ClaimedAnswers
+Patience = PendingWait

@@ -337,19 +337,13 @@ def check_alive(
 # -- scripts --------------------------------------------------------------------------------
 
 
-def load_script(client: Any, filename: str, *, claims: bool = False) -> Any:
+def load_script(client: Any, filename: str) -> Any:
     """A registered Lua script of shared/lua/ (EVALSHA, falling back to EVAL after a SCRIPT
-    FLUSH), with what it needs put in front of it (urlseen.shared.scripts); with claims, a
-    script scripts.py does not list gets claims.lua in front."""
+    FLUSH), with what it needs put in front of it (urlseen.shared.scripts)."""
     from urlseen.shared.scripts import SCRIPTS, lua_text
 
     script = SCRIPTS.get(filename)
-    if script is not None:
-        return client.register_script(script.source())
-    source = lua_text(filename)
-    if claims:
-        source = lua_text("claims.lua") + "\n" + source
-    return client.register_script(source)
+    return client.register_script(lua_text(filename) if script is None else script.source())
 
 
 def retrying(call: Callable[[], T], what: str) -> T:

@@ -20,12 +20,11 @@ from urlseen import _core
 from urlseen.bloom.bloom import LAYOUT_CODES
 from urlseen.shared import client as redis_store
 from urlseen.shared import scripts
-from urlseen.shared.bloom import NATIVE_FROM
+from urlseen.shared.bits import NATIVE_FROM, NativeReads, fell_back, optimistic_args
 from urlseen.shared.claims import first_of_each
 from urlseen.shared.client import RECEIPT_SECONDS, retrying
 from urlseen.shared.leaf_reads import LeafReads, Read
-from urlseen.shared.native import Optimism, fell_back, optimistic_args
-from urlseen.shared.scripts import CLAIMS, LEAF_BATCH, Answer, claim_fields, lua_text
+from urlseen.shared.scripts import LEAF_BATCH, Answer, claim_fields, leaves_argv, lua_text
 from urlseen.splittable.tree import (
     MISSING,
     MOVED,
@@ -36,9 +35,6 @@ from urlseen.splittable.tree import (
 )
 
 _MASKED = (LeafOp.CONTAINS, LeafOp.ADD, LeafOp.COPY)  # the operations that read or set bits
-_SHARED = ("op", "receipt_ttl", "layout", "fp_bytes", "instance", *CLAIMS)  # dsbf_batch.lua's
-# ARGV[1..9]: what every leaf's call shares; then per leaf these, its tail's length, its tail
-_OWN = ("masks", "fps", "write_limit", "nbytes")
 NO_CLAIM = ("", 0, 0, 1)  # the claim arguments of a call that claims nothing
 
 
@@ -76,8 +72,7 @@ class LeafBatches(LeafReads):
         self.native_from = NATIVE_FROM
         self.native_copy = True  # a split's copies set the bits in the client (_fill)
         self.optimistic = True  # (blocked layout) the snapshot decides new keys too
-        self._optimism = Optimism()
-        self._seen_share = 1.0
+        self._native_reads = NativeReads()
 
     def _masks(self, leaf: str, fps: list[bytes]) -> bytes:
         p = self._params
@@ -126,7 +121,7 @@ class LeafBatches(LeafReads):
         answers, from one native snapshot, the keys found seen; the rest, up to the leaf's
         room (the rest deferred), go to the scripts (_run). With the blocked layout each
         leaf's call carries the snapshot's answers and blocks (optimistic_args), unless most
-        leaves of a recent batch fell back (Optimism)."""
+        leaves of a recent batch fell back (bits.OptimisticBackoff)."""
         groups = {leaf: fps for leaf, fps in groups.items() if fps}
         filled: dict[str, LeafReply] = {}
         if op == LeafOp.COPY and self.native_copy:
@@ -152,7 +147,7 @@ class LeafBatches(LeafReads):
                 tried, fallbacks = tried + 1, fallbacks + back
             out[leaf] = self._answer(plan, leaf, len(fps), reply, op)
         if op == LeafOp.ADD:
-            self._optimism.heard(tried, fallbacks)
+            self._native_reads.tried(tried, fallbacks)
             self._learn_seen_share(out)
         return out
 
@@ -170,9 +165,11 @@ class LeafBatches(LeafReads):
         the leaf's room of them (the rest, and their repeats, deferred)."""
         p = self._params
         assert p is not None, "load or create the tree first"
-        optimistic = self.optimistic and p["layout"] == "blocked" and self._optimism.now()
-        plan.optimistic = optimistic
-        if optimistic or self._seen_share >= self.native_from:
+        blocked = p["layout"] == "blocked"
+        read_first, plan.optimistic = self._native_reads.start(
+            self.optimistic and blocked, self.native_from
+        )
+        if read_first:
             plan.seen, plan.reads = self._native(groups, masks, str(claim[0]), int(claim[1]))
             for leaf, answer in plan.seen.items():
                 plan.ask[leaf] = [j for j, new in enumerate(answer.new) if new]
@@ -235,12 +232,12 @@ class LeafBatches(LeafReads):
         return LeafAnswer(new, int(reply[n:] or 0), pending, per_key, deferred)
 
     def _learn_seen_share(self, out: Mapping[str, LeafReply]) -> None:
-        """The share of an ADD's keys found seen: the next ADD reads natively first if it
-        reaches native_from."""
+        """How many of an ADD's keys were found seen: the next ADD reads natively first if
+        their share reaches native_from."""
         answers = [a for a in out.values() if isinstance(a, LeafAnswer)]
         total = sum(len(a.new) - len(a.deferred) for a in answers)
         seen_keys = sum(a.new.count(False) - len(a.deferred) for a in answers)
-        self._seen_share = seen_keys / total if total else 1.0
+        self._native_reads.answered(seen_keys, total)
 
     def _run(self, calls: Mapping[str, LeafCall], op: LeafOp, claim: Sequence[Any]) -> list[Any]:
         """The scripts' answers for each leaf's call, in order: on a single server one call
@@ -251,11 +248,8 @@ class LeafBatches(LeafReads):
         what = f"{self._what}: {op.name.lower()}"
         shared = self._shared_args(op, claim)
         if not self._cluster:
-            keys: list[str] = []
-            args = [int(shared[name]) if name == "op" else shared[name] for name in _SHARED]
-            for call in calls.values():
-                keys += [call.keys[name] for name in LEAF_BATCH.keys]
-                args += [call.own[name] for name in _OWN] + [len(call.extra), *call.extra]
+            keys = [call.keys[name] for call in calls.values() for name in LEAF_BATCH.keys]
+            args = leaves_argv(shared, [(call.own, call.extra) for call in calls.values()])
             return list(retrying(functools.partial(self._multi_script, keys=keys, args=args), what))
 
         def one(call: LeafCall) -> Any:

@@ -5,9 +5,9 @@ dsbf_leaf.lua).
 
 Bits are never cleared while a leaf lives, so a key whose bits a MULTI/EXEC snapshot finds
 set is seen at that moment, unless its claim says otherwise (claims.claim_seen, the twin of
-claims.lua's rule): such keys need no script (shared/native.py). The same snapshot lets the
-client decide the other keys (optimistic_args), which the script takes if nothing it relies on
-changed since the read.
+claims.lua's rule): such keys need no script. The same snapshot lets the client decide the
+other keys (optimistic_args), which the script takes if nothing it relies on changed since the
+read. The reads are shared/bits.py's, as RedisBloomFilter's are.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from urlseen.bloom.bloom import LAYOUT_CODES
-from urlseen.shared.claims import recorded_claims
+from urlseen.shared.bits import BitsRead, ClaimsRead
 from urlseen.shared.client import retrying
 from urlseen.shared.leaf_tree import LeafTree
-from urlseen.shared.native import BitsRead, seen_by_claims, server_ms
 from urlseen.splittable.tree import (
     MISSING,
     MOVED,
@@ -117,33 +116,27 @@ class LeafReads(LeafTree):
         one more snapshot of the leaves' claims, records and instances and the server's clock
         (none on a Cluster, whose transactions take keyed commands only: a claim then goes to
         the script)."""
-        clock = not self._cluster
+        reads = {
+            leaf: ClaimsRead(
+                self._keys(leaf)[3],
+                self._records(leaf),
+                [groups[leaf][j] for j in found[leaf]],
+                clock=not self._cluster,
+            )
+            for leaf in leaves
+        }
 
         def queue(pipe: Any, leaf: str) -> int:
-            meta, _, _, claims = self._keys(leaf)
-            if clock:
-                pipe.time()
-            pipe.hget(meta, "instance")
-            pipe.hmget(claims, [groups[leaf][j] for j in found[leaf]])
-            pipe.hgetall(self._records(leaf))
-            return 4 if clock else 3
+            pipe.hget(self._keys(leaf)[0], "instance")
+            return 1 + reads[leaf].queue(pipe)
 
         width = self._fp_bytes()
-        replies = self._snapshot(leaves, queue, "read claims")
-        for leaf, reply in replies.items():
-            now = server_ms(reply[0]) if clock else None
-            instance, values, held = reply[-3:]
+        for leaf, reply in self._snapshot(leaves, queue, "read claims").items():
+            instance = reply[0]
             if instance is None or instance.decode() != self._instance:
                 found[leaf] = []
                 continue
-            if held:
-                fps = [groups[leaf][j] for j in found[leaf]]
-                recorded = recorded_claims(held.values(), set(fps), width)
-                values = [
-                    v if v is not None else recorded.get(fp)
-                    for v, fp in zip(values, fps, strict=True)
-                ]
-            found[leaf] = seen_by_claims(found[leaf], values, owner, priority, now)
+            found[leaf] = reads[leaf].seen(found[leaf], reply[1:], owner, priority, width)
 
     def _fill(self, groups: Mapping[str, list[bytes]]) -> dict[str, LeafReply]:
         """A split's COPY without a loop in Lua (a script's work per copied URL is much of the

@@ -28,7 +28,7 @@ from typing import Any
 
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.shared import client as redis_store
-from urlseen.shared.claims import record_parts
+from urlseen.shared.claims import record_size
 from urlseen.shared.client import retrying
 from urlseen.splittable.tree import LeafInfo, Split, Tree
 
@@ -287,7 +287,7 @@ class LeafTree:
         ):
             mine = state is not None and instance is not None
             mine = mine and instance.decode() == self._instance
-            claims += sum(len(record_parts(v)[1]) // width for v in records)
+            claims += sum(record_size(v, width) for v in records)
             info = LeafInfo(state.decode(), int(count), length, claims) if mine else None
             out.append(info and replace(info, coded=int(coded or 0), code_bytes=int(code or 0)))
         return out

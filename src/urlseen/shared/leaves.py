@@ -27,7 +27,7 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from urlseen.shared.claims import RELEASE_CHUNK, Claims, Patience, record_parts
+from urlseen.shared.claims import RELEASE_CHUNK, Claims, PendingWait, record_parts
 from urlseen.shared.client import RECEIPT_SECONDS, retrying
 from urlseen.shared.leaf_batch import NO_CLAIM, LeafBatches
 from urlseen.splittable.tree import Follow, LeafAnswer, LeafOp, LeafReply, Split
@@ -53,7 +53,7 @@ class RedisLeafStore(LeafBatches):
         super().__init__(redis, name, receipt_seconds)
         self._record_calls: dict[bytes, int] = {}  # held handle -> the call whose record claims it
         self._priority: int | None = None  # the running batch's
-        self._patience: Patience | None = None  # the running batch's wait on others' claims
+        self._patience: PendingWait | None = None  # the running batch's wait on others' claims
         self._sent: list[Mapping[str, list[bytes]]] = []  # the running batch's ADDs
         self._held_in_batch: set[bytes] = set()
 
@@ -143,7 +143,7 @@ class RedisLeafStore(LeafBatches):
         ask, renewing this client's own claims if due; False once patience is over (about one
         lease: the keys still pending are then answered seen)."""
         if self._patience is None:
-            self._patience = Patience(self._claims.lease)
+            self._patience = PendingWait(self._claims.lease)
         waited = self._patience.wait()
         handles = self._claims.renewal()
         if handles:

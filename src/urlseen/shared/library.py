@@ -7,19 +7,18 @@ new/seen in the same atomic step, so among all processes each distinct URL is ne
 Like the Bloom script it leaves a receipt: a batch resent after a lost reply gets its first
 answer.
 
-Layout (chosen by measuring; benchmarks/redis_library.py, results in benchmarks/REDIS.md):
+Layout (the smallest in memory per URL of those benchmarks/redis_library.py compares):
 records are fields of bucket hashes small enough to stay listpack-encoded (about 48 per bucket
 at capacity; redis.conf's limit is 128), keyed by the top bits of the fingerprint, so the field
 keeps only the remaining 14 bytes and the value is 12 packed bytes (refs, first and last seen,
-in seconds). That measured 38 B per URL against 76 B for SADD of the raw 16 bytes and 92 B for
-SADD of a 40-hex digest. Buckets fall into `groups` hash tags: a Redis Cluster spreads the
+in seconds). Buckets fall into `groups` hash tags: a Redis Cluster spreads the
 groups over its masters, and a batch costs one script call per group there (one call in all on
 a single server). Each URL's claim is atomic; on a Cluster a batch as a whole is not.
 
 Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges
 it, so it reaches a caller even if this client dies first. The claim rides in the record's
-value, after its 12 bytes, written by the same HSET (one write per new URL instead of two,
-and a present URL's claim comes with its record; benchmarks/redis_cpu.py). Each group holds
+value, after its 12 bytes, written by the same HSET (one write per new URL, and a present
+URL's claim comes with its record). Each group holds
 the library's instance id, checked by every call, so a library whose keys vanished fails
 (FilterLostError) instead of starting again from empty.
 
@@ -38,18 +37,16 @@ from typing import Any
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.shared import client as redis_store
-from urlseen.shared.claims import Claimant, Claims, settle
+from urlseen.shared.claims import ClaimedAnswers, Claims, ask_until_decided
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
 from urlseen.shared.scripts import LIBRARY_BATCH, Answer, claim_fields
 
-FORMAT = "urlseen-redis-library/3"  # /2: claims in a hash per group; /1: no claims at all
+FORMAT = "urlseen-redis-library/3"
 KIND = "library"
 FP_BYTES = 16
 PER_BUCKET = 48  # records per bucket at capacity: under the listpack limit (128) up to ~2.5x
 DEFAULT_GROUPS = 16
-# Fingerprints per script call: Redis stays responsive (about 30 ms of server time per call,
-# from benchmarks/REDIS.md's 3.8 s of server CPU per million URLs at batch 8192).
-CALL_KEYS = 8192
+CALL_KEYS = 8192  # fingerprints per script call: each call holds the server tens of ms at most
 _VALUE = 12  # refs, first_seen, last_seen: u32 little-endian each
 
 
@@ -60,7 +57,7 @@ def bucket_bits(capacity: int, groups: int) -> int:
     return min(max((buckets - 1).bit_length(), 1), 32)
 
 
-class RedisLibrary(Claimant):
+class RedisLibrary(ClaimedAnswers):
     """A fingerprint library in Redis, shared by any number of processes. close() forgets the
     connection; the records stay in Redis.
 
@@ -112,7 +109,7 @@ class RedisLibrary(Claimant):
         self._client = redis_store.connect(redis)
         self._what = f"library {name!r}"
         self._cluster = redis_store.is_cluster(self._client)
-        self._script = redis_store.load_script(self._client, "library_batch.lua", claims=True)
+        self._script = redis_store.load_script(self._client, "library_batch.lua")
         self._meta = redis_store.key(name, "library")
         self._prefix = f"urlseen:{{{redis_store.escape(name)}#"
         self.io = LibraryIO()
@@ -120,7 +117,9 @@ class RedisLibrary(Claimant):
         redis_store.check_eviction(self._client, allow_eviction, self._what)
         stored = self._load()
         if stored is None:
-            stored = self._create(capacity, fingerprint, groups)
+            # Of two processes creating it at once, one wins; both then use the winner's
+            stored = self._load(_new_params(capacity, fingerprint, groups))
+            assert stored is not None
         else:
             given = {"capacity": capacity, "fingerprint": fingerprint, "groups": groups}
             redis_store.check_given(stored, given, f"library {name!r}")
@@ -129,6 +128,13 @@ class RedisLibrary(Claimant):
         self.groups: int = stored["groups"]
         self.bits: int = stored["bucket_bits"]
         self._instance = stored["instance"]
+        self._fields = dict(
+            prefix=self._prefix,
+            groups=self.groups,
+            bucket_bits=self.bits,
+            receipt_ttl=RECEIPT_SECONDS,
+            instance=self._instance,
+        )
         self._mark_groups()
 
     # -- parameters ---------------------------------------------------------------------
@@ -139,19 +145,9 @@ class RedisLibrary(Claimant):
         return redis_store.holds(redis_store.connect(redis), redis_store.check_name(name), KIND)
 
     def _load(self, create: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        noun = "fingerprint library"
-
-        def validate(params: dict[str, Any]) -> None:
-            ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
-                isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity")
-            )
-            if not ok:
-                raise FormatError(f"Redis key {self._meta}: not a urlseen {noun}")
-            if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
-                raise FormatError(f"Redis key {self._meta}: parameters out of range")
-
+        meta, noun = self._meta, "fingerprint library"
         return redis_store.record(
-            self._client, self.name, KIND, self._meta, FORMAT, noun, validate, create
+            self._client, self.name, KIND, meta, FORMAT, noun, _validator(meta, noun), create
         )
 
     def _mark_groups(self) -> None:
@@ -173,32 +169,6 @@ class RedisLibrary(Claimant):
             self._client.hset(self._meta, "ready", 1)
 
         retrying(mark, f"{self._what}: create")
-
-    def _create(
-        self, capacity: int | None, fingerprint: str | None, groups: int | None
-    ) -> dict[str, Any]:
-        capacity = 10_000_000 if capacity is None else capacity
-        fingerprint = "md5" if fingerprint is None else fingerprint
-        groups = DEFAULT_GROUPS if groups is None else groups
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ConfigError(f"capacity must be an int >= 1, not {capacity!r}")
-        if fingerprint not in ("md5", "xxh3_128"):
-            raise ConfigError(f"fingerprint must be 'md5' or 'xxh3_128', not {fingerprint!r}")
-        if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= 1024:
-            raise ConfigError(f"groups must be an int in [1, 1024], not {groups!r}")
-        params = {
-            "format": FORMAT,
-            "fingerprint": fingerprint,
-            "capacity": capacity,
-            "groups": groups,
-            "bucket_bits": bucket_bits(capacity, groups),
-            "created": int(time.time()),
-            "instance": redis_store.new_instance(),
-        }
-        # Of two processes creating it at once, one wins; both then use the winner's
-        loaded = self._load(params)
-        assert loaded is not None
-        return loaded
 
     # -- where a fingerprint lives ------------------------------------------------------
 
@@ -259,17 +229,7 @@ class RedisLibrary(Claimant):
             chunk = b"".join(fps[idx[p]] for p in positions)
             keys, args = LIBRARY_BATCH.call(
                 {"receipt": receipt},
-                {
-                    "mode": mode,
-                    "fps": chunk,
-                    "prefix": self._prefix,
-                    "groups": self.groups,
-                    "bucket_bits": self.bits,
-                    "now": stamp,
-                    "receipt_ttl": RECEIPT_SECONDS,
-                    "instance": self._instance,
-                    **claim_fields(claim()),
-                },
+                {**self._fields, "mode": mode, "fps": chunk, "now": stamp, **claim_fields(claim())},
             )
 
             def call(keys: list[str] = keys, args: list[Any] = args) -> Any:
@@ -320,7 +280,7 @@ class RedisLibrary(Claimant):
                     lambda new: claims.hold(new, priority),
                 )
 
-            answers = settle(ask, len(fps), claims.lease, self._renew)
+            answers = ask_until_decided(ask, len(fps), claims.lease, self._renew)
         self.io.lookups += len(fps)
         self.io.writes += len(fps)
         if claims.auto:
@@ -416,18 +376,22 @@ class RedisLibrary(Claimant):
         """Forget every URL first reported new (or last seen) before timestamp; how many."""
         return sum(self.forget(self.older_than(timestamp, by=by)))
 
-    def count(self) -> int:
-        """Records in the library (one counter per group)."""
+    def _counters(self, *fields: str) -> list[list[Any]]:
+        """Each group's counter hash's `fields` (one pipeline)."""
         self._usable()
 
         def read() -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
             for g in range(self.groups):
-                pipe.hmget(f"{self._prefix}{g}}}:n", "count", "instance")
+                pipe.hmget(f"{self._prefix}{g}}}:n", *fields)
             return list(pipe.execute())
 
+        return retrying(read, f"{self._what}: {fields[0]}")
+
+    def count(self) -> int:
+        """Records in the library (one counter per group)."""
         total = 0
-        for g, (count, instance) in enumerate(retrying(read, f"{self._what}: count")):
+        for g, (count, instance) in enumerate(self._counters("count", "instance")):
             if instance is None or instance.decode() != self._instance:
                 marker = f"{self._prefix}{g}}}:n"
                 raise FilterLostError(f"{self._what}: {marker} is gone or replaced; {LOST_HELP}")
@@ -435,15 +399,7 @@ class RedisLibrary(Claimant):
         return total
 
     def claims_held(self) -> int:
-        self._usable()
-
-        def read() -> int:
-            pipe = self._client.pipeline(transaction=False)
-            for g in range(self.groups):
-                pipe.hget(f"{self._prefix}{g}}}:n", "claims")
-            return sum(int(n or 0) for n in pipe.execute())
-
-        return retrying(read, f"{self._what}: claims")
+        return sum(int(n or 0) for (n,) in self._counters("claims"))
 
     def get_meta(self, name: str) -> str | None:
         value = self.params.get(name)
@@ -499,6 +455,45 @@ class RedisLibrary(Claimant):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} groups={self.groups} bits={self.bits}>"
+
+
+def _new_params(
+    capacity: int | None, fingerprint: str | None, groups: int | None
+) -> dict[str, Any]:
+    """A new library's parameters from the arguments given (checked), defaults for the rest."""
+    capacity = 10_000_000 if capacity is None else capacity
+    fingerprint = "md5" if fingerprint is None else fingerprint
+    groups = DEFAULT_GROUPS if groups is None else groups
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ConfigError(f"capacity must be an int >= 1, not {capacity!r}")
+    if fingerprint not in ("md5", "xxh3_128"):
+        raise ConfigError(f"fingerprint must be 'md5' or 'xxh3_128', not {fingerprint!r}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= 1024:
+        raise ConfigError(f"groups must be an int in [1, 1024], not {groups!r}")
+    return {
+        "format": FORMAT,
+        "fingerprint": fingerprint,
+        "capacity": capacity,
+        "groups": groups,
+        "bucket_bits": bucket_bits(capacity, groups),
+        "created": int(time.time()),
+        "instance": redis_store.new_instance(),
+    }
+
+
+def _validator(meta: str, noun: str) -> Callable[[dict[str, Any]], None]:
+    """The check of a stored library's parameters (FormatError naming the key `meta`)."""
+
+    def validate(params: dict[str, Any]) -> None:
+        ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
+            isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity")
+        )
+        if not ok:
+            raise FormatError(f"Redis key {meta}: not a urlseen {noun}")
+        if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
+            raise FormatError(f"Redis key {meta}: parameters out of range")
+
+    return validate
 
 
 def _record(value: bytes) -> Record:

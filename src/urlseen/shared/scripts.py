@@ -111,6 +111,22 @@ LIBRARY_BATCH = Script(
 )
 SCRIPTS = {s.filename: s for s in (BLOOM_BATCH, LEAF_BATCH, LIBRARY_BATCH)}
 
+# dsbf_batch.lua runs leaf_batch.lua for several leaves in one call: its ARGV are the fields
+# every leaf shares, once, then per leaf its own fields, the length of its tail and the tail.
+LEAVES_SHARED = _names("op receipt_ttl layout fp_bytes instance", *CLAIMS)
+LEAF_OWN = _names("masks fps write_limit nbytes")
+
+
+def leaves_argv(
+    shared: Mapping[str, Any], leaves: Iterable[tuple[Mapping[str, Any], Sequence[Any]]]
+) -> list[Any]:
+    """dsbf_batch.lua's ARGV from named fields: `shared` (LEAVES_SHARED), then per leaf its
+    own fields (LEAF_OWN) and its tail."""
+    argv = [_wire(shared[name]) for name in LEAVES_SHARED]
+    for own, tail in leaves:
+        argv += [*(_wire(own[name]) for name in LEAF_OWN), len(tail), *tail]
+    return argv
+
 
 def claim_fields(claim: Sequence[Any]) -> dict[str, Any]:
     """A ClaimArgs (or its four values) as named ARGV fields."""
@@ -122,6 +138,8 @@ __all__ = [
     "CLAIMS",
     "FELL_BACK",
     "LEAF_BATCH",
+    "LEAF_OWN",
+    "LEAVES_SHARED",
     "LIBRARY_BATCH",
     "MISSING",
     "MOVED",
@@ -132,5 +150,6 @@ __all__ = [
     "Op",
     "Script",
     "claim_fields",
+    "leaves_argv",
     "lua_text",
 ]

@@ -1,5 +1,5 @@
--- claims.lua: the claims of urlseen's shared filters (urlseen.shared.claims), put in
--- front of each batch script that uses them (bloom_batch.lua, library_batch.lua).
+-- claims.lua: the claims of urlseen's shared filters (urlseen.shared.claims), put in front
+-- of each batch script that uses them (bloom_batch.lua, leaf_batch.lua, library_batch.lua).
 --
 -- A claim says "this URL was answered new to client OWNER, which has not acknowledged it yet".
 -- It is a field of a hash in the slot of the URL's data (the Bloom filter's; the library keeps
@@ -197,8 +197,8 @@ end
 -- data) claims them all in one field of a second hash, `records`: field "OWNER CALL", value
 -- this call's claim, a newline, then the keys' fingerprints packed (`size` bytes each). Its
 -- client acknowledges them by deleting that field: claiming and acknowledging a batch cost
--- O(1) commands and no Lua work per key (a field per key cost ~0.9 us of server CPU per new
--- key: benchmarks/redis_script_profile.py). Whatever reads or changes claims one by one (a
+-- O(1) commands and no Lua work per key (benchmarks/redis_script_profile.py measures what a
+-- field per key costs). Whatever reads or changes claims one by one (a
 -- lookup of keys found present, a release other than that deletion) first expands every
 -- record into per-key claims (claims_expand, once per record), so the rules above hold
 -- unchanged. Returns false when the field exists already (a resent call: never on the paths

@@ -1,17 +1,18 @@
-"""Native reads of Bloom bits in Redis: what answers repeats without a script (issue 17).
+"""Native reads of Bloom bits in Redis: the one path that answers repeats without a script and
+decides the other keys for it, for RedisBloomFilter (shared/bloom.py) and the splittable
+filter's Redis leaves (shared/leaves.py).
 
-A batch script's per-key work in Lua costs the server several times pipelined SADD's CPU, and
-on a crawl most keys were seen. Bits are never cleared while a filter (or a splittable
-filter's leaf) lives, so a key whose bits a MULTI/EXEC snapshot finds set is seen at that
-moment, unless its claim says otherwise (redis_claims.claim_seen, the twin of claims.lua's
-rule); only the other keys need the script. Shared by RedisBloomFilter and the splittable
-filter's Redis leaves (shared/leaves.py), which queue these reads into their own
-transactions beside the checks their scripts make.
+A batch script's work per key in Lua costs the server several times pipelined SADD's CPU, and
+on a crawl most keys were seen. Bits are never cleared while a filter (or a leaf) lives, so a
+key whose bits a MULTI/EXEC snapshot finds set is seen at that moment, unless its claim says
+otherwise (claims.claim_seen, the client's twin of claims.lua's rule); only the other keys
+need the script. A caller queues these reads (BitsRead, ClaimsRead) into its own transactions
+beside the checks its script makes, and NativeReads says when a batch reads first.
 
 The same snapshot decides the other keys (the optimistic path, blocked layout): the client
-sends bloom_batch.lua its answers and the blocks they change (optimistic_args), the script
-takes them if nothing it relies on changed since the read, and says when it had to decide the
-batch itself instead (Optimism: a client then stops sending them for a while).
+sends the script its answers and the blocks they change (optimistic_args), the script takes
+them if nothing it relies on changed since the read, and says when it had to decide the batch
+itself instead (OptimisticBackoff: a client then stops sending them for a while).
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from urlseen import _core
-from urlseen.shared.claims import claim_seen
+from urlseen.shared.claims import claim_seen, recorded_claims
+from urlseen.shared.scripts import FELL_BACK, STAGED
 
-WHOLE_PER_KEY = 1024  # a native read GETs the whole bits up to this many bytes per key: a
-# GETRANGE in MULTI costs the server ~0.75 us, a GET ~0.4-0.75 ns per byte (measured, 7.0.15)
+NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
+# (native_from: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
+WHOLE_PER_KEY = 1024  # a native read GETs the whole bits up to this many bytes per key, for a
+# GETRANGE in MULTI costs the server about as much as a GET of 1-2 KB (benchmarks/redis_cpu.py)
 
 
 class BitsRead:
@@ -96,15 +100,11 @@ def seen_by_claims(
 
 
 _ASCII = bytes.maketrans(b"\x00\x01", b"01")  # masks_apply's answers as the script's
-FELL_BACK = b"F"  # bloom_batch.lua's reply ends with it when it could not take a client's own
-# answers (a block changed since the read): the client then decides by the script for a while
 
 
-REWRITE_PER_BLOCK = 4096  # bytes of whole bits staged instead of each changed block written (a
-# SETRANGE from Lua, ~1-2.3 us with its slicing, against ~0.37 ns per byte of a staged rewrite:
-# SET of the stage, RENAME over the bits; measured on one server under load, break-even ~6 KB
-# per block): bloom_batch.lua's rewrite
-STAGED = b"S"  # optimistic_args's third argument for a rewrite: stage `work` (bloom_batch.lua)
+REWRITE_PER_BLOCK = 4096  # bytes of whole bits staged (SET of the stage, RENAME over the bits:
+# bloom_batch.lua's rewrite) instead of each changed block written by a SETRANGE from Lua,
+# below the break-even of about 6 KB per block (benchmarks/redis_cpu.py)
 
 
 def optimistic_args(
@@ -115,7 +115,7 @@ def optimistic_args(
     rewrite: bool = False,
     work: bytearray | None = None,
 ) -> list[bytes]:
-    """ADD's ARGV[14..17] (bloom_batch.lua, agreed()) for the keys of `masks`, decided from the
+    """ADD's optimistic tail (bits.lua, bits_agreed) for the keys of `masks`, decided from the
     `bits` a snapshot read (BitsRead.bits, placed by `number`) when the filter or leaf counted
     `count`: the count, per key "1" new / "0" seen by the script's own rule
     (_core.masks_apply), and the blocks the new keys change, as the batch leaves them (offset,
@@ -154,30 +154,28 @@ PAUSE_FIRST, PAUSE_MAX = 4, 256  # batches without the optimistic path after suc
 
 
 @dataclass
-class Optimism:
+class OptimisticBackoff:
     """Whether a client sends the optimistic arguments: always, unless its last STREAK tries
-    fell back (another client wrote a block between our read and our script: a fleet writing
+    fell back (another client wrote a block between its read and its script: a fleet writing
     one small filter or leaf). A fallback costs little more than no try (the arguments and a
     comparison; the script then decides as without them) and an agreed try saves the Lua work
     per key, so a client keeps trying until fallbacks come in a row; then it sends none for
     PAUSE_FIRST batches, doubled after each further fallback up to PAUSE_MAX, back to the
-    start when a try agrees. (benchmarks/redis_optimism_ab.py, 16 clients on one small filter:
-    pausing after every fallback cost RedisBloomFilter more server CPU than never pausing in 3
-    rounds of 3; this rule cost less in 2 of 3; noisy, see benchmarks/REDIS.md.)"""
+    start when a try agrees (benchmarks/redis_optimism_ab.py)."""
 
     skip: int = 0
     pause: int = PAUSE_FIRST
     streak: int = 0
     fallbacks: int = 0  # batches that fell back, in all (for tests and measurements)
 
-    def now(self) -> bool:
+    def sends(self) -> bool:
         """Whether this batch sends them (each call is one batch)."""
         if self.skip:
             self.skip -= 1
             return False
         return True
 
-    def heard(self, tried: int, fell: int) -> None:
+    def record(self, tried: int, fell: int) -> None:
         """A batch sent them to `tried` scripts (a RedisBloomFilter's one, or one per leaf) and
         `fell` of them fell back: more than half counts as a fallback."""
         if not tried:
@@ -189,6 +187,69 @@ class Optimism:
         self.streak += 1
         if self.streak >= STREAK:
             self.skip, self.pause = self.pause, min(self.pause * 2, PAUSE_MAX)
+
+    now = sends  # the names shared/leaves.py calls until it uses NativeReads
+    heard = record
+
+
+class NativeReads:
+    """When a batch of check-and-add reads natively first, and sends the optimistic arguments:
+    one per filter or leaf store, which keeps `native_from` (read first when at least this
+    share of the last batch was seen: 0 always, above 1 never) and `optimistic` (decide the new
+    keys from the read too: blocked layout only) where its users set them."""
+
+    def __init__(self) -> None:
+        self.backoff = OptimisticBackoff()
+        self._seen_share = 1.0
+
+    def start(self, optimistic: bool, native_from: float) -> tuple[bool, bool]:
+        """For a new batch: whether it reads first, and whether it sends the optimistic
+        arguments (then it reads first), unless the backoff pauses them."""
+        send = optimistic and self.backoff.sends()
+        return send or self._seen_share >= native_from, send
+
+    def answered(self, seen: int, total: int) -> None:
+        """The batch answered `seen` of its `total` keys seen."""
+        self._seen_share = seen / total if total else 1.0
+
+    def tried(self, tried: int, fell: int) -> None:
+        """The batch sent the optimistic arguments to `tried` scripts, `fell` of which fell
+        back (OptimisticBackoff.record)."""
+        self.backoff.record(tried, fell)
+
+
+class ClaimsRead:
+    """The read of the claims of the keys a native read found present, queued into a
+    MULTI/EXEC beside the caller's checks: the server's time (unless `clock` is False: a Redis
+    Cluster's transactions take keyed commands only, and a claim then goes to the script), the
+    per-key claims of `fps` and the records of whole calls."""
+
+    def __init__(self, claims_key: str, records_key: str, fps: list[bytes], clock: bool) -> None:
+        self.claims_key, self.records_key = claims_key, records_key
+        self.fps, self.clock = fps, clock
+
+    def queue(self, pipe: Any) -> int:
+        """Queue the reads; how many replies they add."""
+        if self.clock:
+            pipe.time()
+        pipe.hmget(self.claims_key, self.fps)
+        pipe.hgetall(self.records_key)
+        return 3 if self.clock else 2
+
+    def seen(
+        self, found: list[int], replies: Sequence[Any], owner: str, priority: int, width: int
+    ) -> list[int]:
+        """Of `found` (a key's place per fingerprint of fps), those whose claims, in the replies
+        of queue() in order, answer them seen to `owner` asking at `priority` (claim_seen)."""
+        now = server_ms(replies[0]) if self.clock else None
+        values: list[bytes | None] = list(replies[-2])
+        if replies[-1]:
+            recorded = recorded_claims(replies[-1].values(), set(self.fps), width)
+            values = [
+                v if v is not None else recorded.get(fp)
+                for v, fp in zip(values, self.fps, strict=True)
+            ]
+        return seen_by_claims(found, values, owner, priority, now)
 
 
 def fell_back(reply: bytes) -> tuple[bytes, bool]:
