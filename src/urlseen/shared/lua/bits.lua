@@ -66,8 +66,8 @@ local function bits_blocked(key, masks, whole, force, set)
   local over, dirty = {}, {}
   local pos, len = 1, #masks
   while pos <= len do
-    local c = byte(masks, pos)
-    local base = u32_at(masks, pos + 1)
+    local c, b1, b2, b3, b4 = byte(masks, pos, pos + 4) -- u32_at inlined: once per key
+    local base = b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
     pos = pos + 5
     local block, shift = over[base], 0
     if not block then
@@ -116,9 +116,10 @@ local function bits_standard(key, masks, whole, force, set)
     pos = pos + 1
     local rec = {}
     for _ = 1, c do
-      local off = u32_at(masks, pos)
+      local b1, b2, b3, b4, m = byte(masks, pos, pos + 4) -- u32_at inlined: once per bit
+      local off = b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
       rec[#rec + 1] = off
-      rec[#rec + 1] = byte(masks, pos + 4)
+      rec[#rec + 1] = m
       if not seen[off] then
         seen[off] = true
         order[#order + 1] = off
