@@ -310,8 +310,3 @@ def recorded_claims(records: Iterable[bytes], wanted: set[bytes], width: int) ->
             if fp in wanted:
                 out[fp] = claim
     return out
-
-
-# The former names, kept importable until their last users move to the new ones.
-Claimant = ClaimedAnswers
-Patience = PendingWait
