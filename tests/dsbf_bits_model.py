@@ -59,7 +59,7 @@ import numpy as np
 
 from urlseen import _core
 from urlseen.bloom import sizing as _sizing
-from urlseen.splittable import filter as dsbf
+from urlseen.splittable import sizing as dsbf
 from urlseen.splittable.sizing import size_splittable
 from urlseen.splittable.tree import Split, loc_hash
 
@@ -315,12 +315,12 @@ class Model:
         self.design = design
         share = design.collision_share
         if design.built:  # the filter's own parameters
-            p = dsbf._params(capacity, error_rate, leaf_bits, 2, "blocked", 0)
+            p = dsbf.params(capacity, error_rate, leaf_bits, 2, "blocked", 0)
             self.k = p["k"]
             self.chain = [(bits, cap) for bits, cap, _ in p["leaf_sizes"]]
         else:
             rate = _sizing.check_target(capacity, error_rate)[1] * (1 - share)
-            full = dsbf._stored_bits(leaf_bits)
+            full = dsbf.stored_bits(leaf_bits)
             self.k = size_splittable(capacity, full, rate, "blocked").k
             self.chain = _chain(leaf_bits, design.grow, self.k, rate)
         self.full = len(self.chain) - 1
@@ -548,14 +548,14 @@ class Model:
 
 def _chain(leaf_bits: int, ratio: float, k: int, leaf_rate: float) -> list[tuple[int, int]]:
     """(bits, capacity) of each leaf size, smallest first: leaf_bits / ratio^j in multiples of
-    512 bits, at least dsbf.MIN_LEAF_BITS and MIN_LEAF_URLS URLs, as dsbf._leaf_sizes for
+    512 bits, at least dsbf.MIN_LEAF_BITS and MIN_LEAF_URLS URLs, as dsbf.leaf_sizes for
     GROW."""
-    sizes = [dsbf._stored_bits(leaf_bits)]
+    sizes = [dsbf.stored_bits(leaf_bits)]
     while True:
         smaller = int(sizes[0] / ratio) // 512 * 512
         if smaller < dsbf.MIN_LEAF_BITS or smaller >= sizes[0]:
             break
-        if dsbf._leaf_capacity(smaller, k, leaf_rate, "blocked") < dsbf.MIN_LEAF_URLS:
+        if dsbf.leaf_capacity_at(smaller, k, leaf_rate, "blocked") < dsbf.MIN_LEAF_URLS:
             break
         sizes.insert(0, smaller)
-    return [(bits, dsbf._leaf_capacity(bits, k, leaf_rate, "blocked")) for bits in sizes]
+    return [(bits, dsbf.leaf_capacity_at(bits, k, leaf_rate, "blocked")) for bits in sizes]

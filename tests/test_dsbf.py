@@ -20,10 +20,10 @@ from urlseen import ConfigError, FormatError, _core
 from urlseen.bloom import sizing as _sizing
 from urlseen.errors import FilterLostError, RemoteError
 from urlseen.shared import client as redis_store
-from urlseen.shared.claims import Claims
 from urlseen.shared.leaves import RedisLeafStore
 from urlseen.splittable import sizing as _sizing_splittable
-from urlseen.splittable.filter import MAX_SPREAD, SplittableBloomFilter
+from urlseen.splittable.filter import SplittableBloomFilter
+from urlseen.splittable.rounds import MAX_SPREAD
 from urlseen.splittable.tree import (
     MISSING,
     LeafAnswer,
@@ -351,8 +351,8 @@ def _counted_calls(seen, monkeypatch):
     calls = []
     real = seen._store.check_and_add
 
-    def counted(groups, op, claim=(), records=None, room=None):
-        replies = real(groups, op, claim, records, room)
+    def counted(groups, op, records=None, room=None):
+        replies = real(groups, op, records, room)
         if op == LeafOp.ADD:
             calls.append((dict(room or {}), replies))
         return replies
@@ -407,7 +407,7 @@ def test_an_add_puts_at_most_a_leafs_room_of_new_keys_in_it_per_call(make, monke
     leaf count is exact, as many as fit under the write limit may go in one call.)"""
     seen = make(capacity=4000, error_rate=1e-3, leaf_bits=1 << 15)
     calls = _counted_calls(seen, monkeypatch)
-    seen._spread = MAX_SPREAD
+    seen._keys_per_maybe_new = MAX_SPREAD
     keys = urls(3000, seed=44)
     batch = keys + keys[:200]
     answers = seen.add_many(batch)
@@ -675,14 +675,13 @@ def test_a_leaf_written_between_our_read_and_our_script_makes_the_script_decide(
     sent = []
     real_run = store._run
     monkeypatch.setattr(store, "_run", lambda calls, *a: sent.append(calls) or real_run(calls, *a))
-    claims = Claims()
-    reply = store.check_and_add({leaf: fps}, LeafOp.ADD, claims.args(claims.priority()))[leaf]
-    assert len(sent[0][leaf][1][4]) == 4, "the optimistic arguments were sent"
+    reply = store.check_and_add({leaf: fps}, LeafOp.ADD)[leaf]
+    assert len(sent[0][leaf].extra) == 4, "the optimistic arguments were sent"
     local, buffer = MemoryLeafStore._bits(seen._full_bits, seen.tree.params)
     local.add_many(theirs)
     assert reply.new == local.add_many(fps) and not any(reply.new[::7])
     assert reply.count == sum(reply.new) + len(theirs)
-    assert store._optimism.fallbacks == 1, "the reply said it fell back"
+    assert store._native_reads.backoff.fallbacks == 1, "the reply said it fell back"
     client = redis.Redis.from_url(redis_url)
     assert client.get(store._keys(leaf)[1]) == bytes(buffer)
 
@@ -703,19 +702,19 @@ def test_optimistic_leaves_take_their_answers_and_drop_young_claims(
 
     def spy(calls, op, claim):
         ops.append(op)
-        extras.extend(len(args[4]) for _, args in calls.values() if op == LeafOp.ADD)
+        extras.extend(len(call.extra) for call in calls.values() if op == LeafOp.ADD)
         return real_run(calls, op, claim)
 
     monkeypatch.setattr(store, "_run", spy)
     keys = urls(1000, seed=31)
     assert sum(seen.add_many(keys)) >= 995
-    assert len(extras) > 1 and set(extras) == {4} and store._optimism.fallbacks == 0
+    assert len(extras) > 1 and set(extras) == {4} and store._native_reads.backoff.fallbacks == 0
     assert ops[-1] == LeafOp.DROP and LeafOp.ACK not in ops and seen.claims_held() == 0
     seen.auto_acknowledge = False
     more = urls(200, seed=32)
     assert sum(seen.add_many(more)) >= 195 and seen.claims_held() >= 195
-    assert seen._claims._since is not None
-    seen._claims._since -= 16.0  # older than half a lease: the release reads them first
+    assert store._claims._since is not None
+    store._claims._since -= 16.0  # older than half a lease: the release reads them first
     assert seen.acknowledge() == 0 and ops[-1] == LeafOp.ACK and seen.claims_held() == 0
     assert add_in_batches(seen, keys + more) == [False] * 1200
 

@@ -14,6 +14,7 @@ import redis
 
 from urlseen import FormatError, _core
 from urlseen.splittable.filter import SplittableBloomFilter
+from urlseen.splittable.tree import LeafOp
 
 
 def urls(n: int, seed: int) -> list[str]:
@@ -59,8 +60,8 @@ def test_a_batch_claims_each_leafs_new_urls_in_records_deleted_whole(redis_url, 
     seen._store._run = lambda calls, op, claim: sent.append((op, calls)) or real(calls, op, claim)
     assert seen.acknowledge() == 0 and seen.claims_held() == 0
     # each leaf's DROP names its records, not its keys: one (field, packed keys) pair per call
-    drops = [args[4] for op, calls in sent for _, args in calls.values()]
-    assert drops and all(extra[0].startswith(seen._claims.owner) for extra in drops)
+    drops = [call.extra for op, calls in sent for call in calls.values()]
+    assert drops and all(extra[0].startswith(seen._store._claims.owner) for extra in drops)
     client = redis.Redis.from_url(redis_url)
     assert not any(client.exists(seen._store._records(leaf)) for leaf in leaves)
 
@@ -80,7 +81,8 @@ def test_an_acknowledgement_during_a_splits_copy_of_claims_is_not_undone(
     keys = urls(300, seed=2)
     claimed = [k for k, new in zip(keys, owner.add_many(keys), strict=True) if new]
     if expanded:
-        owner._release(list(owner._claims.unacked), "renew")
+        store = owner._store
+        store._release(list(store._claims.unacked), LeafOp.RENEW, owner._follow)
     leaf = busiest(owner)
     per_key, recorded = held(owner, leaf)
     assert (per_key > 0, recorded > 0) == ((True, False) if expanded else (False, True))
@@ -154,9 +156,13 @@ def test_claims_taken_over_are_claimed_and_acknowledged_one_by_one(redis_url, re
     second = SplittableBloomFilter(redis=redis_url, name=redis_name, lease=2.0)
     second.auto_acknowledge = False
     assert second.add_many(claimed) == [True] * len(claimed)
-    digests = _core.digests(claimed, _core.HASH_XXH3_128, second.seed)
-    assert {second._calls[d] for d in digests} == {0}
-    assert second._claims.young() and second.acknowledge() == 0
+    fps, _, _ = second._keys(_core.digests(claimed, _core.HASH_XXH3_128, second.seed))
+    calls = second._store._record_calls
+    assert {
+        call for handle, call in calls.items() if handle[: second.fingerprint_bytes] in fps
+    } == {0}
+    assert len(calls) == len(claimed)
+    assert second._store._claims.young() and second.acknowledge() == 0
     assert second.claims_held() == 0
     assert first.acknowledge() == len(claimed)  # taken over: answered new twice, and said so
 

@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "redis"))
 from library import DEFAULT_DATA, Server  # benchmarks/redis/library.py
 from shared import distinct_lines  # benchmarks/redis/shared.py
-from urlseen.splittable import filter as dsbf
+from urlseen.splittable import split as dsbf_split
 from urlseen.splittable.filter import SplittableBloomFilter
 
 BATCH = 1000
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(lines) < grown + args.probes:
         sys.exit(f"{args.data} has {len(lines)} distinct lines, fewer than {grown + args.probes}")
     urls, probes = lines[:grown], lines[grown:]
-    dsbf.GRACE_SECONDS = 1.0  # split leaves go at once, so that used_memory sees the filter
+    dsbf_split.GRACE_SECONDS = 1.0  # split leaves go at once, so that used_memory sees the filter
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server on a kill too
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:

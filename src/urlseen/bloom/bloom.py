@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_HASH", "HASHES", "BloomFilter"]
 
 DEFAULT_HASH = BLOOM_HASH
 
-_LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
+LAYOUT_CODES = {"standard": _core.LAYOUT_STANDARD, "blocked": _core.LAYOUT_BLOCKED}
 
 
 class BloomFilter(StoreBacked, _core.BitFilter):
@@ -92,7 +92,7 @@ class BloomFilter(StoreBacked, _core.BitFilter):
 
     @staticmethod
     def _shape(params: dict[str, Any]) -> tuple[int, ...]:
-        return params["nbits"], params["k"], _LAYOUT_CODES[params["layout"]]
+        return params["nbits"], params["k"], LAYOUT_CODES[params["layout"]]
 
     def update(self, keys: Iterable[_core.Key]) -> int:
         """Add every key; how many were new."""
@@ -222,7 +222,7 @@ def _check_header(header: format.Header, where: str) -> None:
         layout=str,
         hash=str,
     )
-    if params["layout"] not in _LAYOUT_CODES:
+    if params["layout"] not in LAYOUT_CODES:
         raise FormatError(f"{where}: unknown layout {params['layout']!r}")
     try:
         sizing.check_target(params["capacity"], params["error_rate"])

@@ -129,9 +129,8 @@ class ExactFilter(CommitAfterWrite, Closeable):
     def temporary(
         cls, capacity: int, error_rate: float = defaults.EXACT_ERROR_RATE, **options: Any
     ) -> ExactFilter:
-        """A filter that persists nothing but keeps its library on disk, in a temporary folder
-        removed on close: memory stays bounded however many URLs come. The counters live in
-        memory (nothing to seal); options are the constructor's."""
+        """A filter that keeps its library on disk in a temporary folder removed on close (memory
+        bounded however many URLs come) and its counters in memory; options: the constructor's."""
 
         def make(where: Path) -> ExactFilter:
             library = folder.throwaway_library(where)

@@ -20,7 +20,13 @@ from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError, OptionError, ParameterConflict
 from urlseen.kinds import _describers as describers
 from urlseen.kinds import _openers as openers
-from urlseen.kinds._openers import Request, Spell, plain
+from urlseen.kinds._openers import (
+    Request,
+    Spell,
+    plain,
+    remote_leaf_store,
+    remote_leaf_store_exists,
+)
 
 # pathlib is imported where a path is made, not here: `urlseen dedup` in memory makes none, and
 # pathlib (with urllib.parse) is ~5% of its start-up (benchmarks/tools/callgrind_startup.py).
@@ -386,6 +392,8 @@ __all__ = [
     "given_options",
     "kind",
     "open_filter",
+    "remote_leaf_store",
+    "remote_leaf_store_exists",
     "shared_client",
     "shared_key",
     "state_in",

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from urlseen.protocol import SeenFilter
+    from urlseen.splittable.tree import LeafStore
 
 Spell = Callable[[str], str]
 """How a front end writes a parameter's name in messages: "--leaf-bits", "URLSEEN_CAPACITY"."""
@@ -360,22 +361,39 @@ def shared_library(request: Request) -> SeenFilter:
     return FingerprintLibraryFilter(library=library)
 
 
+def remote_leaf_store(
+    redis: Any, name: str, *, lease: float | None = None, allow_eviction: bool = False
+) -> LeafStore:
+    """A splittable filter's store in Redis: the host code's (urlseen.shared.leaves), which the
+    Redis-blind filter is handed (SplittableBloomFilter(redis=...) asks for it here)."""
+    from urlseen.shared.leaves import open_leaf_store
+
+    return open_leaf_store(redis, name, lease=lease, allow_eviction=allow_eviction)
+
+
+def remote_leaf_store_exists(redis: Any, name: str) -> bool:
+    """Whether Redis holds a splittable filter called name."""
+    from urlseen.shared.leaves import RedisLeafStore
+
+    return RedisLeafStore(redis, name).holds_kind()
+
+
 def shared_dsbf(request: Request) -> SeenFilter:
     from urlseen.splittable.filter import SplittableBloomFilter
 
     url, name = request.redis, request.name
     assert url is not None
-    if not SplittableBloomFilter.exists(url, name):
+    store = remote_leaf_store(url, name, **_sharing(request))
+    if store.load() is None:
         return SplittableBloomFilter(
             request.value("capacity"),
             request.value("error_rate"),
-            redis=url,
             name=name,
             leaf_bits=request.value("leaf_bits"),
             layout=request.value("layout"),
-            **_sharing(request),
+            store=store,
         )
-    seen = SplittableBloomFilter(redis=url, name=name, **_sharing(request))
+    seen = SplittableBloomFilter(name=name, store=store)
     stats = seen.stats()
     stored = {
         "capacity": stats.capacity,

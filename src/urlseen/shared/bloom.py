@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from urlseen import _core, defaults
 from urlseen.bloom import sizing
-from urlseen.bloom.bloom import _LAYOUT_CODES, DEFAULT_HASH, HASHES, _params
+from urlseen.bloom.bloom import DEFAULT_HASH, HASHES, LAYOUT_CODES, _params
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.protocol import FilterStats, Key, key_batch
 from urlseen.shared import client as redis_store
@@ -136,7 +136,7 @@ class RedisBloomFilter(ClaimedAnswers):
         self.nbits, self.k = int(stored["nbits"]), int(stored["k"])
         self._nbytes = (self.nbits + 7) // 8
         self._instance = stored["instance"]
-        self._layout = _LAYOUT_CODES[stored["layout"]]
+        self._layout = LAYOUT_CODES[stored["layout"]]
         self._hash = HASHES[stored["hash"]]
         self.seed = int(stored["seed"])
         self._keys = {
@@ -506,7 +506,7 @@ def _open(
     meta, bits = redis_store.key(name, "meta"), redis_store.key(name, "bits")
 
     def validate(params: dict[str, Any]) -> None:
-        if params.get("layout") not in _LAYOUT_CODES or params.get("hash") not in HASHES:
+        if params.get("layout") not in LAYOUT_CODES or params.get("hash") not in HASHES:
             raise FormatError(f"Redis key {meta}: unknown layout or hash")
 
     def record(create: dict[str, Any] | None = None) -> dict[str, Any] | None:

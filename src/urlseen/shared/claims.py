@@ -34,23 +34,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from urlseen._lifecycle import Closeable
-from urlseen.errors import ConfigError
 from urlseen.shared.scripts import Answer, ClaimArgs
+from urlseen.splittable.tree import LEASE_SECONDS, check_lease
 
-LEASE_SECONDS = 10.0
-MAX_LEASE_SECONDS = 86_400.0
 RELEASE_CHUNK = 65536  # fingerprints per acknowledging call
-
-
-def check_lease(lease: object) -> float:
-    if (
-        isinstance(lease, bool)
-        or not isinstance(lease, (int, float))
-        or not math.isfinite(lease)
-        or not 0 < lease <= MAX_LEASE_SECONDS
-    ):
-        raise ConfigError(f"lease must be seconds in (0, {MAX_LEASE_SECONDS:g}], not {lease!r}")
-    return float(lease)
 
 
 class Claims:
@@ -244,20 +231,33 @@ class PendingWait:
 PENDING = Answer.PENDING
 
 
+def first_of_each(fps: Sequence[bytes], idx: Iterable[int]) -> tuple[list[int], dict[int, int]]:
+    """The positions idx with each fingerprint's first only, and each repeat's first: a
+    script asked each key once answers its repeats as a call would (ask_each_once)."""
+    firsts: dict[bytes, int] = {}
+    keep: list[int] = []
+    repeats: dict[int, int] = {}
+    for i in idx:
+        first = firsts.setdefault(fps[i], i)
+        if first == i:
+            keep.append(i)
+        else:
+            repeats[i] = first
+    return keep, repeats
+
+
 def ask_each_once(idx: list[int], fps: list[bytes], ask: Callable[[list[int]], bytes]) -> bytes:
     """ask(indices) for the first index of each distinct fingerprint among idx only, the
     answers (one byte per index of idx) spread to the repeats as a script call answers them
     (claims.lua): a repeat of a key answered new or seen in the same call is seen ("0"), one of
     a pending key is pending too. Repeats inside a batch then cost the script nothing."""
-    first: dict[bytes, int] = {}
-    for i in idx:
-        first.setdefault(fps[i], i)
-    if len(first) == len(idx):
+    keep, repeats = first_of_each(fps, idx)
+    if not repeats:
         return ask(idx)
-    said = dict(zip(first.values(), ask(list(first.values())), strict=True))
+    said = dict(zip(keep, ask(keep), strict=True))
     out = bytearray()
     for i in idx:
-        j = first[fps[i]]
+        j = repeats.get(i, i)
         out.append(said[i] if j == i else PENDING if said[j] == PENDING else Answer.SEEN)
     return bytes(out)
 
@@ -310,8 +310,3 @@ def recorded_claims(records: Iterable[bytes], wanted: set[bytes], width: int) ->
             if fp in wanted:
                 out[fp] = claim
     return out
-
-
-# The former names, kept importable until their last users move to the new ones.
-Claimant = ClaimedAnswers
-Patience = PendingWait

@@ -2,35 +2,44 @@
 
 A store does the few operations that must be atomic, so that of clients racing on one URL only
 one is told it is new and no split loses a URL: check-and-add a batch of fingerprints in one
-leaf (claiming those it answers new, in Redis: shared/claims.py), seal a leaf, and change
-the tree under a fenced split lock. The
-filter (splittable/filter.py) does everything else: routing, sizing, when and how to split. The
-Redis form is shared/leaves.py; this in-memory form has the same semantics, one lock
-standing in for Redis's one-script-at-a-time, so tests of the algorithm need no server.
+leaf, seal a leaf, and change the tree under a fenced split lock. The filter
+(splittable/filter.py) does everything else: routing, sizing, when and how to split. A store
+shared by several clients also keeps each answer "new" claimed until its caller has it: the
+filter sees answers new, seen or pending (another client's claim holds the key: ask again),
+and tells the store when the caller has its answers (acknowledge). This wing knows no
+particular store: the shared one (Redis) lives with the host code (urlseen.shared.leaves)
+and implements this protocol; this in-memory form has the same semantics, one lock standing
+in for Redis's one-script-at-a-time, so tests of the algorithm need no server.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Protocol
 
 from urlseen import _core
+from urlseen.bloom.bloom import LAYOUT_CODES
+from urlseen.errors import ConfigError, FilterLostError
 
 MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
 MISSING = "missing"  # ... for a leaf that does not exist (expired after a split, or lost)
-PENDING = 0x50  # a Redis leaf's answer byte (b"P") for a URL another client's claim holds
+PENDING = 0x50  # a shared leaf's answer byte (b"P") for a URL another client's claim holds
+LEASE_SECONDS = 10.0  # how long an answer stays claimed by default; split locks last leases too
+MAX_LEASE_SECONDS = 86_400.0
 _M64 = (1 << 64) - 1
 
 
 class LeafOp(IntEnum):
     """What LeafStore.check_and_add does to each key of a batch in its leaf.
 
-    The values are what the Redis leaf script (bloom_batch.lua) receives as its operation;
-    send int(op): redis-py would send an IntEnum's repr.
+    The values are what a shared store's leaf script receives as its operation.
     """
 
     CONTAINS = 0
@@ -50,9 +59,22 @@ class LeafOp(IntEnum):
     """Start a new lease for the caller's claims (it is still waiting inside its batch)."""
     DROP = 6
     """ACK of claims younger than half a lease (none can have been taken over), deleted
-    unread: as many True as were deleted (Redis leaves only: a store without claims never
-    gets a release). Each key's `records` entry (check_and_add) names the call whose record
-    holds its claim: a record is deleted whole, with no work per key."""
+    unread: as many True as were deleted (a store without claims never gets a release). Each
+    key's `records` entry (check_and_add) names the call whose record holds its claim: a
+    record is deleted whole, with no work per key."""
+
+
+class Follow(Protocol):
+    """The filter's routing, lent to a store's claims: do `op` to fingerprints, each from the
+    leaf it was answered in down through the splits since (`records`: per leaf and key, the
+    number check_and_add's DROP takes); how many answered False (no longer the caller's)."""
+
+    def __call__(
+        self,
+        held: Mapping[str, Sequence[bytes]],
+        op: LeafOp,
+        records: Mapping[str, Sequence[int]] | None = None,
+    ) -> int: ...
 
 
 def loc_hash(fingerprint: int, seed: int) -> int:
@@ -77,6 +99,14 @@ def write_limit(params: Mapping[str, Any], bits: int) -> int:
         if size == bits:
             return int(limit)
     raise ValueError(f"no leaf of {bits} bits in this tree")
+
+
+def bit_filter(buffer: bytearray, nbits: int, params: Mapping[str, Any]) -> _core.BitFilter:
+    """A leaf's Bloom filter over `buffer` (its first nbits bits), shaped by the tree's
+    parameters: the bits every store sets for a fingerprint."""
+    p = params
+    layout = LAYOUT_CODES[p["layout"]]
+    return _core.BitFilter(buffer, 0, nbits, p["k"], layout, p["seed"], 0, -1, p["hash_id"])
 
 
 @dataclass(frozen=True)
@@ -143,13 +173,13 @@ class Tree:
 @dataclass(frozen=True)
 class LeafAnswer:
     """One leaf's part of a batch: per key True where new (absent), the leaf's count, and
-    the positions of keys another client's claim holds (ask again: shared/claims.py)."""
+    the positions of keys another client's claim holds (ask again)."""
 
     new: list[bool]
     count: int
     pending: list[int] = field(default_factory=list)
-    loose: list[int] = field(default_factory=list)  # keys answered new and claimed one by one,
-    # not in their call's record (a takeover, a resent call: bloom_batch.lua's "T")
+    claimed_per_key: list[int] = field(default_factory=list)  # keys answered new and claimed
+    # one by one, not in their call's record (a takeover, a resent call)
     deferred: list[int] = field(default_factory=list)  # keys not done: past the call's room
     # (check_and_add); their `new` is False until they are sent again
 
@@ -162,7 +192,7 @@ class LeafInfo:
     state: str
     count: int
     fingerprint_bytes: int
-    claims: int = 0  # answers "new" not acknowledged yet (shared/claims.py)
+    claims: int = 0  # answers "new" not acknowledged yet
     coded: int = 0  # URLs whose fingerprints are in the coded block ...
     code_bytes: int = 0  # ... of this many bytes (of fingerprint_bytes; the rest: raw, room)
 
@@ -171,16 +201,18 @@ class LeafStore(Protocol):
     """The atomic operations of a splittable filter's storage (see module docstring).
 
     check_and_add does one LeafOp to every key of a batch, leaf by leaf. claims: whether
-    answers "new" are claimed until acknowledged (several clients: shared/claims.py).
-    An ADD claims a leaf's new keys in one record per call (the call id, claim[2]), except
-    those its answer lists as loose; a DROP is told, per leaf and key, the call whose record
-    holds the key's claim (`records`, 0: claimed one by one). An ADD given `room` adds at
+    answers "new" are claimed until acknowledged (a store shared by several clients). Such a
+    store keeps the claims it made and releases them through the filter's routing (Follow):
+    acknowledge() when the caller has every answer so far, on failure of a `batch` those it
+    made (their lease ends at once), on close those never acknowledged; a filter told
+    "pending" calls wait() between its asks. A DROP is told, per leaf and key, the number the
+    store's claims gave it (`records`). An ADD given `room` adds at
     most room[leaf] new keys to the leaf (the bound on how far one call can overfill it; in
     one process, whose leaf count is exact, as many as fit under its write limit if more);
     keys it finds seen don't count, and those past the room are left undone (`deferred`), so
     a batch of mostly repeats is answered in one call instead of one per room's worth.
 
-    A leaf keeps its URLs' fingerprints in two parts (format urlseen-dsbf/5 on): `code`, those a
+    A leaf keeps its URLs' fingerprints in two parts: `code`, those a
     split or growth gave it, sorted and coded once (splittable/coding.py, written by
     fill_coded into a fresh leaf, never changed after), and the raw tail that check-and-add
     appends to (fp_bytes per URL reported new; `fingerprints` reads it by byte offset, `seal`
@@ -188,6 +220,18 @@ class LeafStore(Protocol):
     """
 
     claims: bool
+    lease_ms: int  # an answer's claim lasts this long; a split lock, LOCK_LEASES of it
+    auto_acknowledge: bool  # acknowledge each batch just before its answers are returned
+
+    def batch(self, follow: Follow) -> AbstractContextManager[None]: ...
+
+    def wait(self, follow: Follow) -> bool: ...
+
+    def acknowledge(self, follow: Follow) -> int: ...
+
+    def close(self, follow: Follow) -> None: ...
+
+    def lost(self, what: str) -> FilterLostError: ...
 
     def load(self) -> Tree | None: ...
 
@@ -203,7 +247,6 @@ class LeafStore(Protocol):
         self,
         groups: Mapping[str, list[bytes]],
         op: LeafOp,
-        claim: Sequence[Any] = ...,
         records: Mapping[str, Sequence[int]] | None = None,
         room: Mapping[str, int] | None = None,
     ) -> dict[str, LeafReply]: ...
@@ -248,23 +291,53 @@ class _Leaf:
     expires: float | None = None
 
 
+def check_lease(lease: object) -> float:
+    """A lease in seconds, checked: a positive finite number of at most MAX_LEASE_SECONDS."""
+    if (
+        isinstance(lease, bool)
+        or not isinstance(lease, (int, float))
+        or not math.isfinite(lease)
+        or not 0 < lease <= MAX_LEASE_SECONDS
+    ):
+        raise ConfigError(f"lease must be seconds in (0, {MAX_LEASE_SECONDS:g}], not {lease!r}")
+    return float(lease)
+
+
 class MemoryLeafStore:
-    """The store in this process's memory: for single-process use and tests."""
+    """The store in this process's memory: for single-process use and tests. One process makes
+    no claims: every answer reaches its caller, so acknowledging has nothing to release."""
 
-    claims = False  # one process: every answer reaches its caller
+    claims = False
 
-    def __init__(self) -> None:
+    def __init__(self, lease: float | None = None) -> None:
+        seconds = LEASE_SECONDS if lease is None else check_lease(lease)
+        self.lease_ms = max(1, round(1000 * seconds))
+        self.auto_acknowledge = True
         self._guard = threading.RLock()
         self._tree: dict[str, Any] = {}
         self._leaves: dict[str, _Leaf] = {}
         self._locks: dict[str, tuple[str, float, list[str]]] = {}
 
+    @contextlib.contextmanager
+    def batch(self, follow: Follow) -> Iterator[None]:
+        yield
+
+    def wait(self, follow: Follow) -> bool:
+        return False
+
+    def acknowledge(self, follow: Follow) -> int:
+        return 0
+
+    def close(self, follow: Follow) -> None:
+        """Nothing claimed, nothing to abandon."""
+
+    def lost(self, what: str) -> FilterLostError:
+        return FilterLostError(what)
+
     @staticmethod
     def _bits(nbits: int, p: Mapping[str, Any]) -> tuple[_core.BitFilter, bytearray]:
         buffer = bytearray(nbits // 8)
-        layout = _core.LAYOUT_BLOCKED if p["layout"] == "blocked" else _core.LAYOUT_STANDARD
-        bits = _core.BitFilter(buffer, 0, nbits, p["k"], layout, p["seed"], 0, -1, p["hash_id"])
-        return bits, buffer
+        return bit_filter(buffer, nbits, p), buffer
 
     def _live(self, leaf: str) -> _Leaf | None:
         entry = self._leaves.get(leaf)
@@ -316,12 +389,10 @@ class MemoryLeafStore:
         self,
         groups: Mapping[str, list[bytes]],
         op: LeafOp,
-        claim: Sequence[Any] = (),
         records: Mapping[str, Sequence[int]] | None = None,
         room: Mapping[str, int] | None = None,
     ) -> dict[str, LeafReply]:
-        """Claims need other clients: in one process every answer reaches its caller, so
-        there are none (ACK, ABANDON and RENEW answer True; no records)."""
+        """Without claims, ACK, ABANDON and RENEW answer True and DROP has no records."""
         out: dict[str, LeafReply] = {}
         with self._guard:
             width = self._tree["params"]["fp_bytes"]  # a leaf keeps a URL's first bytes
@@ -475,8 +546,8 @@ class MemoryLeafStore:
 def _add_within(entry: _Leaf, fps: list[bytes], room: int) -> list[bool]:
     """Add fps in order until room of them were new: the answers of those added (a prefix;
     the rest are deferred). Chunks no longer than the room left, so none overshoots it and no
-    key is tested twice (testing the batch first, to find where the room ends, made `urlseen
-    dedup --filter dsbf` 25% slower)."""
+    key is tested twice (a test of the whole batch first, to find where the room ends, would
+    cost a second pass)."""
     new: list[bool] = []
     left = max(1, room)
     while left > 0 and len(new) < len(fps):

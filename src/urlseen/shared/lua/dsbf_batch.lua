@@ -1,20 +1,20 @@
 -- dsbf_batch.lua: one LeafOp on several leaves of a SplittableBloomFilter in one script call
 -- (a single server: on a Cluster each leaf has its own slot, and gets its own call).
 --
--- Put after claims.lua and after bloom_batch.lua wrapped as `local function leaf_batch(KEYS,
--- ARGV) ... end` (shared/leaves.py does): each leaf is exactly one bloom_batch.lua call,
+-- Put after what leaf_batch.lua needs (scripts.LEAF_BATCH) and after leaf_batch.lua wrapped as
+-- `local function leaf_batch(KEYS, ARGV) ... end` (shared/leaf_batch.py does): each leaf is exactly one leaf_batch.lua call,
 -- with its checks and answers, so the leaves' rules live in one place; what this saves is the
--- server's cost per script call (~20-35 us each here: a batch of 1000 new URLs touched ~60
--- leaves, each called twice, to check and to acknowledge).
+-- server's cost per script call, paid once per batch instead of once per leaf (a batch of new
+-- URLs touches many leaves, each twice: to check and to acknowledge).
 --
--- KEYS: bloom_batch.lua's KEYS[1..6] of each leaf, six per leaf.
+-- KEYS: leaf_batch.lua's KEYS[1..6] of each leaf, six per leaf.
 -- ARGV[1..9]: what every leaf shares: the operation, receipt ttl, layout, fingerprint width,
---   instance, and the claims' owner, priority, call id and lease (bloom_batch.lua's ARGV[2],
+--   instance, and the claims' owner, priority, call id and lease (leaf_batch.lua's ARGV[2],
 --   [3], [4], [6], [8], [10..13]);
 -- then per leaf its masks, fingerprints, write limit and bits' length (ARGV[1], [5], [7], [9]),
 --   a count m and m arguments more, its ARGV[14..] (ADD: the optimistic path's; DROP: the
 --   (field, fingerprints) pairs; else m = 0).
--- Returns one bloom_batch.lua answer per leaf, in order; the first error reply (URLSEEN-LOST)
+-- Returns one leaf_batch.lua answer per leaf, in order; the first error reply (URLSEEN-LOST)
 -- stops the call and is its answer, as it stops the batch.
 local out, a = {}, 9
 for i = 0, #KEYS / 6 - 1 do

@@ -14,7 +14,7 @@
 --                 fingerprints' bits itself; this replaces the bits, appends fps and counts them.
 --                 1 when done (or done already by this token: a resent fill), "X" when the child
 --                 is gone or another instance's, "M" when it changed since it was read (the
---                 client copies through bloom_batch.lua instead). With `code n` after width
+--                 client copies through leaf_batch.lua instead). With `code n` after width
 --                 (a fresh child only: count 0), KEYS[3] starts with the code (the split's coded
 --                 fingerprints, fps then empty) and the leaf counts n coded URLs.
 local op = ARGV[1]
