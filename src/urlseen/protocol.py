@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import (
     TYPE_CHECKING,
@@ -18,6 +18,8 @@ from typing import (
     TypeVar,
     runtime_checkable,
 )
+
+from urlseen.errors import ConfigError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -147,6 +149,14 @@ class CommitAfterWrite:
             return None  # the job hands the engine's batch over again as a list
         flags: list[bool] = self.add_many(batch, before_commit=write)  # type: ignore[attr-defined]
         return flags.count(True)
+
+
+def check_given(stored: Mapping[str, Any], given: Mapping[str, Any], what: str) -> None:
+    """A filter keeps the parameters it was created with: refuse (ConfigError) a value given
+    (not None) that differs from the stored one."""
+    for field, value in given.items():
+        if value is not None and value != stored[field]:
+            raise ConfigError(f"{what} exists with {field}={stored[field]!r}, not {value!r}")
 
 
 def key_batch(keys: Iterable[Key]) -> list[Key]:

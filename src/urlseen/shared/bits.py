@@ -27,9 +27,9 @@ from urlseen.shared.claims import claim_seen, recorded_claims
 from urlseen.shared.scripts import FELL_BACK, STAGED
 
 NATIVE_FROM = 0.5  # a batch reads natively first when this share of the last one was seen
-# (native_from: 0 always reads first, above 1 never; benchmarks/redis_cpu.py)
+# (native_from: 0 always reads first, above 1 never; benchmarks/redis/cpu.py)
 WHOLE_PER_KEY = 1024  # a native read GETs the whole bits up to this many bytes per key, for a
-# GETRANGE in MULTI costs the server about as much as a GET of 1-2 KB (benchmarks/redis_cpu.py)
+# GETRANGE in MULTI costs the server about as much as a GET of 1-2 KB (benchmarks/redis/cpu.py)
 
 
 class BitsRead:
@@ -104,7 +104,7 @@ _ASCII = bytes.maketrans(b"\x00\x01", b"01")  # masks_apply's answers as the scr
 
 REWRITE_PER_BLOCK = 4096  # bytes of whole bits staged (SET of the stage, RENAME over the bits:
 # bloom_batch.lua's rewrite) instead of each changed block written by a SETRANGE from Lua,
-# below the break-even of about 6 KB per block (benchmarks/redis_cpu.py)
+# below the break-even of about 6 KB per block (benchmarks/redis/cpu.py)
 
 
 def optimistic_args(
@@ -161,7 +161,7 @@ class OptimisticBackoff:
     comparison; the script then decides as without them) and an agreed try saves the Lua work
     per key, so a client keeps trying until fallbacks come in a row; then it sends none for
     PAUSE_FIRST batches, doubled after each further fallback up to PAUSE_MAX, back to the
-    start when a try agrees (benchmarks/redis_optimism_ab.py)."""
+    start when a try agrees (benchmarks/redis/)."""
 
     skip: int = 0
     pause: int = PAUSE_FIRST

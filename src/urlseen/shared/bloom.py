@@ -9,7 +9,7 @@ it (claims with leases: shared/claims.py). One round trip per batch, against one
 (GETBIT/SETBIT) or one per URL, plus one to acknowledge a batch that had new URLs.
 
 Repeats skip the script: on a crawl most URLs were seen, and the script's work per key in Lua
-costs the server more than native reads (benchmarks/redis_cpu.py). A batch first reads the
+costs the server more than native reads (benchmarks/redis/cpu.py). A batch first reads the
 bits its keys need (and, when some claims are held, those keys' claims) with native commands
 in one MULTI/EXEC (shared/bits.py); a key found set whose claim says seen is answered from
 that snapshot, since bits are never cleared while the filter's instance lives. Only the other
@@ -31,7 +31,7 @@ from urlseen import _core, defaults
 from urlseen.bloom import sizing
 from urlseen.bloom.bloom import DEFAULT_HASH, HASHES, LAYOUT_CODES, _params
 from urlseen.errors import ConfigError, FilterLostError, FormatError
-from urlseen.protocol import FilterStats, Key, key_batch
+from urlseen.protocol import FilterStats, Key, check_given, key_batch
 from urlseen.shared import client as redis_store
 from urlseen.shared.bits import (
     NATIVE_FROM,
@@ -519,7 +519,7 @@ def _open(
     stored = record()
     if stored is not None:
         given = {"capacity": capacity, "error_rate": error_rate}
-        redis_store.check_given(stored, given, f"filter {name!r}")
+        check_given(stored, given, f"filter {name!r}")
         return stored
     if capacity is None:
         raise ConfigError(f"no filter {name!r} in Redis: give a capacity to create it")

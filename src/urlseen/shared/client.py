@@ -360,13 +360,6 @@ def record(
     return params
 
 
-def check_given(stored: dict[str, Any], given: dict[str, Any], what: str) -> None:
-    """Refuse explicit values that differ from the stored ones (None: not given)."""
-    for field, value in given.items():
-        if value is not None and value != stored[field]:
-            raise ConfigError(f"{what} exists with {field}={stored[field]!r}, not {value!r}")
-
-
 def holds(client: Any, name: str, kind: str) -> bool:
     """Whether the name holds a filter of this kind (its kind record says so)."""
     found = retrying(lambda: client.get(key(name, "kind")), "exists")

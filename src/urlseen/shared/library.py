@@ -7,7 +7,7 @@ new/seen in the same atomic step, so among all processes each distinct URL is ne
 Like the Bloom script it leaves a receipt: a batch resent after a lost reply gets its first
 answer.
 
-Layout (the smallest in memory per URL of those benchmarks/redis_library.py compares):
+Layout (the smallest in memory per URL of those benchmarks/redis/library.py compares):
 records are fields of bucket hashes small enough to stay listpack-encoded (about 48 per bucket
 at capacity; redis.conf's limit is 128), keyed by the top bits of the fingerprint, so the field
 keeps only the remaining 14 bytes and the value is 12 packed bytes (refs, first and last seen,
@@ -37,6 +37,7 @@ from typing import Any
 from urlseen import defaults
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
+from urlseen.protocol import check_given
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import ClaimedAnswers, Claims, ask_until_decided
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
@@ -123,7 +124,7 @@ class RedisLibrary(ClaimedAnswers):
             assert stored is not None
         else:
             given = {"capacity": capacity, "fingerprint": fingerprint, "groups": groups}
-            redis_store.check_given(stored, given, f"library {name!r}")
+            check_given(stored, given, f"library {name!r}")
         self.params = stored
         self.fingerprint: str = stored["fingerprint"]
         self.groups: int = stored["groups"]

@@ -2,7 +2,7 @@
 
 Why: a leaf keeps each URL's fingerprint only so that it can split; coded, the sorted
 fingerprints of one leaf take about log2(2^u / n) + 2 bits each instead of 8 bytes each
-(measured by benchmarks/dsbf_bits.py). A leaf below the root's children knows the top
+(measured by benchmarks/splittable/bits.py). A leaf below the root's children knows the top
 bits of its URLs' fingerprints (its prefix: prefix routing, splittable/filter.py), so it codes only
 the u bits below them.
 

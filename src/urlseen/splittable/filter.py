@@ -16,7 +16,7 @@ through allocator-sized steps (splittable/sizing.py), and a leaf keeps the finge
 split or growth gave it sorted and Elias-Fano coded (splittable/coding.py: about W - depth -
 log2(n) + 2 bits each, the depth's bits being known from its place), and those it reported new
 since raw (ceil(W / 8) bytes each), until it splits or grows and its children code them. Bits
-per URL: measured by benchmarks/dsbf_memory.py.
+per URL: measured by benchmarks/splittable/memory.py.
 
 The tree and leaves live in a LeafStore (splittable/tree.py): this process's memory, or one
 shared by many processes (Redis: urlseen.shared.leaves, opened through urlseen.kinds). A shared
@@ -38,7 +38,7 @@ from urlseen import _core, defaults
 from urlseen._lifecycle import Closeable
 from urlseen.bloom import sizing as bloom_sizing
 from urlseen.errors import ConfigError, FilterLostError
-from urlseen.protocol import FilterStats, Key, key_batch
+from urlseen.protocol import FilterStats, Key, check_given, key_batch
 from urlseen.splittable import sizing
 from urlseen.splittable.rounds import LeafRounds
 from urlseen.splittable.tree import (
@@ -129,12 +129,7 @@ class SplittableBloomFilter(LeafRounds, Closeable):
                  "fanout": fanout, "layout": layout, "seed": seed,
                  "fp_bytes": fingerprint_bytes}  # fmt: skip
         tree = self._opened(given)
-        for field_name, value in given.items():
-            if value is not None and value != tree.params[field_name]:
-                raise ConfigError(
-                    f"splittable filter {name!r} exists with "
-                    f"{field_name}={tree.params[field_name]!r}, not {value!r}"
-                )
+        check_given(tree.params, given, f"splittable filter {name!r}")
         self._tree = tree
         p = tree.params
         self.capacity, self.error_rate = p["capacity"], p["error_rate"]

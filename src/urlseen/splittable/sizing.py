@@ -2,7 +2,7 @@
 grows through, the fingerprint's width, and the stored parameters that hold them all.
 
 Apart from bloom/sizing.py because only the splittable filter needs it: its dataclass is
-not made at every `urlseen dedup` start (benchmarks/callgrind_startup.py).
+not made at every `urlseen dedup` start (benchmarks/tools/callgrind_startup.py).
 
 Memory follows what was inserted, not the capacity planned: leaf sizes step by 1.2-1.33x
 (jemalloc's size classes (1, 1.25, 1.5, 1.75) * 2^j bits at least MIN_STEP apart, each kept

@@ -25,7 +25,7 @@ local sub, byte, char, band, bor = string.sub, string.byte, string.char, bit.ban
 local BITFIELD_CHUNK = 1000 -- BITFIELD operations per call (unpack holds ~8000 values)
 
 -- The whole bit string (one GET) when it is small next to the batch's masks, else nil: a copy
--- costs ~1.5 ns per byte, a GETRANGE or BITFIELD call ~0.8 us (benchmarks/redis_cpu.py).
+-- costs ~1.5 ns per byte, a GETRANGE or BITFIELD call ~0.8 us (benchmarks/redis/cpu.py).
 local WHOLE_PER_MASK_BYTE = {blocked = 12, standard = 40}
 local function bits_whole(key, nbytes, layout, masks)
   if nbytes <= WHOLE_PER_MASK_BYTE[layout] * #masks then return redis.call('GET', key) end

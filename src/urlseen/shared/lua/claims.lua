@@ -197,7 +197,7 @@ end
 -- data) claims them all in one field of a second hash, `records`: field "OWNER CALL", value
 -- this call's claim, a newline, then the keys' fingerprints packed (`size` bytes each). Its
 -- client acknowledges them by deleting that field: claiming and acknowledging a batch cost
--- O(1) commands and no Lua work per key (benchmarks/redis_script_profile.py measures what a
+-- O(1) commands and no Lua work per key (benchmarks/tools/redis_script_profile.py measures what a
 -- field per key costs). Whatever reads or changes claims one by one (a
 -- lookup of keys found present, a release other than that deletion) first expands every
 -- record into per-key claims (claims_expand, once per record), so the rules above hold
