@@ -115,9 +115,9 @@ def kill_at_random(command: list[str], site: Site, rng: random.Random, **popen: 
 
 
 def kill_after(proc: subprocess.Popen, site: Site, rng: random.Random) -> bool:
-    """SIGKILL proc after a random number of the site's requests from now (1-250, then
-    0-50 ms); False if it ended first."""
-    until = site.served() + rng.randint(1, 250)
+    """SIGKILL proc after a random number of the site's requests from now (1-80, then
+    0-50 ms: ten kills stay within a 1,001-page site); False if it ended first."""
+    until = site.served() + rng.randint(1, 80)
     deadline = time.monotonic() + 60
     while site.served() < until and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.002)

@@ -418,7 +418,10 @@ def _shared_frontier(handle: SeenHandle, lease: float | None) -> SharedFrontier:
     from urlseen.shared.frontier import LEASE_SECONDS, RedisFrontier
 
     assert handle.redis is not None and handle.name is not None
-    return SharedFrontier(RedisFrontier(handle.redis, handle.name, lease=lease or LEASE_SECONDS))
+    # One request per call: Crawlee asks as its concurrency allows, and what one process does
+    # not hold stays for the others.
+    frontier = RedisFrontier(handle.redis, handle.name, lease=lease or LEASE_SECONDS, prefetch=1)
+    return SharedFrontier(frontier)
 
 
 __all__ = ["UrlseenRequestManager", "canonical_key"]

@@ -10,8 +10,9 @@ engine stays there, in flight, until its response has been handled and every req
 callback yielded has reached the scheduler; they are committed together. After a kill the
 requests in flight go back to the queue: a page is fetched at least once, and a kill refetches
 at most the requests in flight at that moment (CONCURRENT_REQUESTS downloading, plus the
-responses whose callbacks were running; with a shared frontier, which commits at most every
-COMMIT_SECONDS, also those handled since its last commit).
+responses whose callbacks were running; with a shared frontier, which commits every
+COMMIT_SECONDS or DONE_PER_COMMIT handled requests, also those fewer than DONE_PER_COMMIT
+handled since its last commit).
 
 Settings::
 
@@ -73,6 +74,9 @@ if TYPE_CHECKING:
 TOKEN = "urlseen_frontier"  # request.meta: the frontier entry a request was taken as
 PARENT = "urlseen_parent"  # request.meta: the taken request whose callback yielded it
 BATCH = 512  # requests admitted per commit at most (they are admitted at every next_request)
+# A shared frontier commits every COMMIT_SECONDS, or sooner once this many requests are done:
+# a kill refetches at most these, however fast the pages come.
+DONE_PER_COMMIT = 8
 HANDLED = object()  # signal: a response's output has all been yielded (token, children, ok),
 # or its fetch failed for good (ok False)
 DROPPED = object()  # signal: a request was dropped on purpose (IgnoreRequest): done
@@ -216,7 +220,11 @@ class UrlseenScheduler(BaseScheduler):
 
     def next_request(self) -> Request | None:
         interval = getattr(self.frontier, "commit_seconds", 0.0)
-        if len(self._incoming) >= BATCH or time.monotonic() - self._settled >= interval:
+        if (
+            len(self._incoming) >= BATCH
+            or len(self._finished) >= DONE_PER_COMMIT
+            or time.monotonic() - self._settled >= interval
+        ):
             self._settle()
         if self.df.failure is not None:
             return None

@@ -41,16 +41,25 @@ class RedisFrontier:
     Args:
         lifo: within one priority, the newest request first; else the oldest.
         lease: seconds a taken request stays this process's without a renewal.
+        prefetch: requests taken per script call (fewer round trips; a process that takes one
+            at a time leaves the rest to the others at once).
     """
 
     def __init__(
-        self, url: Any, name: str, *, lifo: bool = False, lease: float = LEASE_SECONDS
+        self,
+        url: Any,
+        name: str,
+        *,
+        lifo: bool = False,
+        lease: float = LEASE_SECONDS,
+        prefetch: int = PREFETCH,
     ) -> None:
         redis_store.check_name(name)
         if not 0 < lease <= 86_400:
             raise ConfigError(f"frontier lease must be in (0, 86400] s, not {lease}")
         self.client = redis_store.connect(url)
         self.name, self.lifo, self.lease = name, lifo, float(lease)
+        self.prefetch = max(1, int(prefetch))
         self.keys = [redis_store.key(name, f"frontier:{part}") for part in ("queue", "leases")]
         self.keys.append(redis_store.key(name, "frontier:data"))
         self._order_key = redis_store.key(name, "frontier:order")
@@ -105,9 +114,9 @@ class RedisFrontier:
         self.renew()
 
     def take(self) -> tuple[Token, bytes] | None:
-        """The next request, from those taken ahead (PREFETCH per script call)."""
+        """The next request, from those taken ahead (`prefetch` per script call)."""
         if not self._taken:
-            reply = self._call("take", str(PREFETCH))
+            reply = self._call("take", str(self.prefetch))
             self.returned += int(reply[0])
             for i in range(1, len(reply) - 1, 2):
                 member = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
