@@ -592,6 +592,24 @@ def test_a_version_1_file_is_read_and_its_writer_upgrades_it(good_file):
         assert all(f.contains_many([*KEYS, "https://example.com/new"]))
 
 
+def test_info_reports_the_version_a_file_has(good_file):
+    def info_version() -> int:
+        proc = subprocess.run(
+            [sys.executable, "-m", "urlseen", "info", "--json", str(good_file)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return int(json.loads(proc.stdout)["format_version"])
+
+    as_version_1(good_file)
+    assert info_version() == 1
+    with BloomFilter.open(good_file) as f:
+        f.add("https://example.com/new")
+    assert info_version() == 2
+
+
 def test_a_version_1_file_with_damaged_data_is_refused(good_file):
     as_version_1(good_file)
     raw = bytearray(good_file.read_bytes())

@@ -14,14 +14,14 @@ def describe_file(path: Path, verify: bool) -> dict[str, Any]:
     """A state file (bloom, mdbf, similarity, counting): its header, and with verify its data
     checked against the checksum of its last clean close (None: nothing to check yet)."""
     from urlseen.bloom import sizing
-    from urlseen.state.format import FLAG_OPEN, FORMAT_VERSION
+    from urlseen.state.format import FLAG_OPEN
     from urlseen.state.mmapfile import read_header
 
     header = read_header(path)
     params = header.params
     desc: dict[str, Any] = {
         "path": os.fspath(path),
-        "format_version": FORMAT_VERSION,
+        "format_version": header.version,
         "file_bytes": os.path.getsize(path),
         "closed_cleanly": not header.flags & FLAG_OPEN,
         "count": header.count,
