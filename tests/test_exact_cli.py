@@ -392,3 +392,18 @@ def test_stray_counter_file_without_a_library_is_a_clean_error(tmp_path: Path) -
     result = invoke("dedup", "--filter", "exact", "--state", state, input=lines("http://a/"))
     assert_clean_error(result, 1, str(state / "counters.urlseen"))
     assert "Error: : " not in result.stderr, result.stderr  # no empty filename prefix
+
+
+def test_a_state_whose_library_is_missing_is_named_not_blamed_on_the_output(tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("https://a.example/\n")
+    state, out = tmp_path / "st", tmp_path / "OUT"
+    assert invoke("dedup", "--filter", "exact", "--state", state, "--capacity", "1000",
+                  "-o", tmp_path / "first.txt", src).exit_code == 0  # fmt: skip
+    for part in state.glob("library.sqlite*"):
+        part.unlink()
+    error = assert_clean_error(
+        invoke("dedup", "--filter", "exact", "--state", state, "-o", out, src), 1
+    )
+    assert "no library.sqlite" in error and str(state) in error and "OUT" not in error
+    assert not out.exists()

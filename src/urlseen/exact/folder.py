@@ -9,6 +9,7 @@ file: opening it as an exact filter builds one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -85,9 +86,16 @@ def new_folder(
     between leaves a library whose missing counters open_folder rebuilds."""
     folder.mkdir(parents=True, exist_ok=True)
     SQLiteLibrary.remove_half_made(folder / LIBRARY_FILE)
+    if (folder / COUNTERS_FILE).exists() and not (folder / LIBRARY_FILE).exists():
+        raise FormatError(
+            f"{folder / COUNTERS_FILE} exists but no {LIBRARY_FILE} beside it: the exact "
+            "filter's library is missing (restore it, or remove the folder to start anew)"
+        )
     for name in (LIBRARY_FILE, COUNTERS_FILE):
         if (folder / name).exists():
-            raise FileExistsError(f"{folder / name} exists: open it, or choose a new folder")
+            raise FileExistsError(
+                errno.EEXIST, "exists: open it, or choose a new folder", str(folder / name)
+            )
     library = SQLiteLibrary(
         folder / LIBRARY_FILE,
         create=True,
