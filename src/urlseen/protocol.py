@@ -137,7 +137,6 @@ class CommitAfterWrite:
     in the same pass. The line engine's batches come as lists of keys."""
 
     __slots__ = ()
-    commits_after_callback = True  # add_many takes before_commit (the integrations ask)
 
     def dedup_hasher(self) -> BitFilter | CountingFilter | None:
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from urlseen.protocol import Key, SeenFilter, new_in_batch
+from urlseen.protocol import Acknowledging, CommitAfterWrite, Key, SeenFilter, new_in_batch
 
 Keep = Callable[[list[bool]], object]
 
@@ -29,10 +29,9 @@ def admit(seen: SeenFilter, keys: Sequence[Key], keep: Keep) -> list[bool]:
     if not keys:
         keep([])
         return []
-    claims = hasattr(seen, "acknowledge")
-    if claims:  # answers held as claims until acknowledged (a no-op for local filters)
-        seen.auto_acknowledge = False  # type: ignore[attr-defined]
-    if getattr(seen, "commits_after_callback", False):
+    if isinstance(seen, Acknowledging):  # answers held as claims until acknowledged
+        seen.auto_acknowledge = False
+    if isinstance(seen, CommitAfterWrite):
         flags: list[bool] = []
 
         def before_commit(answers: list[bool]) -> None:
@@ -40,7 +39,7 @@ def admit(seen: SeenFilter, keys: Sequence[Key], keep: Keep) -> list[bool]:
             keep(answers)
 
         seen.add_many(keys, before_commit=before_commit)  # type: ignore[call-arg]
-    elif claims:
+    elif isinstance(seen, Acknowledging):
         flags = seen.add_many(keys)
         keep(flags)
     else:
@@ -49,6 +48,6 @@ def admit(seen: SeenFilter, keys: Sequence[Key], keep: Keep) -> list[bool]:
         fresh = [key for key, new in zip(keys, flags, strict=True) if new]
         if fresh:
             seen.add_many(fresh)
-    if claims:
-        seen.acknowledge()  # type: ignore[attr-defined]
+    if isinstance(seen, Acknowledging):
+        seen.acknowledge()
     return flags
