@@ -114,3 +114,11 @@ def test_a_missing_filter_is_reported_without_the_urls_password(redis_url):
         kinds.describe(redis=user_url, name="urlseen-test-no-such-filter")
     assert "not-a-real-password" not in str(caught.value)
     assert ":***@" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "query", ["socket_read_size=65536", "client_name=crawler-7", "retry_on_error=true"]
+)
+def test_options_known_to_redis_py_but_not_listed_here_still_pass(redis_url, query):
+    client = redis_store.connect(f"{redis_url}?{query}")
+    assert client.ping()

@@ -177,33 +177,33 @@ def _options() -> dict[str, Option]:
 OPTIONS: dict[str, Option] = _options()
 SHARED = tuple(name for name, option in OPTIONS.items() if option.shared)
 
-RATE = defaults.ERROR_RATE
+_RATE = defaults.ERROR_RATE
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
         Kind("bloom", "probabilistic: drops about --error-rate of new URLs; smallest",
-             "file", RATE["bloom"], SMALL_BATCH, ("layout", *SHARED), openers.open_bloom,
+             "file", _RATE["bloom"], SMALL_BATCH, ("layout", *SHARED), openers.open_bloom,
              openers.shared_bloom, describers.describe_shared_bloom),
         Kind("exact", "IMP-CBFilter: counting filter + fingerprint library on disk; never "
-             "drops a new URL", "folder", RATE["exact"], LIBRARY_BATCH, ("cache_entries", *SHARED),
+             "drops a new URL", "folder", _RATE["exact"], LIBRARY_BATCH, ("cache_entries", *SHARED),
              openers.open_exact, openers.shared_library, describers.describe_shared_library,
              marker="library.sqlite"),
         Kind("library", "the fingerprint library alone (the IMP-CBFilter paper's baseline)",
-             "folder", RATE["library"], LIBRARY_BATCH, SHARED, openers.open_library,
+             "folder", _RATE["library"], LIBRARY_BATCH, SHARED, openers.open_library,
              openers.shared_library, describers.describe_shared_library,
              marker="library.sqlite"),
         Kind("dsbf", "splittable Bloom filter: keeps its error rate as the crawl outgrows "
-             "capacity; shared through Redis", "", RATE["dsbf"], LIBRARY_BATCH,
+             "capacity; shared through Redis", "", _RATE["dsbf"], LIBRARY_BATCH,
              ("leaf_bits", "layout", *SHARED), openers.open_dsbf, openers.shared_dsbf,
              describers.describe_shared_dsbf),
         Kind("mdbf", "multi-dimensional Bloom filter: groups of two bit vectors", "file",
-             RATE["mdbf"], LIBRARY_BATCH, ("groups", "query"), openers.open_mdbf),
+             _RATE["mdbf"], LIBRARY_BATCH, ("groups", "query"), openers.open_mdbf),
         Kind("rotating", "Bloom filter generations that expire (our reconstruction of a "
-             "patent's filter)", "folder", RATE["rotating"],
+             "patent's filter)", "folder", _RATE["rotating"],
              LIBRARY_BATCH, ("generations", "window", "layout"), openers.open_rotating,
              marker="rotating.json"),
         Kind("similar", "lossy: also drops URLs that look like kept ones", "file",
-             RATE["similar"], LIBRARY_BATCH, ("similarity_mode", "similarity_index", "url_db"),
+             _RATE["similar"], LIBRARY_BATCH, ("similarity_mode", "similarity_index", "url_db"),
              openers.open_similar, url_keys=True),
     )
 }  # fmt: skip

@@ -53,13 +53,10 @@ RETRY_SECONDS = 8.0  # no retry starts later than this after the first attempt (
 # never; a URL's own ?socket_timeout= / ?socket_connect_timeout= wins.
 SOCKET_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 5.0
-# The URL query options redis-py takes, and the value each must have.
+# URL query options whose values redis-py takes as given but cannot use.
 _NUMBER_OPTIONS = ("socket_timeout", "socket_connect_timeout", "health_check_interval")
 _WHOLE_OPTIONS = ("max_connections",)
 _BOOL_OPTIONS = ("socket_keepalive", "retry_on_timeout", "ssl_check_hostname")
-_TEXT_OPTIONS = ("client_name", "protocol", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
-_SSL_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile",
-                "ssl_check_hostname")  # fmt: skip
 MAX_NAME_BYTES = 200
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 T = TypeVar("T")
@@ -147,6 +144,7 @@ def connect(target: Any) -> Any:
     redis = _redis()
     if isinstance(target, str):
         check_url(target)
+        _build_unopened(redis, target)
         query = parse_qs(urlsplit(target).query)
         timeouts = {
             name: value
@@ -166,6 +164,21 @@ def connect(target: Any) -> Any:
     if isinstance(target, (redis.Redis, redis.RedisCluster)):
         return target
     raise ConfigError(f"expected a Redis URL or a redis-py client, not {type(target).__name__}")
+
+
+def _build_unopened(redis: Any, url: str) -> None:
+    """Build, without opening, the connection redis-py would make from the URL: an option it
+    does not take fails here, named, not as a traceback at the first command."""
+    shown = redacted(url)
+    if url.startswith("redis-cluster://"):
+        url = "redis://" + url[len("redis-cluster://") :]
+    try:
+        pool = redis.ConnectionPool.from_url(url)
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError, redis.exceptions.RedisError) as exc:
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        why = f"unknown option {unknown[1]!r}" if unknown else str(exc)
+        raise ConfigError(f"malformed Redis URL {shown!r}: {why}") from None
 
 
 def is_cluster(client: Any) -> bool:
@@ -213,14 +226,11 @@ def check_eviction(client: Any, allow: bool, what: str) -> None:
 def _check_query(
     query: dict[str, list[str]], scheme: str, bad: Callable[[str], ConfigError]
 ) -> None:
-    """Refuse query options redis-py would reject late (a traceback at the first command) or
-    misread: unknown names, SSL options on a plain connection, values of the wrong form."""
-    known = {"db", *_NUMBER_OPTIONS, *_WHOLE_OPTIONS, *_BOOL_OPTIONS, *_TEXT_OPTIONS,
-             *_SSL_OPTIONS}  # fmt: skip
+    """Refuse query values redis-py would misread or fail on late (a traceback at the first
+    command): SSL options on a plain connection, values of the wrong form. Unknown names are
+    left to redis-py itself (connect builds a connection from the URL first)."""
     for option, values in query.items():
-        if option not in known:
-            raise bad(f"unknown option {option!r} (known: {', '.join(sorted(known))})")
-        if option in _SSL_OPTIONS and scheme != "rediss":
+        if option.startswith("ssl_") and scheme != "rediss":
             raise bad(f"{option} needs a TLS connection (rediss://)")
         for value in values:
             if option in _NUMBER_OPTIONS:
