@@ -308,6 +308,8 @@ static PyMethodDef LineEngine_methods[] = {
     {"bloom_add", (PyCFunction)us_engine_bloom_add, METH_O, us_engine_bloom_add_doc},
     {"bloom_test", (PyCFunction)us_engine_bloom_test, METH_O, us_engine_bloom_test_doc},
     {"bloom_commit", (PyCFunction)us_engine_bloom_commit, METH_O, us_engine_bloom_commit_doc},
+    {"bloom_test_also", (PyCFunction)us_engine_bloom_test_also, METH_O,
+     us_engine_bloom_test_also_doc},
     {"exact_step", (PyCFunction)us_engine_exact_step, METH_VARARGS, us_engine_exact_step_doc},
     {"output", (PyCFunction)LineEngine_output, METH_NOARGS, output_doc},
     {"stats", (PyCFunction)stats_of, METH_NOARGS, "stats() -> dict: the batch's counts."},

@@ -169,6 +169,45 @@ PyObject *us_engine_bloom_test(LineEngine *self, PyObject *filter)
     return PyLong_FromSize_t(fresh);
 }
 
+US_ENGINE_DOC(us_engine_bloom_test_also_doc,
+              "bloom_test_also(filter) -> int\n\n"
+              "After bloom_test: the keys it found new that this BitFilter (another layer of a\n"
+              "growing filter, with the same hash and seed) holds are not new. Returns the number\n"
+              "of new keys left; bloom_commit adds them to the filter bloom_test probed.");
+
+PyObject *us_engine_bloom_test_also(LineEngine *self, PyObject *filter)
+{
+    int hash_id;
+    uint64_t seed;
+    const void *bits;
+    if (us_engine_need_batch(self, 1) < 0) return NULL;
+    if (!self->bloom.tested) {
+        PyErr_SetString(PyExc_RuntimeError, "bloom_test_also needs bloom_test first");
+        return NULL;
+    }
+    if (us_bit_filter_hash_of(filter, &hash_id, &seed, &bits) < 0) {
+        PyErr_Format(PyExc_TypeError, "expected a BitFilter, not '%.200s'",
+                     Py_TYPE(filter)->tp_name);
+        return NULL;
+    }
+    size_t m = 0; /* the keys still new; miss_* hold >= keys.cap since bloom_test */
+    for (size_t k = 0; k < self->keys.n; k++) {
+        if (!self->keys.flags[k]) continue;
+        self->bloom.miss_key[m] = k;
+        self->bloom.miss_digest[m++] = self->keys.digests[k];
+    }
+    if (us_bit_filter_probe(filter, self->bloom.miss_digest, m, self->bloom.miss_flag, 0) < 0)
+        return NULL;
+    size_t fresh = m;
+    for (size_t j = 0; j < m; j++) {
+        if (!self->bloom.miss_flag[j]) continue;
+        self->keys.flags[self->bloom.miss_key[j]] = 0;
+        fresh--;
+    }
+    self->batch.fresh = fresh;
+    return PyLong_FromSize_t(fresh);
+}
+
 US_ENGINE_DOC(us_engine_bloom_commit_doc,
               "bloom_commit(filter) -> int\n\n"
               "Add the keys bloom_test found new to the filter (after their lines are written);\n"

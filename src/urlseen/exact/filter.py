@@ -18,7 +18,6 @@ cost: reference-count increments not yet written back, never a fingerprint repor
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import threading
@@ -32,7 +31,7 @@ from urlseen._lifecycle import Closeable
 from urlseen.bloom.counting import CountingBloomFilter
 from urlseen.bloom.sizing import DEFAULT_CACHE_ENTRIES
 from urlseen.errors import ClosedError, FormatError, InvalidKeyError
-from urlseen.exact import batches, folder
+from urlseen.exact import batches, folder, growth
 from urlseen.exact.library_protocol import Changes, FingerprintLibrary, LibraryIO, Record
 from urlseen.exact.pending_refs import PendingRefs, seconds
 from urlseen.exact.sqlite_library import DEFAULT_CACHE_KIB
@@ -46,6 +45,7 @@ from urlseen.protocol import (
     key_batch,
 )
 
+_RATE = defaults.EXACT_ERROR_RATE
 _KEY_ERRORS = (TypeError, InvalidKeyError, ClosedError)  # raised before anything changed
 
 
@@ -57,8 +57,8 @@ class ExactFilter(CommitAfterWrite, Closeable):
     `forget` makes a URL new again at once, `forget_older_than` expires URLs for re-crawl.
 
     Args:
-        capacity: distinct URLs the counting filter is sized for (more still work: only the
-            share of new URLs that cost a library look-up grows).
+        capacity: distinct URLs the counting filter is sized for (more still work: a larger
+            share of new URLs costs a library look-up); None (default): counters that grow.
         error_rate: the counting filter's false-positive rate at capacity: the share of new
             URLs that need a library look-up. Never a wrong answer.
         counter_bits: 2, 4 (default) or 8 bits per counter.
@@ -92,8 +92,8 @@ class ExactFilter(CommitAfterWrite, Closeable):
 
     def __init__(
         self,
-        capacity: int,
-        error_rate: float = defaults.EXACT_ERROR_RATE,
+        capacity: int | None = None,
+        error_rate: float = _RATE,
         *,
         counter_bits: int = 4,
         k: int | None = None,
@@ -108,26 +108,22 @@ class ExactFilter(CommitAfterWrite, Closeable):
         durable: bool = False,
         library_cache_kib: int = DEFAULT_CACHE_KIB,
     ) -> None:
-        size = folder.Sizing(capacity, error_rate, counter_bits, k, counters_per_key)
+        size = growth.sizing(capacity, error_rate, counter_bits, k, counters_per_key)
         counters, library = folder.new_state(size, hash, path, library, durable, library_cache_kib)
         self._setup(counters, library, cache_entries, write_back, batched_lookups, clock)
         if library.count():
             self._rebuild()
 
-    # -- construction ---------------------------------------------------------------------
-
     create = creator(
         __init__,
-        """A new filter in the directory `path` (created; it must not hold a filter already):
-        library.sqlite (the records) and counters.urlseen (the memory-mapped counters). The
-        constructor with path=path. durable=True makes every batch's commit reach the disk
-        before add_many returns (slower); by default a killed process loses nothing and an OS
-        crash may lose the last commits.""",
+        """A new filter in the folder `path` (library.sqlite, counters.urlseen; it must not hold a
+        filter already): the constructor with path=path. durable=True: each batch's commit
+        reaches the disk before add_many returns; else an OS crash may lose the last ones.""",
     )
 
     @classmethod
     def temporary(
-        cls, capacity: int, error_rate: float = defaults.EXACT_ERROR_RATE, **options: Any
+        cls, capacity: int | None = None, error_rate: float = _RATE, **options: Any
     ) -> ExactFilter:
         """A filter that keeps its library on disk in a temporary folder removed on close (memory
         bounded however many URLs come) and its counters in memory; options: the constructor's."""
@@ -153,9 +149,8 @@ class ExactFilter(CommitAfterWrite, Closeable):
         rebuilt from it if they may disagree (CountersRebuiltWarning says so).
 
         Raises:
-            FormatError: library.sqlite or counters.urlseen is damaged or not urlseen's
-                (a damaged counters.urlseen can be deleted: open() then rebuilds it, as it
-                does for a folder made by FingerprintLibraryFilter).
+            FormatError: library.sqlite or counters.urlseen is damaged or not urlseen's (a
+                damaged counters.urlseen can be deleted: open() then rebuilds it).
             StateInUseError: another process has the filter open for writing.
         """
         counters, library, why = folder.open_folder(
@@ -188,6 +183,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
         self._dirty = False
         self._records = library.count()
         counters.count = self._records
+        self._grows = growth.grows(library)  # counters replaced as the library outgrows them
 
     # -- the seen-test --------------------------------------------------------------------
 
@@ -219,14 +215,15 @@ class ExactFilter(CommitAfterWrite, Closeable):
     def dedup_step(
         self, batch: Batch, write: Callable[[list[bool] | None], object], transactional: bool
     ) -> int | None:
-        """add_many with before_commit=write (protocol.DedupStep); the line engine's batch is
-        hashed from the engine's own buffers, no Python object per line."""
+        """add_many with before_commit=write (protocol.DedupStep), hashed from the engine's own
+        buffers: no Python object per line. The counters are read per batch: they may grow."""
         if isinstance(batch, list):
             return super().dedup_step(batch, write, transactional)
         if type(self).add_many is not ExactFilter.add_many:
             return None  # a subclass's own add_many: the job hands the keys over as a list
-        step = functools.partial(batch.exact_step, self._counters)
-        return self._add_batch(step, write).count(True)
+        return self._add_batch(
+            lambda cache, stamp: batch.exact_step(self._counters, cache, stamp), write
+        ).count(True)
 
     def _add_batch(
         self,
@@ -238,6 +235,9 @@ class ExactFilter(CommitAfterWrite, Closeable):
         with self._lock:
             self._usable()
             self._counters.check_store()  # a counter file cut short: FormatError, not SIGBUS
+            if self._grows and self._records > self._counters.capacity:
+                self._dirty = True  # until the larger counters are in place
+                self._counters, self._dirty = growth.grow(self._counters, self._library), False
             now = self._clock()
             stamp = seconds(now)
             try:

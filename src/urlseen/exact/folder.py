@@ -29,7 +29,7 @@ from urlseen.errors import (
     FormatError,
     UncleanShutdownWarning,
 )
-from urlseen.exact.library_protocol import FingerprintLibrary
+from urlseen.exact.library_protocol import Changes, FingerprintLibrary
 from urlseen.exact.memory_library import MemoryLibrary
 from urlseen.exact.sqlite_library import SQLiteLibrary
 from urlseen.hashes import check_fingerprint
@@ -38,6 +38,7 @@ from urlseen.state.mmapfile import read_header
 
 LIBRARY_FILE = "library.sqlite"
 COUNTERS_FILE = "counters.urlseen"
+GROWING_FILE = COUNTERS_FILE + ".growing"  # exact/growth.py's new counters before their rename
 
 
 class Sizing(NamedTuple):
@@ -48,6 +49,7 @@ class Sizing(NamedTuple):
     counter_bits: int = 4
     k: int | None = None
     counters_per_key: float | None = None
+    grows: bool = False  # exact/growth.py: larger counters as the library outgrows these
 
 
 def new_state(
@@ -67,9 +69,12 @@ def new_state(
         )
     if path is None:
         params = _params(sizing._asdict(), check_fingerprint(hash))
-        return CountingBloomFilter.from_params(
-            params
-        ), library if library is not None else MemoryLibrary()
+        library = library if library is not None else MemoryLibrary()
+        if sizing.grows:  # recorded as a folder's library records it (exact/growth.py)
+            library.apply(
+                Changes(time.time(), meta={"counter_sizing": json.dumps(sizing._asdict())})
+            )
+        return CountingBloomFilter.from_params(params), library
     if library is not None:
         raise ConfigError("a filter made in a folder (path) keeps its own library: not both")
     return new_folder(Path(path), sizing._asdict(), hash, durable, library_cache_kib)
@@ -124,6 +129,8 @@ def open_folder(
     library = SQLiteLibrary(
         folder / LIBRARY_FILE, readonly=readonly, durable=durable, cache_kib=library_cache_kib
     )
+    if not readonly:  # a growth killed before its rename: the library never relied on it
+        (folder / GROWING_FILE).unlink(missing_ok=True)
     try:
         counters, why = _open_counters(folder, library, readonly)
     except BaseException:
@@ -152,9 +159,12 @@ def rebuild_with_warning(folder: Path, why: str, rebuild: Callable[[], int]) -> 
     )
 
 
-def rebuild_counters(counters: CountingBloomFilter, library: FingerprintLibrary) -> int:
-    """Counters and overflow table from the library: O(records), the recovery path. Returns
-    the number of records."""
+def rebuild_counters(
+    counters: CountingBloomFilter, library: FingerprintLibrary, meta: dict[str, str] | None = None
+) -> int:
+    """Counters and overflow table from the library: O(records), the recovery path (and a
+    growth's, which records the new sizing in `meta` with the overflow). Returns the number of
+    records."""
     counters.clear()
     totals: defaultdict[int, int] = defaultdict(int)
     for chunk in library.fingerprints():
@@ -163,7 +173,7 @@ def rebuild_counters(counters: CountingBloomFilter, library: FingerprintLibrary)
     records = library.count()
     counters.count = records
     if not library.readonly:
-        library.replace_overflow(dict(totals), {"counters": ""})
+        library.replace_overflow(dict(totals), {"counters": "", **(meta or {})})
     return records
 
 
@@ -212,7 +222,7 @@ def _open_counters(
                 counters = CountingBloomFilter.from_params(params)
             return counters, why
     if readonly:
-        return CountingBloomFilter.from_params(_sized_params(sizing, library)), why
+        return CountingBloomFilter.from_params(sized_params(sizing, library)), why
     return _new_counters(path, library, sizing, overwrite=True), why
 
 
@@ -228,7 +238,7 @@ def _open_quietly(path: Path, *, readonly: bool) -> CountingBloomFilter:
         raise FormatError(f"{exc} (delete it to rebuild it from the library)") from exc
 
 
-def _sized_params(sizing: dict[str, Any], library: FingerprintLibrary) -> dict[str, Any]:
+def sized_params(sizing: dict[str, Any], library: FingerprintLibrary) -> dict[str, Any]:
     return _params(sizing, library.get_meta("fingerprint") or "md5")
 
 
@@ -250,7 +260,7 @@ def _new_counters(
     path: Path, library: FingerprintLibrary, sizing: dict[str, Any], *, overwrite: bool = False
 ) -> CountingBloomFilter:
     """A counter file for this library (empty: the caller adds or rebuilds)."""
-    params = _sized_params(sizing, library)
+    params = sized_params(sizing, library)
     params.update(counters_id=uuid.uuid4().hex, library_id=library.get_meta("library_id") or "")
     return CountingBloomFilter.from_params(params, path, overwrite=overwrite)
 

@@ -423,30 +423,41 @@ class SQLiteLibrary(sqlite.SQLiteStore):
         and, if it was closed cleanly, compare its bytes with its seal; FormatError if either
         fails. True if the seal was compared (every byte checked), False if there is none (its
         writer did not close it, or a writer has it open)."""
-        with self._errors():
-            result = self._db.execute("PRAGMA integrity_check").fetchall()
-        if result != [("ok",)]:
-            raise FormatError(f"{self.path}: damaged library ({result[0][0]})")
-        self._staged = self._read_stage()  # every staged row read and checked again
-        with self._errors():
-            self._runs, self._known = None, []  # the catalog read again, checked against the runs
-            runs = self._catalog
+        snapshot = self.readonly and not self._db.in_transaction
+        with self._errors():  # a reader's checks see one commit: a writer beside it goes on
+            if snapshot:
+                self._db.execute("BEGIN")
             try:
-                runs.check()
-            except ValueError as exc:
-                raise FormatError(f"{self.path}: damaged library ({exc})") from exc
-            if isinstance(runs, _runs.Runs):  # the runs' counts, just checked, and the stage
-                stored = sum(run.rows for run in runs.runs) + len(self._staged.new)
-            else:
-                (stored,) = self._db.execute(STORED_RECORDS).fetchone()
-        if stored != self.count():
+                stored, count = self._check_whole()
+            finally:
+                if snapshot:
+                    self._db.execute("ROLLBACK")
+        if stored != count:
             raise FormatError(
-                f"{self.path}: damaged library (it holds {stored} records, its count says "
-                f"{self.count()})"
+                f"{self.path}: damaged library (it holds {stored} records, its count says {count})"
             )
         if self.readonly and not self.sealed:
             self.sealed = self._check_seal(Path(self.path))
         return self.sealed and self.readonly
+
+    def _check_whole(self) -> tuple[int, int]:
+        """verify()'s reads: SQLite's integrity check, every staged row, each run against its
+        catalog row; the records they hold, and the count the library records."""
+        result = self._db.execute("PRAGMA integrity_check").fetchall()
+        if result != [("ok",)]:
+            raise FormatError(f"{self.path}: damaged library ({result[0][0]})")
+        stage = self._staged = self._read_stage()  # every staged row read and checked again
+        self._runs, self._known = None, []  # the catalog read again, checked against the runs
+        runs = self._catalog
+        try:
+            runs.check()
+        except ValueError as exc:
+            raise FormatError(f"{self.path}: damaged library ({exc})") from exc
+        if isinstance(runs, _runs.Runs):  # the runs' counts, just checked
+            stored = sum(run.rows for run in runs.runs)
+        else:  # an older library's one B-tree (version 1 has no stage)
+            (stored,) = self._db.execute(f"SELECT COUNT(*) FROM {_runs.VIEW}").fetchone()
+        return stored + len(stage.new), self.count()
 
     def files(self) -> list[str]:
         """The database file and its WAL (for the experiment's page-cache eviction)."""

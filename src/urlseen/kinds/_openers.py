@@ -179,9 +179,15 @@ def _sizing(request: Request) -> tuple[Any, Any]:
 
 
 def open_bloom(request: Request) -> SeenFilter:
+    """No capacity and no state: a filter that grows with the keys met (a state file keeps a
+    capacity chosen up front, the default's, for runs to come)."""
     from urlseen.bloom.bloom import BloomFilter
 
     layout = request.value("layout")
+    if request.capacity is None and _file_state(request) is None:
+        from urlseen.bloom.growing import GrowingBloomFilter
+
+        return GrowingBloomFilter(request.value("error_rate"), layout=layout)
     return _file_filter(
         request,
         lambda path: BloomFilter(*_sizing(request), layout=layout, path=path),
@@ -269,7 +275,7 @@ def open_exact(request: Request) -> SeenFilter:
     from urlseen.exact.folder import LIBRARY_FILE
 
     folder, exists = _folder_state(request, LIBRARY_FILE)
-    sizing = (request.value("capacity"), request.value("error_rate"))
+    sizing = (request.capacity, request.value("error_rate"))  # no capacity: counters that grow
     cache = {"cache_entries": request.value("cache_entries")}
     if folder is None:
         return ExactFilter.temporary(*sizing, **cache)
