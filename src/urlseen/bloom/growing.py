@@ -56,21 +56,23 @@ class GrowingBloomFilter(Closeable):
         self._rate = error_rate
         self._start = start_capacity
         self._layers: list[BloomFilter] = []
-        self._peak = 0  # the most new keys one batch brought: a layer keeps room for them
         self._add_layer()
 
-    def _add_layer(self) -> None:
+    def _add_layer(self, keys: int = 0) -> None:
         i = len(self._layers)
-        capacity = self._start * GROWTH**i
+        capacity = max(self._start * GROWTH**i, keys)
         rate = self._rate / 2 ** (i + 1)
         layer = BloomFilter(capacity, rate, layout=self._layout, seed=self._seed, hash=self._hash)
         self._layers.append(layer)
 
     def _room_for(self, n: int) -> BloomFilter:
-        """The newest layer, with room for n more keys at its rate (a new one if it is full)."""
+        """The newest layer, with room for n more keys at its rate: a new one if it is full
+        (an empty one too small is replaced by one that holds them)."""
         newest = self._layers[-1]
-        if len(newest) and len(newest) + n > newest.capacity:
-            self._add_layer()
+        if len(newest) + n > newest.capacity:
+            if not len(newest):
+                self._layers.pop().close()
+            self._add_layer(n)
         return self._layers[-1]
 
     # -- the seen-test --------------------------------------------------------------------
@@ -82,11 +84,11 @@ class GrowingBloomFilter(Closeable):
         """Check-and-add a batch, in order; a key repeated in it is new the first time only."""
         self._usable()
         keys = key_batch(keys)
-        newest = self._room_for(len(keys))
         seen = [False] * len(keys)
-        for layer in self._layers[:-1]:
+        for layer in self._layers:
             seen = [a or b for a, b in zip(seen, layer.contains_many(keys), strict=True)]
-        added = iter(newest.add_many([k for k, s in zip(keys, seen, strict=True) if not s]))
+        fresh = [k for k, s in zip(keys, seen, strict=True) if not s]
+        added = iter(self._room_for(len(fresh)).add_many(fresh))
         return [False if s else next(added) for s in seen]
 
     def __contains__(self, key: object) -> bool:
@@ -115,7 +117,7 @@ class GrowingBloomFilter(Closeable):
         if not isinstance(batch, _core.LineEngine):
             return None
         self._usable()
-        newest = self._room_for(self._peak)
+        newest = self._room_for(batch.lines)  # at most one new key a line
         new = batch.bloom_test(newest)
         for layer in reversed(self._layers[:-1]):
             if new:
@@ -123,7 +125,6 @@ class GrowingBloomFilter(Closeable):
         write(None)
         if new:
             batch.bloom_commit(newest)
-        self._peak = max(self._peak, new)
         return new
 
     # -- inspection -------------------------------------------------------------------------
