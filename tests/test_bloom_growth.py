@@ -36,7 +36,7 @@ def test_the_compound_error_rate_stays_under_the_one_set():
     seen = GrowingBloomFilter(rate, start_capacity=500)
     for start in range(0, 20_000, 500):
         seen.add_many([f"in-{i}" for i in range(start, start + 500)])
-    assert seen.stats().details["layers"] >= 4
+    assert seen.stats().details["layers"] >= 3
     one = GrowingBloomFilter(rate, start_capacity=500)
     one.add_many([f"in-{i}" for i in range(20_000)])
     assert one.stats().details["layers"] == 1 and one.capacity >= 20_000, "sized for a batch"
@@ -49,7 +49,7 @@ def test_the_compound_error_rate_stays_under_the_one_set():
 def test_only_a_filter_without_capacity_or_state_grows(tmp_path):
     with open_filter("bloom") as grows:
         assert isinstance(grows, GrowingBloomFilter)
-        assert grows.stats().bits < 8 << 20
+        assert grows.stats().bits < 16 << 20, "2 MiB, not 46"
     with open_filter("bloom", capacity=1000) as sized:
         assert not isinstance(sized, GrowingBloomFilter) and sized.stats().capacity == 1000
     with open_filter("bloom", state=tmp_path / "s.bloom") as kept:
@@ -61,7 +61,7 @@ def test_only_a_filter_without_capacity_or_state_grows(tmp_path):
 def test_dedup_with_a_growing_filter_prints_awks_first_occurrences(tmp_path, canonicalize):
     rng = random.Random(7)
     urls = [
-        f"https://h{rng.randrange(3000)}.example/p/{rng.randrange(200)}" for _ in range(300_000)
+        f"https://h{rng.randrange(5000)}.example/p/{rng.randrange(200)}" for _ in range(500_000)
     ]
     path = tmp_path / "in.txt"
     path.write_text("\n".join(urls) + "\n")
@@ -71,7 +71,7 @@ def test_dedup_with_a_growing_filter_prints_awks_first_occurrences(tmp_path, can
     )
     assert done.returncode == 0, done.stderr
     expected = list(dict.fromkeys(urls))
-    assert len(expected) > 2 * 65536, "past the first layer"
+    assert len(expected) > 1 << 18, "past the first layer"
     assert done.stdout.decode().splitlines() == expected
     assert b"warning" not in done.stderr
 

@@ -310,6 +310,8 @@ static PyMethodDef LineEngine_methods[] = {
     {"bloom_commit", (PyCFunction)us_engine_bloom_commit, METH_O, us_engine_bloom_commit_doc},
     {"bloom_test_also", (PyCFunction)us_engine_bloom_test_also, METH_O,
      us_engine_bloom_test_also_doc},
+    {"bloom_add_layers", (PyCFunction)us_engine_bloom_add_layers, METH_VARARGS,
+     us_engine_bloom_add_layers_doc},
     {"exact_step", (PyCFunction)us_engine_exact_step, METH_VARARGS, us_engine_exact_step_doc},
     {"output", (PyCFunction)LineEngine_output, METH_NOARGS, output_doc},
     {"stats", (PyCFunction)stats_of, METH_NOARGS, "stats() -> dict: the batch's counts."},

@@ -183,10 +183,12 @@ PyObject *us_engine_close_input(LineEngine *self, PyObject *args, PyObject *kwar
 PyObject *us_engine_stop(LineEngine *self, PyObject *unused);
 /* line_engine_filters.c: */
 extern const char us_engine_bloom_add_doc[], us_engine_bloom_test_doc[],
-    us_engine_bloom_test_also_doc[], us_engine_bloom_commit_doc[], us_engine_exact_step_doc[];
+    us_engine_bloom_test_also_doc[], us_engine_bloom_add_layers_doc[],
+    us_engine_bloom_commit_doc[], us_engine_exact_step_doc[];
 PyObject *us_engine_bloom_add(LineEngine *self, PyObject *filter);
 PyObject *us_engine_bloom_test(LineEngine *self, PyObject *filter);
 PyObject *us_engine_bloom_test_also(LineEngine *self, PyObject *filter);
+PyObject *us_engine_bloom_add_layers(LineEngine *self, PyObject *args);
 PyObject *us_engine_bloom_commit(LineEngine *self, PyObject *filter);
 PyObject *us_engine_exact_step(LineEngine *self, PyObject *args);
 

@@ -169,6 +169,60 @@ PyObject *us_engine_bloom_test(LineEngine *self, PyObject *filter)
     return PyLong_FromSize_t(fresh);
 }
 
+/* Drop from the misses the keys an older layer holds (flag 0: a duplicate), remembering them
+ * as known: the known digests are those in any layer of the filter the engine probes. */
+static int drop_older(LineEngine *self, PyObject *older, size_t *m)
+{
+    if (us_bit_filter_probe(older, self->bloom.miss_digest, *m, self->bloom.miss_flag, 0) < 0)
+        return -1;
+    size_t kept = 0;
+    for (size_t j = 0; j < *m; j++) {
+        us_hash128 h = self->bloom.miss_digest[j];
+        if (self->bloom.miss_flag[j]) {
+            self->keys.flags[self->bloom.miss_key[j]] = 0;
+            self->bloom.known[known_slot(h)] = h;
+            continue;
+        }
+        self->bloom.miss_key[kept] = self->bloom.miss_key[j];
+        self->bloom.miss_digest[kept++] = h;
+    }
+    *m = kept;
+    return 0;
+}
+
+US_ENGINE_DOC(us_engine_bloom_add_layers_doc,
+              "bloom_add_layers(newest, older) -> int\n\n"
+              "bloom_add for a filter in layers (a tuple of older BitFilters with the newest's\n"
+              "hash and seed): a key an older layer holds is a duplicate, the rest are\n"
+              "checked-and-added in the newest. Returns the number of new keys.");
+
+PyObject *us_engine_bloom_add_layers(LineEngine *self, PyObject *args)
+{
+    PyObject *newest, *older;
+    if (!PyArg_ParseTuple(args, "OO!:bloom_add_layers", &newest, &PyTuple_Type, &older))
+        return NULL;
+    if (us_engine_need_batch(self, 1) < 0 || hash_keys(self, newest) < 0) return NULL;
+    size_t m = gather_misses(self, 0);
+    for (Py_ssize_t i = PyTuple_GET_SIZE(older) - 1; i >= 0 && m; i--) {
+        PyObject *layer = PyTuple_GET_ITEM(older, i);
+        int hash_id;
+        uint64_t seed;
+        const void *bits;
+        if (us_bit_filter_hash_of(layer, &hash_id, &seed, &bits) < 0) {
+            PyErr_Format(PyExc_TypeError, "expected a BitFilter, not '%.200s'",
+                         Py_TYPE(layer)->tp_name);
+            return NULL;
+        }
+        if (drop_older(self, layer, &m) < 0) return NULL;
+    }
+    Py_ssize_t fresh = probe_misses(self, newest, m, 1);
+    if (fresh < 0) return NULL;
+    self->keys.flagged = 1;
+    self->bloom.tested = 0;
+    self->batch.fresh = (size_t)fresh;
+    return PyLong_FromSsize_t(fresh);
+}
+
 US_ENGINE_DOC(us_engine_bloom_test_also_doc,
               "bloom_test_also(filter) -> int\n\n"
               "After bloom_test: the keys it found new that this BitFilter (another layer of a\n"

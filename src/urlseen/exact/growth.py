@@ -30,7 +30,7 @@ from urlseen.state.mmapfile import MappedFile
 START_CAPACITY = 1 << 16
 """Fingerprints the first counters of a growing filter are sized for (~0.5 MB at 4 bits)."""
 
-GROWTH = 4
+GROWTH = 8
 """How many times larger each new set of counters is."""
 
 
