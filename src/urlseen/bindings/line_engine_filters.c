@@ -169,6 +169,19 @@ PyObject *us_engine_bloom_test(LineEngine *self, PyObject *filter)
     return PyLong_FromSize_t(fresh);
 }
 
+/* 0 if obj is a BitFilter (a layer of the filter the engine probes), else -1 and TypeError. */
+static int layer_of(PyObject *obj)
+{
+    int hash_id;
+    uint64_t seed;
+    const void *bits;
+    if (us_bit_filter_hash_of(obj, &hash_id, &seed, &bits) < 0) {
+        PyErr_Format(PyExc_TypeError, "expected a BitFilter, not '%.200s'", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
 /* Drop from the misses the keys an older layer holds (flag 0: a duplicate), remembering them
  * as known: the known digests are those in any layer of the filter the engine probes. */
 static int drop_older(LineEngine *self, PyObject *older, size_t *m)
@@ -205,15 +218,7 @@ PyObject *us_engine_bloom_add_layers(LineEngine *self, PyObject *args)
     size_t m = gather_misses(self, 0);
     for (Py_ssize_t i = PyTuple_GET_SIZE(older) - 1; i >= 0 && m; i--) {
         PyObject *layer = PyTuple_GET_ITEM(older, i);
-        int hash_id;
-        uint64_t seed;
-        const void *bits;
-        if (us_bit_filter_hash_of(layer, &hash_id, &seed, &bits) < 0) {
-            PyErr_Format(PyExc_TypeError, "expected a BitFilter, not '%.200s'",
-                         Py_TYPE(layer)->tp_name);
-            return NULL;
-        }
-        if (drop_older(self, layer, &m) < 0) return NULL;
+        if (layer_of(layer) < 0 || drop_older(self, layer, &m) < 0) return NULL;
     }
     Py_ssize_t fresh = probe_misses(self, newest, m, 1);
     if (fresh < 0) return NULL;
@@ -231,19 +236,12 @@ US_ENGINE_DOC(us_engine_bloom_test_also_doc,
 
 PyObject *us_engine_bloom_test_also(LineEngine *self, PyObject *filter)
 {
-    int hash_id;
-    uint64_t seed;
-    const void *bits;
     if (us_engine_need_batch(self, 1) < 0) return NULL;
     if (!self->bloom.tested) {
         PyErr_SetString(PyExc_RuntimeError, "bloom_test_also needs bloom_test first");
         return NULL;
     }
-    if (us_bit_filter_hash_of(filter, &hash_id, &seed, &bits) < 0) {
-        PyErr_Format(PyExc_TypeError, "expected a BitFilter, not '%.200s'",
-                     Py_TYPE(filter)->tp_name);
-        return NULL;
-    }
+    if (layer_of(filter) < 0) return NULL;
     size_t m = 0; /* the keys still new; miss_* hold >= keys.cap since bloom_test */
     for (size_t k = 0; k < self->keys.n; k++) {
         if (!self->keys.flags[k]) continue;
