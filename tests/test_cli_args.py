@@ -157,12 +157,44 @@ def test_a_run_reads_the_same_either_way(files: dict[str, str], tmp_path: Path) 
     }
 
 
-def test_dedup_does_not_import_click(files: dict[str, str]) -> None:
+def _imported(*args: str) -> set[str]:
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "urlseen", "dedup", files["in"]],
+        [sys.executable, "-X", "importtime", *args],
         capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()}
+    return {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()}
+
+
+def _under(modules: set[str], *heavy: str) -> set[str]:
+    return {m for m in modules for h in heavy if (m + ".").startswith(h + ".")}
+
+
+@pytest.mark.parametrize(
+    "options, unwanted",
+    [  # canonicalizing a plain URL is C's work: w3lib stays out too
+        ([], ("click", "w3lib", "sqlite3", "redis", "json", "pathlib", "urlseen.exact")),
+        (["--no-canonicalize"], ("click", "w3lib", "sqlite3", "redis", "tqdm", "decimal")),
+        (["--filter", "exact", "--state", "{state}"], ("click", "w3lib", "redis", "scrapy")),
+    ],
+)
+def test_dedup_imports_only_what_its_kind_needs(
+    options: list[str], unwanted: tuple[str, ...], files: dict[str, str]
+) -> None:
+    imported = _imported("-m", "urlseen", "dedup", *_fill(options, files), files["in"])
     assert "urlseen.cli.dedup" in imported  # the listing is the run's
-    assert not {m for m in imported if m == "click" or m.startswith("click.")}
-    assert done.stdout == "https://a.example/\n"
+    assert not _under(imported, *unwanted)
+
+
+def test_import_urlseen_loads_no_filter_until_one_is_used() -> None:
+    probe = (
+        "import sys, urlseen\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('urlseen'))))\n"
+        "urlseen.BloomFilter\n"
+        "print('urlseen.bloom.bloom' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    first, second = done.stdout.splitlines()
+    assert first.split() == ["urlseen", "urlseen.errors"]
+    assert second == "True"
+    assert not _under(_imported("-c", "import urlseen"), "typing_extensions", "sqlite3", "redis",
+                      "w3lib", "scrapy", "click", "inspect", "dataclasses")  # fmt: skip

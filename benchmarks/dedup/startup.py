@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The fixed cost of `urlseen dedup`: one input line, against the interpreter and awk.
 
-Every command runs directly (no shell), stdout to /dev/null, and is timed from its spawn to its
-reaping by `os.wait4`, which also gives its peak RSS; the commands run interleaved, round after
+Every command runs under `/usr/bin/time -f %M` (no shell), stdout to /dev/null, timed by this
+Python's clock from spawn to exit (time's own ~1 ms counts for every row alike), its CPU time
+(user + sys, 10 ms ticks: steadier than wall time when other work shares the machine) and peak
+RSS from time; the commands run interleaved, round after
 round (--repeat rounds, in a new random order each round), so a change in the machine's load
 reaches every command alike. The `--state` folder of the exact rows is removed before each run
 (the cost of a first run). Each build's bytecode is compiled first (`compileall`, as installing
@@ -69,20 +71,22 @@ def commands(builds: dict[str, Path], source: Path, state: Path) -> dict[str, li
     return rows
 
 
-def run_once(argv: list[str], state: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one run; a failed run stops the benchmark."""
+def run_once(argv: list[str], state: Path) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS (MiB) of one run; a failed run stops
+    the benchmark. The peak comes from /usr/bin/time around the command: a child spawned by
+    this Python would report this process's own peak (Linux keeps the larger of the pre-exec
+    and post-exec peaks)."""
     shutil.rmtree(state, ignore_errors=True)
+    peak_file = state.with_name("peak")
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    done = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", str(peak_file), *argv],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE)  # fmt: skip
     wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {err.decode()[-500:]}")
-    return wall, usage.ru_maxrss / 1024
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-500:]!r}")
+    peak, user, system = peak_file.read_text().split()[-3:]
+    return wall, float(user) + float(system), int(peak) / 1024
 
 
 def main() -> None:
@@ -101,14 +105,16 @@ def main() -> None:
         rows = commands(builds, source, state)
         walls: dict[str, list[float]] = {name: [] for name in rows}
         rss: dict[str, list[float]] = {name: [] for name in rows}
+        cpu: dict[str, list[float]] = {name: [] for name in rows}
         loads = [os.getloadavg()[0]]
         started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         order = list(rows)
         for _ in range(args.repeat):
             random.shuffle(order)
             for name in order:
-                wall, peak = run_once(rows[name], state)
+                wall, used, peak = run_once(rows[name], state)
                 walls[name].append(wall)
+                cpu[name].append(used)
                 rss[name].append(peak)
             loads.append(os.getloadavg()[0])
     table = [
@@ -118,6 +124,7 @@ def main() -> None:
             "median_ms": round(statistics.median(walls[name]) * 1000, 1),
             "min_ms": round(min(walls[name]) * 1000, 1),
             "max_ms": round(max(walls[name]) * 1000, 1),
+            "cpu_median_ms": round(statistics.median(cpu[name]) * 1000),
             "peak_rss_mib": round(statistics.median(rss[name]), 1),
             "runs": len(walls[name]),
         }
@@ -135,11 +142,11 @@ def main() -> None:
     }
     args.json.write_text(json.dumps({"meta": meta, "rows": table}, indent=1) + "\n")
     print(f"{args.repeat} interleaved rounds, load {min(loads):.2f}-{max(loads):.2f}")
-    print("| command | median ms | min | max | peak RSS MiB |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| command | wall median ms | min | max | CPU median ms | peak RSS MiB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for row in table:
         print(f"| `{row['command']}` | {row['median_ms']} | {row['min_ms']} | {row['max_ms']} "
-              f"| {row['peak_rss_mib']} |")  # fmt: skip
+              f"| {row['cpu_median_ms']} | {row['peak_rss_mib']} |")  # fmt: skip
 
 
 if __name__ == "__main__":
