@@ -1,43 +1,54 @@
-"""The `urlseen` command: a thin click layer over the library (one module per command, each
-imported only when its command runs or help lists it)."""
+"""The `urlseen` command: a thin click layer over the library (cli/_group.py, one module per
+command). `urlseen dedup` with a command line cli/_dedup_args.py reads runs without importing
+click, which is most of a small run's start-up; anything else (help, a refused value, another
+command) goes to click."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator, Mapping
-
-import click
-
-# name -> (module, attribute), in the order help lists them
-_COMMANDS = {
-    "crawl": ("urlseen.cli.crawl", "crawl_command"),
-    "dedup": ("urlseen.cli.dedup", "dedup_command"),
-    "info": ("urlseen.cli.info", "info_command"),
-}
+import sys
+from typing import Any
 
 
-class _Commands(Mapping[str, click.Command]):
-    """The group's commands by name: click asks for the one being run, so `urlseen dedup` does
-    not import `crawl` (Scrapy's side) or `info`; help and `cli.commands[...]` get them all."""
+def __getattr__(name: str) -> Any:
+    if name == "cli":  # the click group, for tests and embedding: imported on first use
+        from urlseen.cli._group import cli
 
-    def __getitem__(self, name: str) -> click.Command:
-        module, attribute = _COMMANDS[name]
-        command: click.Command = getattr(importlib.import_module(module), attribute)
-        return command
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_COMMANDS)
-
-    def __len__(self) -> int:
-        return len(_COMMANDS)
-
-
-@click.group(commands=_Commands(), context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="urlseen", prog_name="urlseen")
-def cli() -> None:
-    """urlseen: the URL-seen test for web crawlers, in bounded memory."""
+        return cli
+    raise AttributeError(f"module 'urlseen.cli' has no attribute {name!r}")
 
 
 def main() -> None:
     """Console-script entry point."""
+    args = sys.argv[1:]
+    if args[:1] == ["dedup"]:
+        from urlseen.cli._dedup_args import parse
+
+        values = parse(args[1:])
+        if values is not None:
+            _run_dedup(values)
+            return
+    from urlseen.cli._group import cli
+
     cli()
+
+
+def _run_dedup(values: dict[str, Any]) -> None:
+    """`urlseen dedup` without click, ending as click's standalone mode ends a command: a click
+    exception shown with its usage line, an interrupt as "Aborted!"."""
+    from urlseen.cli.dedup import run
+
+    try:
+        run(**values)
+    except (EOFError, KeyboardInterrupt):
+        sys.stderr.write("\nAborted!\n")
+        sys.exit(1)
+    except Exception as exc:
+        click = sys.modules.get("click")  # a click exception comes with click imported
+        if click is None or not isinstance(exc, click.ClickException):
+            raise
+        if isinstance(exc, click.UsageError) and exc.ctx is None:
+            from urlseen.cli._group import dedup_context
+
+            exc.ctx = dedup_context()
+        exc.show()
+        sys.exit(exc.exit_code)

@@ -1,16 +1,15 @@
 """What the commands share: one filter opener for every command, library errors turned into
-clean CLI errors, number formatting."""
+clean CLI errors, number formatting. Without click at import: `urlseen dedup` runs without it
+(cli/_dedup_args.py); click is imported where an error is raised."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import os
+import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
-
-import click
 
 from urlseen import kinds
 from urlseen.errors import UrlseenError
@@ -19,27 +18,26 @@ if TYPE_CHECKING:
     from urlseen.protocol import SeenFilter
 
 
-class Count(click.ParamType):  # type: ignore[type-arg]
-    """A positive whole number, also written 1e9 or 10_000_000 (exactly: 1e27 is 10**27)."""
+def whole_number(text: str) -> int:
+    """A positive whole number, also written 1e9 or 10_000_000 (exactly: 1e27 is 10**27);
+    ValueError says what is wrong with it."""
+    import decimal  # here, not at the top: only a --capacity given pays its import
 
-    name = "integer"
+    try:
+        exact = decimal.Decimal(text.replace("_", ""))
+    except decimal.InvalidOperation:
+        raise ValueError(f"{text!r} is not a whole number") from None
+    if not exact.is_finite() or exact != exact.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number")
+    if exact < 1:
+        raise ValueError(f"{text!r} is not a positive number")
+    return int(exact)
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            number = value
-        else:
-            import decimal  # here, not at the top: only a --capacity given pays its import
 
-            try:
-                exact = decimal.Decimal(str(value).replace("_", ""))
-            except decimal.InvalidOperation:
-                self.fail(f"{value!r} is not a whole number", param, ctx)
-            if not exact.is_finite() or exact != exact.to_integral_value():
-                self.fail(f"{value!r} is not a whole number", param, ctx)
-            number = int(exact)
-        if number < 1:
-            self.fail(f"{value!r} is not a positive number", param, ctx)
-        return number
+def echo(message: str) -> None:
+    """One line on stderr, as click.echo(err=True) writes it, without importing click."""
+    sys.stderr.write(f"{message}\n")
+    sys.stderr.flush()
 
 
 def flag(name: str) -> str:
@@ -53,17 +51,29 @@ def cli_errors() -> Iterator[None]:
     not fit is a usage error (status 2), anything else status 1."""
     try:
         yield
-    except kinds.OptionError as exc:
-        raise click.UsageError(str(exc)) from exc
-    except UrlseenError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except BrokenPipeError:  # `urlseen dedup | head`: the reader is gone, stop quietly
-        raise SystemExit(0) from None
-    except OSError as exc:
-        if exc.errno == errno.EPIPE:
-            raise SystemExit(0) from None
-        where = f"{exc.filename}: " if exc.filename else ""
-        raise click.ClickException(f"{where}{exc.strerror or exc}") from exc
+    except (kinds.OptionError, UrlseenError, OSError) as exc:
+        error = _click_error(exc)
+        if isinstance(error, SystemExit):
+            raise error from None
+        raise error from exc
+
+
+def _click_error(exc: Exception) -> BaseException:
+    """The click exception that says exc (click imported here: only a failed run pays for it),
+    or SystemExit(0) for a reader that went away."""
+    import click
+
+    if isinstance(exc, kinds.OptionError):
+        return click.UsageError(str(exc))
+    if isinstance(exc, UrlseenError):
+        return click.ClickException(str(exc))
+    if isinstance(exc, BrokenPipeError) or (
+        isinstance(exc, OSError) and exc.errno == errno.EPIPE
+    ):  # `urlseen dedup | head`: the reader is gone, stop quietly
+        return SystemExit(0)
+    where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""
+    strerror = exc.strerror if isinstance(exc, OSError) else None
+    return click.ClickException(f"{where}{strerror or exc}")
 
 
 def open_filter(kind: str, **values: Any) -> SeenFilter:
@@ -74,56 +84,8 @@ def open_filter(kind: str, **values: Any) -> SeenFilter:
         seen = kinds.open_filter(kind, spell=flag, **values)
     for warning in caught:
         if issubclass(warning.category, UserWarning):
-            click.echo(f"warning: {warning.message}", err=True)
+            echo(f"warning: {warning.message}")
     return seen
-
-
-def sizing_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--capacity and --error-rate, left None when not given: the table's defaults, or an
-    existing filter's own values."""
-    rates = ", ".join(
-        f"{k.name} {k.error_rate:g}" for k in kinds.KINDS.values() if k.error_rate is not None
-    )
-    command = click.option(
-        "--error-rate",
-        type=click.FloatRange(0, 1, min_open=True, max_open=True),
-        help="False-positive rate at capacity: for Bloom-like filters the share of new URLs "
-        "dropped as seen; for exact the share that costs a library look-up (never a wrong "
-        f"answer) [default: {rates}].",
-    )(command)
-    return click.option(
-        "--capacity",
-        type=Count(),
-        help="Distinct URLs the filter is sized for (1e9 is 10**9) "
-        f"[default: {kinds.DEFAULT_CAPACITY}].",
-    )(command)
-
-
-def kind_options(offered: list[kinds.Kind]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """One option per entry of kinds.OPTIONS that an offered kind takes, its help naming the
-    kinds that take it; each left None unless given."""
-
-    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed(kinds.OPTIONS.values()):
-            takers = "/".join(k.name for k in offered if option.name in k.options)
-            low, high = (None if b is None else int(b) for b in (option.low, option.high))
-            kind_of_value: Any = {
-                int: click.IntRange(low, high),
-                float: click.FloatRange(option.low, option.high, min_open=True),
-                os.PathLike: click.Path(dir_okay=False),
-            }.get(option.type, str)
-            default = "" if option.default is None else f" [default: {option.default}]"
-            text = f"{takers}{' with --redis' if option.shared else ''}: {option.help}{default}"
-            value: dict[str, Any] = (
-                {"is_flag": True, "default": None}  # a flag: None unless given
-                if option.type is bool
-                else {"type": click.Choice(option.choices) if option.choices else kind_of_value}
-            )
-            if takers:
-                command = click.option(flag(option.name), option.name, help=text, **value)(command)
-        return command
-
-    return decorate
 
 
 def human(n: float) -> str:

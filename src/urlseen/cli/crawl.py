@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 import click
 
 from urlseen import kinds
-from urlseen.cli._common import cli_errors, flag, human, kind_options, sizing_options
+from urlseen.cli._common import cli_errors, flag, human
+from urlseen.cli._options import kind_options, sizing_options
 from urlseen.errors import MissingDependencyError
 
 # The kinds a crawl can use: those keyed by the request's fingerprint, not by URL features.

@@ -23,7 +23,6 @@ import errno
 import gzip
 import io
 import os
-import queue
 import stat
 import sys
 import threading
@@ -325,6 +324,8 @@ def read_ahead(chunks: Iterator[bytes | None], depth: int = 4) -> Iterator[bytes
     """The same chunks, read by a background thread up to `depth` ahead: decompressing gzip
     (zlib lets go of the GIL) overlaps the caller's work. An error of the reader is raised here,
     in order, after the chunks read before it."""
+    import queue  # here: the line worker's feeder (every run but URLSEEN_LINE_WORKER=0) needs none
+
     items: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 

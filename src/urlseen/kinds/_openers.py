@@ -4,7 +4,6 @@ state, or shared through Redis), and the one rule for values given against store
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -147,6 +146,8 @@ def _a(word: str) -> str:
 def _creating(folder: Path) -> Iterator[None]:
     """Hold the folder's lock while its state is made, so that two processes creating the
     same state at once take turns: the second finds the first one's (and opens it)."""
+    import fcntl  # here: a filter in memory takes no lock
+
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY)
     try:
