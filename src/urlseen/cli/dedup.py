@@ -63,14 +63,10 @@ def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
         f"{s.filter_kind} filter {s.filter_bits / 8 / 2**20:.1f} MiB {where}"
     )
     odd = [f"{skipped.empty:,} empty skipped"] if skipped.empty else []
-    for count, what in (
-        (skipped.invalid_utf8, "invalid UTF-8"),
-        (skipped.oversized, "oversized"),
-        (skipped.verbatim, "unparsable"),
-    ):
-        if count:
-            odd.append(f"{count:,} {what} kept verbatim")
-    click.echo(line + (f"; {', '.join(odd)}" if odd else ""), err=True)
+    verbatim = {"invalid UTF-8": skipped.invalid_utf8, "oversized": skipped.oversized,
+                "unparsable": skipped.verbatim}  # fmt: skip
+    odd += [f"{count:,} {what} kept verbatim" for what, count in verbatim.items() if count]
+    click.echo(line + (f"; {', '.join(odd)}" if odd else "") + s.claim_warnings(), err=True)
     if s.filter_count > s.filter_capacity and s.filter_kind == "exact":
         click.echo(
             f"note: {s.filter_count:,} URLs in an exact filter sized for {s.filter_capacity:,}: "
@@ -250,3 +246,4 @@ def dedup_command(
     _report(summary, as_json, "in Redis" if redis_url is not None else "in memory")
     if (error := lines.failed()) is not None:  # the summary above says what came before it
         raise click.ClickException(str(error))
+    sys.exit(summary.exit_status)  # 4: URLs left under another process's claims (--help)
