@@ -102,6 +102,60 @@ class Acknowledging(Protocol):
     def acknowledge(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class ClaimCounts:
+    """What a shared filter's client could not settle alone since it opened (shared/claims.py).
+
+    Attributes:
+        unconfirmed: distinct URLs answered seen only because another client's claim (from an
+            older batch) outlived the wait: that client may never deliver them (it died with a
+            long lease); they go to the next asker after its lease ends.
+        lapsed: answers "new" whose claim's lease ended before they were acknowledged: another
+            client may have been given them too (acknowledge() counts those taken over).
+    """
+
+    unconfirmed: int = 0
+    lapsed: int = 0
+
+
+@runtime_checkable
+class WaitsOnClaims(Protocol):
+    """Optional for a filter that claims its answers (a shared one): wait_for_claims False (the
+    default) waits about one lease of its own for another client's older claim, then answers
+    the URL seen and counts it unconfirmed; True waits until the claim is acknowledged or its
+    lease ends (at most the longest lease, a day)."""
+
+    wait_for_claims: bool
+
+    @property
+    def claim_counts(self) -> ClaimCounts: ...
+
+
+class PassesClaimsOn:
+    """WaitsOnClaims for a filter whose claims are made by a part of it (a shared library, a
+    leaf store), _claimer(): a part that makes none (local) never waits and counts nothing."""
+
+    def _claimer(self) -> object:
+        raise NotImplementedError
+
+    @property
+    def wait_for_claims(self) -> bool:
+        """See WaitsOnClaims (False: local, no claims)."""
+        return bool(getattr(self._claimer(), "wait_for_claims", False))
+
+    @wait_for_claims.setter
+    def wait_for_claims(self, value: bool) -> None:
+        part = self._claimer()
+        if isinstance(part, WaitsOnClaims):
+            part.wait_for_claims = bool(value)
+
+    @property
+    def claim_counts(self) -> ClaimCounts:
+        """See WaitsOnClaims (all 0: local, no claims)."""
+        part = self._claimer()
+        return part.claim_counts if isinstance(part, WaitsOnClaims) else ClaimCounts()
+
+
 Batch: TypeAlias = "list[Key] | LineEngine"
 """One batch of the dedup job: its keys, or the line engine that holds them in its buffers."""
 

@@ -71,7 +71,7 @@ def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
     ):
         if count:
             odd.append(f"{count:,} {what} kept verbatim")
-    echo(line + (f"; {', '.join(odd)}" if odd else ""))
+    echo(line + (f"; {', '.join(odd)}" if odd else "") + s.claim_warnings())
     if s.filter_count > s.filter_capacity and s.filter_kind == "exact":
         echo(
             f"note: {s.filter_count:,} URLs in an exact filter sized for {s.filter_capacity:,}: "
@@ -166,3 +166,5 @@ def run(
         import click
 
         raise click.ClickException(str(error))
+    if summary.exit_status:
+        sys.exit(summary.exit_status)  # 4: URLs left under another process's claims (--help)

@@ -35,13 +35,14 @@ from urlseen.protocol import (
     CommitAfterWrite,
     FilterStats,
     Key,
+    PassesClaimsOn,
     creator,
     in_temporary_folder,
     key_batch,
 )
 
 
-class FingerprintLibraryFilter(CommitAfterWrite, Closeable):
+class FingerprintLibraryFilter(CommitAfterWrite, PassesClaimsOn, Closeable):
     """The exact URL-seen test by fingerprint library alone (the paper's baseline method).
 
     Args:
@@ -166,6 +167,9 @@ class FingerprintLibraryFilter(CommitAfterWrite, Closeable):
         with self._lock:
             self._usable()
             return 0 if self._shared is None else self._shared.acknowledge()
+
+    def _claimer(self) -> object:
+        return self._shared
 
     def _shared_library(self, what: str) -> SharedLibrary:
         with self._lock:

@@ -26,7 +26,10 @@ thread (the engine before the worker: for A/B measurements).
 A filter that holds its answers until they are acknowledged (protocol.Acknowledging: a shared
 one) is switched to explicit acknowledgement for the run, and acknowledged once a batch's new lines
 are written and flushed: a process killed before that leaves the answers claimed, and the next
-run (or another process) that meets those URLs after the lease prints them.
+run (or another process) that meets those URLs after the lease prints them. The summary says
+what the run could not settle alone (protocol.WaitsOnClaims): URLs left under another client's
+claims (unconfirmed: printed by no one yet if that client died), claims that outlived the lease
+before their acknowledgement (lapsed), and of those, how many another client took over.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ from typing import Any, BinaryIO, cast
 from urlseen import _core
 from urlseen.errors import ConfigError
 from urlseen.job.linekeys import LineCounts, LineKeyer
-from urlseen.protocol import Acknowledging, DedupStep, SeenFilter, new_in_batch
+from urlseen.protocol import Acknowledging, DedupStep, SeenFilter, WaitsOnClaims, new_in_batch
 
 DEFAULT_BATCH_SIZE = 8192
+UNCONFIRMED_STATUS = 4  # `urlseen dedup`'s exit status when URLs were left under others' claims
 # The worker's feeder reads 256 KiB at a time, and its ring holds a few such chunks: larger ones
 # raise the peak RSS above the serial engine's (measured by benchmarks/dedup/).
 WORKER_CHUNK_SIZE = 1 << 18
@@ -69,6 +73,33 @@ class DedupSummary:
     filter_capacity: int = 0
     filter_kind: str = ""
     skipped: LineCounts = field(default_factory=LineCounts)
+    unconfirmed: int = 0  # URLs answered seen while another client's claim still held them
+    lapsed: int = 0  # answers whose claims outlived the lease before their acknowledgement
+    taken_over: int = 0  # of those, answered new to another client too (printed twice)
+
+    @property
+    def exit_status(self) -> int:
+        """What `urlseen dedup` exits with after a run that stopped on no error: 0, or
+        UNCONFIRMED_STATUS when URLs were left under another client's claims."""
+        return UNCONFIRMED_STATUS if self.unconfirmed else 0
+
+    def claim_warnings(self) -> str:
+        """The summary's lines about claims (a shared filter's), each after a newline."""
+        out = ""
+        if self.unconfirmed:
+            out += (
+                f"\nwarning: {self.unconfirmed:,} URLs not printed: another process claimed them"
+                " and has not acknowledged them within this run's wait (its lease is longer, or"
+                " it died); the next run after its lease prints them (exit status"
+                f" {UNCONFIRMED_STATUS}; --wait-for-claims waits instead)"
+            )
+        if self.lapsed or self.taken_over:
+            out += (
+                f"\nwarning: {self.lapsed:,} URLs stayed claimed past the lease before their"
+                f" lines were written; {self.taken_over:,} of them were taken over (printed by"
+                " another process too): use a longer --lease"
+            )
+        return out
 
     @property
     def duplicate_rate(self) -> float:
@@ -99,6 +130,9 @@ class DedupSummary:
             "filter_kind": self.filter_kind,
             "over_capacity": self.filter_count > self.filter_capacity,
             "skipped": self.skipped.as_dict(),
+            "unconfirmed": self.unconfirmed,
+            "lapsed": self.lapsed,
+            "taken_over": self.taken_over,
         }
 
 
@@ -165,6 +199,8 @@ def dedup(
     start = time.perf_counter()
     if isinstance(seen, Acknowledging):  # it holds its answers until their lines are out
         seen.auto_acknowledge = False  # (_Job.settle acknowledges them)
+    fleet = seen if isinstance(seen, WaitsOnClaims) else None
+    before = fleet.claim_counts if fleet is not None else None
     chunks = getattr(lines, "chunks", None)
     if engine == "c" and (chunks is None or type(keyer) is not LineKeyer):
         raise ConfigError("engine='c' needs a streams.Inputs and a plain LineKeyer")
@@ -178,6 +214,10 @@ def dedup(
     stats = seen.stats()
     summary.filter_bits, summary.filter_count = stats.bits, stats.count
     summary.filter_capacity, summary.filter_kind = stats.capacity, stats.kind
+    if fleet is not None and before is not None:
+        after = fleet.claim_counts
+        summary.unconfirmed = max(0, after.unconfirmed - before.unconfirmed)
+        summary.lapsed = after.lapsed - before.lapsed
     return summary
 
 
@@ -218,7 +258,7 @@ class _Job:
         acknowledged (a shared one) gets them acknowledged once the lines are flushed."""
         if self.acknowledging is not None:
             self.out.flush()
-            self.acknowledging.acknowledge()
+            self.summary.taken_over += self.acknowledging.acknowledge()
 
     def tally(self, lines: int, keys: int, new: int, nbytes: int) -> None:
         summary = self.summary

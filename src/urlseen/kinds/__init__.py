@@ -166,10 +166,16 @@ def _options() -> dict[str, Option]:
                    "SQLite file.", os.PathLike),
             Option("lease", "Seconds a URL answered new stays claimed until its output is "
                    "written: if this process dies first, the next process that meets it after "
-                   "the lease prints it [default: 10].", float, low=0, high=86400, shared=True),
+                   "the lease prints it; at least 1 [default: 10].", float, low=0, high=86400,
+                   shared=True),
             Option("allow_eviction", "Use a Redis server whose maxmemory-policy may evict the "
                    "filter's keys (refused by default); a lost key then stops the run with an "
                    "error.", bool, shared=True),
+            Option("wait_for_claims", "Wait for URLs another process claimed until it "
+                   "acknowledges them or its lease ends (at most a day), then take those it "
+                   "never did [default: wait about 1.5 leases of this process's; `dedup` then "
+                   "counts what is left in its summary and exits with status 4].", bool,
+                   shared=True),
         )
     }  # fmt: skip
 
@@ -279,7 +285,14 @@ def open_filter(
     )
     if redis is not None:
         assert row.open_shared is not None
-        return row.open_shared(request)
+        openers.refuse_short_lease(given.get("lease"), spell)
+        seen = row.open_shared(request)
+        if given.get("wait_for_claims"):  # a setting of the client, not of the filter
+            from urlseen.protocol import WaitsOnClaims
+
+            if isinstance(seen, WaitsOnClaims):
+                seen.wait_for_claims = True
+        return seen
     return row.open_local(request)
 
 

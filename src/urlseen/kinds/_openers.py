@@ -322,6 +322,20 @@ def open_dsbf(request: Request) -> SeenFilter:
 
 # -- shared through Redis -------------------------------------------------------------------
 
+MIN_LEASE = 1.0  # seconds: the shortest lease a front end takes (the library takes any > 0)
+
+
+def refuse_short_lease(lease: object, spell: Spell) -> None:
+    """A front end's lease under MIN_LEASE is refused with the reason: a shorter one runs out
+    while a batch is answered, written and acknowledged, and other processes then print the
+    batch's URLs too."""
+    if isinstance(lease, (int, float)) and not isinstance(lease, bool) and lease < MIN_LEASE:
+        raise OptionError(
+            f"{spell('lease')} must be at least {MIN_LEASE:g} second, not {lease!r}: a shorter "
+            "lease runs out before a batch's URLs are written and acknowledged, and other "
+            "processes would print them again"
+        )
+
 
 def _sharing(request: Request) -> dict[str, Any]:
     """What every shared filter takes besides its sizing: its lease and the eviction override."""

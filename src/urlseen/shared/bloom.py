@@ -225,8 +225,8 @@ class RedisBloomFilter(ClaimedAnswers):
             if todo:
                 got = ask_until_decided(
                     lambda idx: ask_each_once([todo[j] for j in idx], fps, ask),
-                    len(todo),
-                    claims.lease,
+                    [fps[i] for i in todo],
+                    claims,
                     self._renew,
                 )
                 for i, answer in zip(todo, got, strict=True):

@@ -27,13 +27,13 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from urlseen.shared.claims import RELEASE_CHUNK, Claims, PendingWait, record_parts
+from urlseen.shared.claims import RELEASE_CHUNK, Claims, HoldsClaims, PendingWait, record_parts
 from urlseen.shared.client import RECEIPT_SECONDS, retrying
 from urlseen.shared.leaf_batch import NO_CLAIM, LeafBatches
 from urlseen.splittable.tree import Follow, LeafAnswer, LeafOp, LeafReply, Split
 
 
-class RedisLeafStore(LeafBatches):
+class RedisLeafStore(HoldsClaims, LeafBatches):
     """LeafStore on a redis-py client (redis.Redis or redis.RedisCluster), with claims.
 
     A claim is remembered as its handle: the fingerprint, then the id of the leaf it was
@@ -56,14 +56,7 @@ class RedisLeafStore(LeafBatches):
         self._patience: PendingWait | None = None  # the running batch's wait on others' claims
         self._sent: list[Mapping[str, list[bytes]]] = []  # the running batch's ADDs
         self._held_in_batch: set[bytes] = set()
-
-    @property
-    def auto_acknowledge(self) -> bool:
-        return self._claims.auto
-
-    @auto_acknowledge.setter
-    def auto_acknowledge(self, value: bool) -> None:
-        self._claims.auto = bool(value)
+        self._pending: list[bytes] = []  # the fingerprints the last ADD answered pending
 
     def check_and_add(
         self,
@@ -83,6 +76,12 @@ class RedisLeafStore(LeafBatches):
         self._sent.append(groups)
         out = self._check_and_add(groups, op, claim, records, room)
         self._hold(groups, out, int(claim[2]), priority)
+        self._pending = [  # not handles: a key pending in a leaf may be pending in its child next
+            groups[leaf][j]
+            for leaf, answer in out.items()
+            if isinstance(answer, LeafAnswer)
+            for j in answer.pending
+        ]
         return out
 
     def _hold(
@@ -94,7 +93,7 @@ class RedisLeafStore(LeafBatches):
     ) -> None:
         """Remember the keys an ADD answered new as this client's claims, each with its call
         (0 for those claimed one by one)."""
-        handles = []
+        handles, width = [], self._fp_bytes()
         for leaf, answer in out.items():
             if not isinstance(answer, LeafAnswer) or not any(answer.new):
                 continue
@@ -105,6 +104,7 @@ class RedisLeafStore(LeafBatches):
                     self._record_calls[handle] = 0 if j in per_key else call
                     handles.append(handle)
         self._claims.hold(handles, priority)
+        self._claims.answered_new(handle[:width] for handle in handles)
         self._held_in_batch.update(handles)
 
     @contextlib.contextmanager
@@ -132,8 +132,7 @@ class RedisLeafStore(LeafBatches):
             )
             unknown = [handle for handle in dict.fromkeys(sent) if handle not in held]
             if unknown:
-                with contextlib.suppress(Exception):
-                    abandon(unknown)
+                self._claims.abandon_or_defer(abandon, unknown)
             raise
         finally:
             self._priority, self._sent, self._held_in_batch = None, [], set()
@@ -143,8 +142,10 @@ class RedisLeafStore(LeafBatches):
         ask, renewing this client's own claims if due; False once patience is over (about one
         lease: the keys still pending are then answered seen)."""
         if self._patience is None:
-            self._patience = PendingWait(self._claims.lease)
-        waited = self._patience.wait()
+            self._patience = self._claims.patience()
+        waited = not self._claims.waited_out(self._pending) and self._patience.wait()
+        if not waited:  # the keys the last ADD found pending are answered seen
+            self._claims.unconfirmed(self._pending)
         handles = self._claims.renewal()
         if handles:
             self._release(handles, LeafOp.RENEW, follow)

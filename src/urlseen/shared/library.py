@@ -282,7 +282,7 @@ class RedisLibrary(ClaimedAnswers):
                     lambda new: claims.hold(new, priority),
                 )
 
-            answers = ask_until_decided(ask, len(fps), claims.lease, self._renew)
+            answers = ask_until_decided(ask, fps, claims, self._renew)
         self.io.lookups += len(fps)
         self.io.writes += len(fps)
         if claims.auto:

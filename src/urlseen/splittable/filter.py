@@ -38,7 +38,7 @@ from urlseen import _core, defaults
 from urlseen._lifecycle import Closeable
 from urlseen.bloom import sizing as bloom_sizing
 from urlseen.errors import ConfigError, FilterLostError
-from urlseen.protocol import FilterStats, Key, check_given, key_batch
+from urlseen.protocol import FilterStats, Key, PassesClaimsOn, check_given, key_batch
 from urlseen.splittable import sizing
 from urlseen.splittable.rounds import LeafRounds
 from urlseen.splittable.tree import (
@@ -55,7 +55,7 @@ def _new_seed() -> int:
     return secrets.randbits(64)
 
 
-class SplittableBloomFilter(LeafRounds, Closeable):
+class SplittableBloomFilter(LeafRounds, PassesClaimsOn, Closeable):
     """A Bloom filter that grows by splitting full leaves: FP rate <= error_rate at any size.
 
     Args:
@@ -280,6 +280,9 @@ class SplittableBloomFilter(LeafRounds, Closeable):
         taken over meanwhile (their lease had ended: those URLs were answered new twice)."""
         self._usable()
         return self._store.acknowledge(self._follow)
+
+    def _claimer(self) -> object:
+        return self._store
 
     def claims_held(self) -> int:
         """Claims in the store, of every client: URLs answered new whose delivery no caller has

@@ -11,10 +11,12 @@
 -- without claims.
 --
 -- A URL whose data says "seen" is answered by its claim:
---   no claim, or the asker's own live claim from an earlier call -> '0' seen
+--   no claim, or the asker's own claim from an earlier call       -> '0' seen, even past its
+--       lease: the asker's caller has the first answer (or gets it in this batch)
 --   the asker's own claim from this very call (a resent call)     -> '1' new, as the first time
---   a claim whose lease ended, the asker's own included           -> '1' new: taken over (a
+--   an abandoned claim (lease end 0), the asker's own included    -> '1' new: taken over (a
 --       client abandons the claims of a call whose replies were all lost: nobody got them)
+--   another client's claim whose lease ended                      -> '1' new: taken over
 --   another client's live claim, older than the asker's batch     -> 'P' pending: ask again
 --   another client's live claim, younger than the asker's batch   -> '0' seen (its claimer
 --       delivers it, or its claim outlives it; never waiting on a younger claim means that
@@ -129,9 +131,11 @@ local function claim_answer(c, owner, prio, call, deadline)
   if not owner then return SEEN, false end
   if owner == c.owner then
     if tostring(call) == c.call then return NEW, false end -- a resent call: as the first time
-    -- The asker's own claim whose lease ended: abandoned after a call whose every reply was
-    -- lost (its caller never got the answer), or never acknowledged in time: new again.
-    if deadline <= c.now then return NEW, true end
+    -- The asker's own claim, abandoned after a call whose every reply was lost (its caller
+    -- never got the answer): new again. Merely past its lease, it is seen: this client is
+    -- alive and its caller got the first answer, so a lease shorter than a batch never makes
+    -- one client answer a URL new twice.
+    if deadline == 0 then return NEW, true end
     return SEEN, false
   end
   if deadline <= c.now then return NEW, true end
