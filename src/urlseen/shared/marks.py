@@ -10,6 +10,13 @@ and the call stops before writing anything, marking the part so that every other
 at its next call too. A rollback to a moment after a client's last call loses none of that
 client's writes; the clients whose writes it lost notice at their next call. A client that
 opens a filter after the restore cannot know (it has no expectation yet).
+
+Why a mark per client and per call: a counter every client advances (the filter's count, a
+shared sequence) can climb back past what one client last read before that client looks again,
+hiding the restore; a client's own mark moves only when it calls. Every call advances it in
+the same atomic step as its writes, so a snapshot holds both or neither; advancing every Nth
+call would leave up to N-1 calls' loss unseen. A splittable filter's tree also keeps its
+version, which a client never sees go down (shared/leaf_tree.py).
 """
 
 from __future__ import annotations
@@ -24,11 +31,12 @@ ROLLBACK = "URLSEEN-ROLLBACK "
 DAMAGED = "URLSEEN-DAMAGED "
 
 ROLLBACK_HELP = (
-    "Redis holds an earlier state of the filter than this client wrote (restored from a "
+    "Redis holds an earlier state of the filter than its clients wrote (restored from a "
     "snapshot, or failed over to a replica that lagged), so URLs answered new since then may "
-    "be answered new again and this client stops; make Redis durable (appendonly yes, "
-    "appendfsync always, see the README's 'Redis is restored from a snapshot'), then destroy "
-    "the filter or use a new name, or go on knowingly with a new name"
+    "be answered new again: the client stops; make Redis durable (appendonly yes, appendfsync "
+    "always: README, 'Redis is restored from a snapshot / fails over'), then destroy the "
+    "filter or use a new name (or delete the field rolled_back of that key to go on with it "
+    "as it is)"
 )
 
 
