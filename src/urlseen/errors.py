@@ -58,6 +58,12 @@ class FilterLostError(RemoteError):
     the same name, since this client opened it: its answers can no longer be trusted."""
 
 
+class FilterRolledBackError(FilterLostError):
+    """A shared filter's data in Redis went back in time since this client wrote to it (a
+    restore from an earlier snapshot, a failover to a replica that lagged): URLs it answered
+    new since may be answered new again, so the client stops."""
+
+
 class EvictionPolicyError(ConfigError):
     """The Redis server may evict a shared filter's keys (maxmemory-policy allkeys-*)."""
 

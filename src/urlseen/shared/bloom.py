@@ -24,6 +24,7 @@ one (then the records are expanded into per-key claims first).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -33,6 +34,7 @@ from urlseen.bloom.bloom import DEFAULT_HASH, HASHES, LAYOUT_CODES, _params
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.protocol import FilterStats, Key, check_given, key_batch
 from urlseen.shared import client as redis_store
+from urlseen.shared import marks
 from urlseen.shared.bits import (
     NATIVE_FROM,
     BitsRead,
@@ -50,6 +52,7 @@ from urlseen.shared.claims import (
     record_size,
 )
 from urlseen.shared.client import LOST_HELP, retrying
+from urlseen.shared.marks import ForgetsMarks, WriteMarks, marked_ack
 from urlseen.shared.scripts import BLOOM_BATCH, STAGED, Answer, Op, claim_fields
 
 MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB
@@ -72,7 +75,7 @@ class _Snapshot(NamedTuple):
     count_read: bytes
 
 
-class RedisBloomFilter(ClaimedAnswers):
+class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
     """A Bloom filter whose bits live in Redis, shared by any number of processes. close()
     forgets the connection; the bits stay in Redis.
 
@@ -165,6 +168,7 @@ class RedisBloomFilter(ClaimedAnswers):
         self._sole_writer = False
         self._last_bits: tuple[bytes, bytes] | None = None
         self._staging: bytes | None = None
+        self._marks = WriteMarks()  # this client's write mark in the meta (shared/marks.py)
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -182,13 +186,17 @@ class RedisBloomFilter(ClaimedAnswers):
         if len(extra) < 3 or extra[2] != STAGED:
             staged = None
         fields = {**self._fields, "op": op, "masks": masks, "fps": fps, **claim_fields(claim)}
+        fields["mark"] = self._marks.expected(self._meta)
         keys, args = BLOOM_BATCH.call(self._keys, fields, extra)
-        if staged is None:
-            return retrying(lambda: self._script(keys=keys, args=args), f"{self._what}: {what}")
-        return retrying(
-            lambda: _set_then_call(self._client, self._cluster, self._script, staged, keys, args),
-            f"{self._what}: {what}",
-        )
+        call = functools.partial(self._script, keys=keys, args=args)
+        if staged is not None:
+            client, cluster = self._client, self._cluster
+            call = functools.partial(
+                _set_then_call, client, cluster, self._script, staged, keys, args
+            )
+        reply = retrying(call, f"{self._what}: {what}")
+        self._marks.advanced(self._meta)
+        return reply
 
     def _masks(self, keys: list[Key]) -> bytes:
         return _core.byte_masks(keys, self.nbits, self.k, self._layout, self.seed, self._hash)
@@ -291,7 +299,7 @@ class RedisBloomFilter(ClaimedAnswers):
 
         def read(bits: bool) -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
-            pipe.hmget(self._meta, "instance", "count")
+            pipe.hmget(self._meta, "instance", "count", "rolled_back")
             pipe.strlen(self._bits)
             pipe.hlen(self._claims_key)
             pipe.hlen(self._records_key)
@@ -299,16 +307,18 @@ class RedisBloomFilter(ClaimedAnswers):
                 plan.queue(pipe, self._bits)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        (found, count), length, held, records, *data = retrying(
+        (found, count, marked), length, held, records, *data = retrying(
             lambda: read(last is None), f"{self._what}: read"
         )
         self._alive(found, length)
+        marks.check_read(self._what, self._meta, marked, count)
         if last is not None and last[0] != (count or b""):
             last = None  # another client wrote: read again, with the bits
-            (found, count), length, held, records, *data = retrying(
+            (found, count, marked), length, held, records, *data = retrying(
                 lambda: read(True), f"{self._what}: read"
             )
             self._alive(found, length)
+        marks.check_read(self._what, self._meta, marked, count)
         count = count or b""
         self._sole_writer = count == self._count_after
         bits = last[1] if last is not None else plan.bits(data)
@@ -351,12 +361,17 @@ class RedisBloomFilter(ClaimedAnswers):
         ids = list(records)
 
         def hdel() -> list[Any]:
-            pipe = self._client.pipeline(transaction=False)
+            pipe = self._client.pipeline(transaction=True)
             for field in ids:
                 pipe.hdel(self._records_key, field)
+            marked_ack(pipe, self._meta, self._claims.owner)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        deleted = retrying(hdel, f"{self._what}: ack")
+        *deleted, mark, instance, marked = retrying(hdel, f"{self._what}: ack")
+        alive, owner = functools.partial(self._alive, length=self._nbytes), self._claims.owner
+        self._marks.acked(
+            self._what, self._client, self._meta, owner, (mark, instance, marked), alive
+        )
         gone = {fp for field, d in zip(ids, deleted, strict=True) if d for fp in records[field]}
         # What is left was expanded into per-key claims by another call's lookup (or is per key)
         rest = list(dict.fromkeys(fp for fp in fps if fp not in gone))
@@ -414,7 +429,7 @@ class RedisBloomFilter(ClaimedAnswers):
         )
         if instance is None or instance.decode() != self._instance:
             raise FilterLostError(f"{self._what}: {self._meta} is gone or replaced; " + LOST_HELP)
-        return int(count or 0)
+        return marks.meta_number(self._what, self._meta, "count", count)
 
     def stats(self) -> FilterStats:
         count = len(self)

@@ -45,6 +45,7 @@ from urlseen.errors import (
     MissingDependencyError,
     RemoteError,
 )
+from urlseen.shared import marks
 
 RECEIPT_SECONDS = 120  # far longer than the retries take (~7 s); receipts cost ~1 B per URL
 RETRIES = 8  # backoff 0.05 s doubling to 2 s: ~7 s, a Redis failover's order of magnitude
@@ -399,10 +400,13 @@ def check_alive(
 def load_script(client: Any, filename: str) -> Any:
     """A registered Lua script of shared/lua/ (EVALSHA, falling back to EVAL after a SCRIPT
     FLUSH), with what it needs put in front of it (urlseen.shared.scripts)."""
-    from urlseen.shared.scripts import SCRIPTS, lua_text
+    from urlseen.shared.scripts import MARKED, SCRIPTS, lua_text
 
     script = SCRIPTS.get(filename)
-    return client.register_script(lua_text(filename) if script is None else script.source())
+    if script is not None:
+        return client.register_script(script.source())
+    front = lua_text("mark.lua") + "\n" if filename in MARKED else ""
+    return client.register_script(front + lua_text(filename))
 
 
 def retrying(call: Callable[[], T], what: str) -> T:
@@ -437,6 +441,9 @@ def retrying(call: Callable[[], T], what: str) -> T:
             delay = min(delay * 2, 2.0)
         except redis.exceptions.ResponseError as exc:
             text = str(exc)  # a pipeline's error names the command first
+            named = marks.script_error(what, text)
+            if named is not None:
+                raise named from exc
             if _LOST in text:
                 detail = text[text.index(_LOST) + len(_LOST) :]
                 raise FilterLostError(f"{what}: {detail}; {LOST_HELP}") from exc

@@ -12,8 +12,9 @@ its lease loses them, to whoever takes next: a request is fetched at least once,
 only when its holder died or stalled with it in flight.
 
 With Redis persistence (appendonly yes, appendfsync always) a commit is on disk when EXEC
-answers; without it, a Redis restart loses the frontier (the filter, shared in the same Redis,
-is lost with it and says so: FilterLostError).
+answers; without it, a Redis restart loses the frontier. Each process keeps a write mark in
+`marks` (shared/marks.py): a frontier that came back empty or from an earlier snapshot stops
+every process that used it before (FilterRolledBackError) instead of reading as finished.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from urlseen.errors import ConfigError
 from urlseen.frontier import Entry, Token
 from urlseen.shared import client as redis_store
+from urlseen.shared.marks import WriteMarks, marked_ack
 
 LEASE_SECONDS = 60.0  # a taken request's lease; renewed every third of it while held
 PREFETCH = 8  # requests taken per script call (leased to this process until it hands them out)
@@ -63,6 +65,9 @@ class RedisFrontier:
         self.keys = [redis_store.key(name, f"frontier:{part}") for part in ("queue", "leases")]
         self.keys.append(redis_store.key(name, "frontier:data"))
         self._order_key = redis_store.key(name, "frontier:order")
+        self._marks_key = redis_store.key(name, "frontier:marks")
+        self._owner = redis_store.new_instance()
+        self._marks = WriteMarks()  # this process's write mark (shared/marks.py)
         self._script = redis_store.load_script(self.client, "frontier.lua")
         self.commit_seconds = COMMIT_SECONDS
         self._held: set[str] = set()
@@ -74,10 +79,14 @@ class RedisFrontier:
 
     def _call(self, *args: Any) -> Any:
         lease_ms = str(max(1, round(self.lease * 1000)))
-        return redis_store.retrying(
-            lambda: self._script(keys=self.keys, args=[args[0], lease_ms, *args[1:]]),
+        mark = self._marks.expected(self._marks_key)
+        argv = [args[0], lease_ms, self._owner, mark, *args[1:]]
+        reply = redis_store.retrying(
+            lambda: self._script(keys=[*self.keys, self._marks_key], args=argv),
             f"frontier {self.name!r}: {args[0]}",
         )
+        self._marks.advanced(self._marks_key)
+        return reply
 
     def commit(self, entries: Sequence[Entry], done: Sequence[Token]) -> None:
         """Queue the entries and drop the done requests: one MULTI/EXEC. A reply lost to a
@@ -107,9 +116,12 @@ class RedisFrontier:
             for token in done:
                 pipe.zrem(leases, str(token))
                 pipe.hdel(data, str(token))
+            marked_ack(pipe, self._marks_key, self._owner)
             return pipe.execute()
 
-        redis_store.retrying(run, f"frontier {self.name!r}: commit")
+        what = f"frontier {self.name!r}"
+        replies = redis_store.retrying(run, f"{what}: commit")
+        self._marks.acked(what, self.client, self._marks_key, self._owner, replies[-3:])
         self._held.difference_update(str(t) for t in done)
         self.renew()
 
@@ -150,8 +162,10 @@ class RedisFrontier:
 
     def clear(self) -> None:
         redis_store.retrying(
-            lambda: self.client.delete(*self.keys, self._order_key), f"frontier {self.name!r}"
+            lambda: self.client.delete(*self.keys, self._order_key, self._marks_key),
+            f"frontier {self.name!r}",
         )
+        self._marks = WriteMarks()
         self._held.clear()
         self._taken.clear()
 
@@ -173,4 +187,5 @@ class RedisFrontier:
                 self._call("release", *ahead)
         self._held.clear()
         self._taken.clear()
+        self._marks.forget(self.client, self._owner)
         self.client.close()

@@ -24,6 +24,7 @@ from urlseen.shared.bits import NATIVE_FROM, NativeReads, fell_back, optimistic_
 from urlseen.shared.claims import first_of_each
 from urlseen.shared.client import RECEIPT_SECONDS, retrying
 from urlseen.shared.leaf_reads import LeafReads, Read
+from urlseen.shared.marks import WriteMarks
 from urlseen.shared.scripts import LEAF_BATCH, Answer, claim_fields, leaves_argv, lua_text
 from urlseen.splittable.tree import (
     MISSING,
@@ -73,6 +74,7 @@ class LeafBatches(LeafReads):
         self.native_copy = True  # a split's copies set the bits in the client (_fill)
         self.optimistic = True  # (blocked layout) the snapshot decides new keys too
         self._native_reads = NativeReads()
+        self._marks = WriteMarks()  # this client's write mark per leaf (shared/marks.py)
 
     def _masks(self, leaf: str, fps: list[bytes]) -> bytes:
         p = self._params
@@ -135,6 +137,9 @@ class LeafBatches(LeafReads):
             self._plan_add(plan, groups, masks, claim, room or {})
         calls = self._script_calls(plan, groups, op, masks, claim, records or {})
         replies = dict(zip(calls, self._run(calls, op, claim), strict=True))
+        for leaf, call in calls.items():
+            if call.own["mark"] != "" and replies[leaf] != scripts.MISSING:
+                self._marks.advanced(call.keys["meta"])
         out: dict[str, LeafReply] = dict(filled)
         tried = fallbacks = 0
         for leaf, fps in groups.items():
@@ -206,7 +211,8 @@ class LeafBatches(LeafReads):
             if op == LeafOp.DROP:
                 extra = _drop_pairs(str(claim[0]), fps, records.get(leaf))
                 fps = []
-            calls[leaf] = self._leaf_call(leaf, fps, op, part, extra)
+            calls[leaf] = call = self._leaf_call(leaf, fps, op, part, extra)
+            call.own["mark"] = self._marks.expected(call.keys["meta"]) if claim[0] else ""
         return calls
 
     @staticmethod

@@ -63,7 +63,7 @@ class LeafReads(LeafTree):
 
         def queue(pipe: Any, leaf: str) -> int:
             meta, bits, fps_key, claims = self._keys(leaf)
-            pipe.hmget(meta, "instance", "state", "count", "coded", "code_bytes")
+            pipe.hmget(meta, "instance", "state", "count", "coded", "code_bytes", "rolled_back")
             pipe.strlen(bits)
             pipe.strlen(fps_key)
             pipe.exists(claims, self._records(leaf))  # any claims: per key or in records
@@ -76,10 +76,15 @@ class LeafReads(LeafTree):
         reads: dict[str, Read] = {}
         claimed: list[str] = []
         for leaf, reply in replies.items():
-            (instance, state, count, coded, code_bytes), length, fps_length, held, *data = reply
+            (instance, state, count, coded, code_bytes, marked), length, fps_length, held, *data = (
+                reply
+            )
             nbits = self._sizes.get(leaf, p["leaf_bits"])
             ok = instance is not None and instance.decode() == self._instance
-            ok = ok and state == b"active" and length == nbits // 8 and count is not None
+            ok = ok and state == b"active" and length == nbits // 8 and marked is None
+            # anything else (a leaf marked rolled back, a field not a number): the script says
+            ok = ok and all(v is not None and v.isdigit() for v in (count, coded or b"0"))
+            ok = ok and (code_bytes or b"0").isdigit()
             ok = ok and int(count) < write_limit(p, nbits)
             if not ok:
                 continue

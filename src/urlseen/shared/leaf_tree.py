@@ -30,6 +30,7 @@ from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import record_size
 from urlseen.shared.client import retrying
+from urlseen.shared.marks import WriteMarks, meta_number, rolled_back
 from urlseen.splittable.tree import LeafInfo, Split, Tree
 
 CLUSTER_THREADS = 8  # per-leaf script calls in flight at once on a Redis Cluster
@@ -54,6 +55,9 @@ class LeafTree:
         self._instance = ""
         self._sizes: dict[str, int] = {}  # leaf -> bits (a leaf id never changes size)
         self._executor: ThreadPoolExecutor | None = None
+        self.owner = ""  # the client whose write marks the tree and leaves keep (marks.py)
+        self._tree_marks = WriteMarks()
+        self._version = 0  # the highest tree version this client read: it never goes down
 
     def lost(self, what: str) -> FilterLostError:
         """The error for data of the filter that vanished from Redis."""
@@ -79,11 +83,16 @@ class LeafTree:
         return (*self._keys(leaf), self._records(leaf))
 
     def _tree(self, op: str, *args: Any) -> Any:
-        argv = [op, self._instance, *args]
-        return retrying(
+        mark = self._tree_marks.expected(self.tree_key)
+        who = f"{self._instance} {self.owner} {mark}" if self.owner else self._instance
+        argv = [op, who, *args]
+        reply = retrying(
             lambda: self._tree_script(keys=[self.tree_key, self.kind_key], args=argv),
             f"{self._what}: {op}",
         )
+        if self.owner:
+            self._tree_marks.advanced(self.tree_key)
+        return reply
 
     def holds_kind(self) -> bool:
         """Whether the name holds a splittable filter (its kind record says so)."""
@@ -119,8 +128,16 @@ class LeafTree:
                 f"Redis key {self.tree_key}: a splittable filter without a kind record, which "
                 "this version does not read: destroy it or use a new name"
             )
+        _check_tree_shape(splits, self.tree_key)
         if instance != self._instance:  # another filter of the name: its own leaf ids
-            self._sizes = {}
+            self._sizes, self._version = {}, 0
+        if version < self._version or b"rolled_back" in raw:
+            raise rolled_back(
+                self._what,
+                f"its tree {self.tree_key} went back in time (version {version}, this client "
+                f"read {self._version})",
+            )
+        self._version = version
         self._params, self._instance = params, instance
         self._sizes.update(sizes)
         return Tree(version, params, splits, ready=b"ready" in raw, sizes=sizes)
@@ -197,8 +214,9 @@ class LeafTree:
             lambda: self.client.hmget(meta, "count", "coded", "code_bytes"),
             f"{self._what}: read leaf",
         )
-        width, at = self._fp_bytes(), int(code_bytes or 0)
-        raw = int(count or 0) - int(coded or 0)
+        width, at = self._fp_bytes(), meta_number(self._what, meta, "code_bytes", code_bytes)
+        raw = meta_number(self._what, meta, "count", count)
+        raw -= meta_number(self._what, meta, "coded", coded)
         end = min(end, width * raw)  # the string's tail is room to grow, not data
         if end <= start:
             return b""
@@ -213,7 +231,12 @@ class LeafTree:
         (FilterLostError)."""
         meta, _, fps, _ = self._keys(leaf)
         what = f"{self._what}: read leaf"
-        size = int(retrying(lambda: self.client.hget(meta, "code_bytes"), what) or 0)
+        size = meta_number(
+            self._what,
+            meta,
+            "code_bytes",
+            retrying(lambda: self.client.hget(meta, "code_bytes"), what),
+        )
         code: bytes = b""
         if size:
             code = retrying(lambda: self.client.getrange(fps, 0, size - 1), what)
@@ -305,3 +328,16 @@ class LeafTree:
         leaves = [] if tree is None else [leaf for leaf, _ in tree.leaves()]
         self.drop(leaves)
         retrying(lambda: self.client.delete(self.tree_key, self.kind_key), f"{self._what}: destroy")
+
+
+def _check_tree_shape(splits: Mapping[str, Split], tree_key: str) -> None:
+    """Every node below the root once: a tree whose nodes loop or share a child (damaged)
+    would route a key forever (FormatError instead)."""
+    seen, stack = {"root"}, ["root"]
+    while stack:
+        split = splits.get(stack.pop())
+        for child in split.children if split is not None else ():
+            if child in seen:
+                raise FormatError(f"Redis key {tree_key}: a damaged tree (node {child} twice)")
+            seen.add(child)
+            stack.append(child)

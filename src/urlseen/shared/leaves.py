@@ -51,6 +51,7 @@ class RedisLeafStore(HoldsClaims, LeafBatches):
         self._claims = Claims(lease)  # checks the lease before connecting
         self.lease_ms = self._claims.lease_ms
         super().__init__(redis, name, receipt_seconds)
+        self.owner = self._claims.owner  # write marks (shared/marks.py) under the claims' id
         self._record_calls: dict[bytes, int] = {}  # held handle -> the call whose record claims it
         self._priority: int | None = None  # the running batch's
         self._patience: PendingWait | None = None  # the running batch's wait on others' claims
@@ -170,6 +171,8 @@ class RedisLeafStore(HoldsClaims, LeafBatches):
         """Abandon the answers never acknowledged (best effort), so the next client to meet
         them takes them at once instead of after the lease."""
         self._claims.close(lambda handles: self._release(handles, LeafOp.ABANDON, follow))
+        self._marks.forget(self.client, self.owner)
+        self._tree_marks.forget(self.client, self.owner)
 
     def _release(
         self,

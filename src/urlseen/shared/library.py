@@ -41,6 +41,7 @@ from urlseen.protocol import check_given
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import ClaimedAnswers, Claims, ask_until_decided
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
+from urlseen.shared.marks import ForgetsMarks, WriteMarks, meta_number
 from urlseen.shared.scripts import LIBRARY_BATCH, Answer, ClaimArgs, claim_fields
 
 FORMAT = "urlseen-redis-library/3"
@@ -59,7 +60,7 @@ def bucket_bits(capacity: int, groups: int) -> int:
     return min(max((buckets - 1).bit_length(), 1), 32)
 
 
-class RedisLibrary(ClaimedAnswers):
+class RedisLibrary(ForgetsMarks, ClaimedAnswers):
     """A fingerprint library in Redis, shared by any number of processes. close() forgets the
     connection; the records stay in Redis.
 
@@ -137,6 +138,7 @@ class RedisLibrary(ClaimedAnswers):
             receipt_ttl=RECEIPT_SECONDS,
             instance=self._instance,
         )
+        self._marks = WriteMarks()  # this client's write mark per group (shared/marks.py)
         self._mark_groups()
 
     # -- parameters ---------------------------------------------------------------------
@@ -229,15 +231,22 @@ class RedisLibrary(ClaimedAnswers):
         for receipt_prefix, positions in self._calls(fps, idx):
             receipt = receipt_prefix + uuid.uuid4().hex
             chunk = b"".join(fps[idx[p]] for p in positions)
+            touched = sorted({self._bucket(fps[idx[p]]) % self.groups for p in positions})
+            markers = [f"{self._prefix}{g}}}:n" for g in touched]
+            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp}
+            fields["marks"] = " ".join(
+                f"{g}:{self._marks.expected(m)}" for g, m in zip(touched, markers, strict=True)
+            )
             keys, args = LIBRARY_BATCH.call(
-                {"receipt": receipt},
-                {**self._fields, "mode": mode, "fps": chunk, "now": stamp, **claim_fields(claim())},
+                {"receipt": receipt}, {**fields, **claim_fields(claim())}
             )
 
             def call(keys: list[str] = keys, args: list[Any] = args) -> Any:
                 return self._script(keys=keys, args=args)
 
             answer = retrying(call, f"{self._what}: {mode}")
+            for marker in markers:
+                self._marks.advanced(marker)
             if len(answer) != len(positions):
                 raise FormatError(f"library script answered {len(answer)} of {len(positions)}")
             for p, c in zip(positions, answer, strict=True):
@@ -394,14 +403,17 @@ class RedisLibrary(ClaimedAnswers):
         """Records in the library (one counter per group)."""
         total = 0
         for g, (count, instance) in enumerate(self._counters("count", "instance")):
+            marker = f"{self._prefix}{g}}}:n"
             if instance is None or instance.decode() != self._instance:
-                marker = f"{self._prefix}{g}}}:n"
                 raise FilterLostError(f"{self._what}: {marker} is gone or replaced; {LOST_HELP}")
-            total += int(count or 0)
+            total += meta_number(self._what, marker, "count", count)
         return total
 
     def claims_held(self) -> int:
-        return sum(int(n or 0) for (n,) in self._counters("claims"))
+        held = enumerate(self._counters("claims"))
+        return sum(
+            meta_number(self._what, f"{self._prefix}{g}}}:n", "claims", n) for g, (n,) in held
+        )
 
     def get_meta(self, name: str) -> str | None:
         value = self.params.get(name)
@@ -412,25 +424,7 @@ class RedisLibrary(ClaimedAnswers):
         O(buckets)); with sample=n, estimated from n evenly spaced buckets (receipts and
         counters left out)."""
         self._usable()
-        nbuckets = 1 << self.bits
-        if sample is not None and sample < nbuckets:
-            step = nbuckets / max(sample, 1)
-            picked = sorted({int(i * step) for i in range(max(sample, 1))})
-            keys = [f"{self._prefix}{b % self.groups}}}:f:{b}" for b in picked]
-            scale = nbuckets / len(picked)
-        else:
-            pattern = f"{_glob_escape(self._prefix)}*"
-            keys = retrying(lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan")
-            scale = 1.0
-
-        def usage() -> int:
-            pipe = self._client.pipeline(transaction=False)
-            for key in [self._meta, *keys]:
-                pipe.memory_usage(key, samples=0)
-            meta, *rest = (int(v or 0) for v in pipe.execute())
-            return meta + round(sum(rest) * scale)
-
-        return retrying(usage, "memory usage")
+        return _memory_usage(self, sample)
 
     def destroy(self) -> None:
         """Delete every key of the library, its groups first, its record last (a destroy
@@ -457,6 +451,30 @@ class RedisLibrary(ClaimedAnswers):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} groups={self.groups} bits={self.bits}>"
+
+
+def _memory_usage(library: RedisLibrary, sample: int | None) -> int:
+    """RedisLibrary.memory_usage."""
+    client, prefix = library._client, library._prefix
+    nbuckets = 1 << library.bits
+    if sample is not None and sample < nbuckets:
+        step = nbuckets / max(sample, 1)
+        picked = sorted({int(i * step) for i in range(max(sample, 1))})
+        keys = [f"{prefix}{b % library.groups}}}:f:{b}" for b in picked]
+        scale = nbuckets / len(picked)
+    else:
+        pattern = f"{_glob_escape(prefix)}*"
+        keys = retrying(lambda: list(client.scan_iter(match=pattern, count=1000)), "scan")
+        scale = 1.0
+
+    def usage() -> int:
+        pipe = client.pipeline(transaction=False)
+        for key in [library._meta, *keys]:
+            pipe.memory_usage(key, samples=0)
+        meta, *rest = (int(v or 0) for v in pipe.execute())
+        return meta + round(sum(rest) * scale)
+
+    return retrying(usage, "memory usage")
 
 
 def _new_params(

@@ -89,32 +89,36 @@ def _names(*parts: str) -> tuple[str, ...]:
 
 
 CLAIMS = _names("owner priority call lease_ms")
-_BATCH_NEEDS = ("claims.lua", "bits.lua", "batch_claims.lua")
+_BATCH_NEEDS = ("claims.lua", "bits.lua", "batch_claims.lua", "mark.lua")
 
 BLOOM_BATCH = Script(
     "bloom_batch.lua",
     keys=_names("bits meta claims records stage"),
-    argv=_names("op instance nbytes layout fp_bytes masks fps", *CLAIMS),
+    argv=_names("op instance nbytes layout fp_bytes masks fps", *CLAIMS, "mark"),
     needs=_BATCH_NEEDS,
 )
 LEAF_BATCH = Script(
     "leaf_batch.lua",
     keys=_names("bits meta receipt claims fps records"),
-    argv=_names("masks op receipt_ttl layout fps fp_bytes write_limit instance nbytes", *CLAIMS),
+    argv=_names(
+        "masks op receipt_ttl layout fps fp_bytes write_limit instance nbytes", *CLAIMS, "mark"
+    ),
     needs=_BATCH_NEEDS,
 )
 LIBRARY_BATCH = Script(
     "library_batch.lua",
     keys=_names("receipt"),
-    argv=_names("mode fps prefix groups bucket_bits now receipt_ttl instance", *CLAIMS),
-    needs=("claims.lua",),
+    argv=_names("mode fps prefix groups bucket_bits now receipt_ttl instance", *CLAIMS, "marks"),
+    needs=("claims.lua", "mark.lua"),
 )
 SCRIPTS = {s.filename: s for s in (BLOOM_BATCH, LEAF_BATCH, LIBRARY_BATCH)}
+# The other scripts that check write marks (mark.lua) have it put in front.
+MARKED = ("dsbf_tree.lua", "frontier.lua")
 
 # dsbf_batch.lua runs leaf_batch.lua for several leaves in one call: its ARGV are the fields
 # every leaf shares, once, then per leaf its own fields, the length of its tail and the tail.
 LEAVES_SHARED = _names("op receipt_ttl layout fp_bytes instance", *CLAIMS)
-LEAF_OWN = _names("masks fps write_limit nbytes")
+LEAF_OWN = _names("masks fps write_limit nbytes mark")
 
 
 def leaves_argv(
@@ -141,6 +145,7 @@ __all__ = [
     "LEAF_OWN",
     "LEAVES_SHARED",
     "LIBRARY_BATCH",
+    "MARKED",
     "MISSING",
     "MOVED",
     "SCRIPTS",

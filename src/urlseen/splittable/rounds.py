@@ -189,9 +189,10 @@ class LeafRounds(LeafSplits):
         self._reload()
         live = {leaf for leaf, _ in self._tree.leaves()}
         for leaf in done.missing:
-            if leaf in live:  # not split and expired: lost
+            # not split and expired, or a node the tree no longer has (it went back): lost
+            if leaf in live or leaf not in self._tree.splits:
                 raise self._lost_leaf(leaf)
-        if self._tree.version != version or done.missing:
+        if self._tree.version != version or done.missing:  # missing: split, routed below
             return stuck_wait
         for leaf in done.moved:
             self._split(leaf)

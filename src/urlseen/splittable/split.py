@@ -21,6 +21,7 @@ from urlseen.splittable.sizing import CHILD_FIT
 from urlseen.splittable.tree import MISSING, LeafAnswer, LeafOp, LeafStore, Split, Tree
 
 LOCK_LEASES = 3  # a split lock lasts 3 of the store's leases, renewed after each chunk
+MIN_LOCK_MS = 2000  # and 2 s at least: a split takes longer than a tiny lease
 GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8192  # fingerprints copied per step of a split
 SMALL_LEAF = 4  # leaves below 1/4 of leaf_bits ...
@@ -41,6 +42,7 @@ class LeafSplits:
     _tree: Tree
     _full_bits: int
     _chain: list[tuple[int, int]]
+    _attempt: tuple[str, str, list[str]]  # the split this client runs: leaf, token, children
 
     def _reload(self) -> None:
         raise NotImplementedError
@@ -49,7 +51,16 @@ class LeafSplits:
         raise NotImplementedError
 
     def _lock_ms(self) -> int:
-        return LOCK_LEASES * self._store.lease_ms
+        return max(MIN_LOCK_MS, LOCK_LEASES * self._store.lease_ms)
+
+    def _child_gone(self, child: str) -> Exception:
+        """A child of this client's split (_attempt: leaf, token, children) vanished: another
+        client took the split over (this one's lock expired, and the taker dropped the
+        children), or the data is lost."""
+        leaf, token, children = self._attempt
+        if not self._store.refresh(leaf, token, self._lock_ms(), children):
+            return _TakenOver()
+        return self._lost_leaf(child)
 
     def _split(self, leaf: str) -> bool:
         """Split a full leaf, unless another client holds its lock; True if this one did. A
@@ -78,12 +89,17 @@ class LeafSplits:
         parts = route_values(split, held)
         child_bits = self._fitted(max(len(v) for v in parts.values()), bits if grows else 0)
         store.make_leaves(children, child_bits, self._tree.params)
-        for child, values in parts.items():
-            self._fill(child, values, universe if grows else split.shift)
-        if not store.refresh(leaf, token, self._lock_ms(), children):
-            return False
-        end = store.seal(leaf)  # no more writes to the leaf: the rest is final
-        if end < 0 or self._copy(leaf, split, start, end, token) is None:
+        self._attempt = (leaf, token, children)
+        try:
+            for child, values in parts.items():
+                self._fill(child, values, universe if grows else split.shift)
+            if not store.refresh(leaf, token, self._lock_ms(), children):
+                return False
+            end = store.seal(leaf)  # no more writes to the leaf: the rest is final
+            copied = None if end < 0 else self._copy(leaf, split, start, end, token)
+        except _TakenOver:
+            return False  # the taker drops this attempt's children and splits again
+        if copied is None:
             store.drop(children)
             return False
         store.copy_claims(leaf, split)  # sealed: no new claims; acknowledgements come again
@@ -165,13 +181,13 @@ class LeafSplits:
             child, fps, fingerprint_code.encode(values, universe, prefix)
         )
         if reply is MISSING:
-            raise self._lost_leaf(child)
+            raise self._child_gone(child)
         if isinstance(reply, LeafAnswer):
             return
         for at in range(0, len(fps), COPY_CHUNK):
             copied = self._store.check_and_add({child: fps[at : at + COPY_CHUNK]}, LeafOp.COPY)
             if not isinstance(copied[child], LeafAnswer):  # fresh children take every copy
-                raise self._lost_leaf(child)
+                raise self._child_gone(child)
 
     def _copy(self, leaf: str, split: Split, start: int, end: int, token: str) -> int | None:
         """Re-insert the sealed leaf's raw fingerprints [start, end) (bytes of its tail: those
@@ -188,11 +204,15 @@ class LeafSplits:
                 groups[split.child(int.from_bytes(fp, "little"))].append(fp)
             for child, reply in store.check_and_add(groups, LeafOp.COPY).items():
                 if not isinstance(reply, LeafAnswer):  # fresh children take every copy
-                    raise self._lost_leaf(child)
+                    raise self._child_gone(child)
             start += len(data)
             if not store.refresh(leaf, token, self._lock_ms(), split.children):
                 return None
         return start
+
+
+class _TakenOver(Exception):
+    """This client's split was taken over by another client (its lock had expired)."""
 
 
 def route_values(split: Split, values: np.ndarray) -> dict[str, np.ndarray]:

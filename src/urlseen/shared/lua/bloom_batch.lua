@@ -3,7 +3,7 @@
 -- claims. claims.lua, bits.lua and batch_claims.lua are put in front.
 --
 -- KEYS: bits meta claims records stage
--- ARGV: op instance nbytes layout fp_bytes masks fps owner priority call lease_ms
+-- ARGV: op instance nbytes layout fp_bytes masks fps owner priority call lease_ms mark
 -- (urlseen.shared.scripts.BLOOM_BATCH builds them; the operation's tail follows ARGV)
 --
 -- bits: the filter's bits (bits.lua); meta: its hash (count: keys reported new; instance: the
@@ -13,7 +13,8 @@
 -- instance the client opened; nbytes: the bits' length; layout: "blocked" or "standard";
 -- fp_bytes: a fingerprint's width; masks: urlseen._core.byte_masks of the batch (CONTAINS,
 -- ADD); fps: its fingerprints, the claims' fields (ADD, ACK, ABANDON, RENEW); owner, priority,
--- call, lease_ms: this call's side of the claims (claims.lua).
+-- call, lease_ms: this call's side of the claims (claims.lua); mark: the caller's write mark
+-- as it expects it (mark.lua, put in front too).
 -- The tail: ADD: none, or the optimistic path's count, answers, blocks and blocks as read
 -- (bits.lua, bits_agreed), or the count, answers, STAGED and "" (a rewrite, below); DROP: the
 -- fingerprints whose claims it deletes unread (an acknowledgement younger than half a lease:
@@ -22,11 +23,11 @@
 -- Returns: ADD: per key NEW, SEEN, PENDING or OWN (bits.lua), then FELL_BACK if the
 -- optimistic arguments were sent and not taken; CONTAINS: per key NEW (absent) or SEEN
 -- (present); ACK, ABANDON, RENEW: per key NEW where the claim was still the caller's; DROP:
--- how many claims it deleted. Data that vanished is an error reply "URLSEEN-LOST ...", before
--- anything is written.
+-- how many claims it deleted. Data that vanished is an error reply "URLSEEN-LOST ...", data
+-- that went back in time "URLSEEN-ROLLBACK ...", before anything is written.
 local op, instance, nbytes, layout = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local width, masks, fps = tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local TAIL = 11 -- ARGV before the operation's tail
+local TAIL = 12 -- ARGV before the operation's tail
 local bits_key, meta_key, claims_key, records_key, stage_key = KEYS[1], KEYS[2], KEYS[3],
                                                                 KEYS[4], KEYS[5]
 
@@ -39,6 +40,12 @@ end
 if redis.call('STRLEN', bits_key) ~= nbytes then
   return redis.error_reply('URLSEEN-LOST ' .. bits_key .. ' is gone or damaged')
 end
+if meta[2] and not tonumber(meta[2]) then
+  return redis.error_reply('URLSEEN-DAMAGED Redis key ' .. meta_key .. ': field count is not a '
+                           .. 'number')
+end
+local went_back = mark_advance(meta_key, ARGV[8], ARGV[12])
+if went_back then return redis.error_reply(went_back) end
 
 if op == OP_DROP then
   claims_expand(records_key, claims_key, width)

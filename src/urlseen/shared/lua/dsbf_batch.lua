@@ -11,8 +11,9 @@
 -- ARGV[1..9]: what every leaf shares: the operation, receipt ttl, layout, fingerprint width,
 --   instance, and the claims' owner, priority, call id and lease (leaf_batch.lua's ARGV[2],
 --   [3], [4], [6], [8], [10..13]);
--- then per leaf its masks, fingerprints, write limit and bits' length (ARGV[1], [5], [7], [9]),
---   a count m and m arguments more, its ARGV[14..] (ADD: the optimistic path's; DROP: the
+-- then per leaf its masks, fingerprints, write limit, bits' length and write mark (ARGV[1],
+--   [5], [7], [9], [14]), a count m and m arguments more, its ARGV[15..] (ADD: the
+--   optimistic path's; DROP: the
 --   (field, fingerprints) pairs; else m = 0).
 -- Returns one leaf_batch.lua answer per leaf, in order; the first error reply (URLSEEN-LOST)
 -- stops the call and is its answer, as it stops the batch.
@@ -20,10 +21,10 @@ local out, a = {}, 9
 for i = 0, #KEYS / 6 - 1 do
   local k = 6 * i
   local args = {ARGV[a + 1], ARGV[1], ARGV[2], ARGV[3], ARGV[a + 2], ARGV[4], ARGV[a + 3],
-                ARGV[5], ARGV[a + 4], ARGV[6], ARGV[7], ARGV[8], ARGV[9]}
-  local m = tonumber(ARGV[a + 5])
-  for j = 1, m do args[13 + j] = ARGV[a + 5 + j] end
-  a = a + 5 + m
+                ARGV[5], ARGV[a + 4], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[a + 5]}
+  local m = tonumber(ARGV[a + 6])
+  for j = 1, m do args[14 + j] = ARGV[a + 6 + j] end
+  a = a + 6 + m
   local answer = leaf_batch({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
                              KEYS[k + 6]}, args)
   if type(answer) == 'table' then return answer end

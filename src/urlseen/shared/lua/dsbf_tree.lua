@@ -10,9 +10,11 @@
 -- splitter whose lock expired and was taken over can never install its children (fencing).
 --
 -- KEYS[2]: the name's kind record (record.lua), set with the tree.
--- ARGV[1] is the operation, ARGV[2] the instance the client opened (create: the new one); every
--- operation but create answers the error "URLSEEN-LOST ..." when the tree is gone or another
--- filter's.
+-- ARGV[1] is the operation, ARGV[2] the instance the client opened (create: the new one),
+-- followed, for a client that keeps a write mark (mark.lua, put in front), by its owner and the
+-- mark it expects, space-separated; every operation but create answers the error
+-- "URLSEEN-LOST ..." when the tree is gone or another filter's, "URLSEEN-ROLLBACK ..." when it
+-- went back in time since the client's last call.
 --   create  instance params root-description first_leaves bits -> {kind, params}: the params that
 --           won (created if the name was free); kind "" when the name holds data without a
 --           kind record, another kind's name when it holds another kind
@@ -55,11 +57,16 @@ if op == 'create' then
   return {'dsbf', ARGV[3]}
 end
 
+local opened, owner, mark = string.match(ARGV[2], '^(%S+) ?(%S*) ?(%d*)$')
 local instance = redis.call('HGET', tree, 'instance')
-if instance ~= ARGV[2] then
+if instance ~= opened then
   if not instance then return redis.error_reply('URLSEEN-LOST ' .. tree .. ' is gone') end
   return redis.error_reply('URLSEEN-LOST ' .. tree .. ' belongs to another filter of the '
                            .. 'same name, created since')
+end
+if owner ~= '' then
+  local went_back = mark_advance(tree, owner, mark)
+  if went_back then return redis.error_reply(went_back) end
 end
 
 if op == 'ready' then

@@ -5,7 +5,7 @@
 --
 -- KEYS: bits meta receipt claims fps records
 -- ARGV: masks op receipt_ttl layout fps fp_bytes write_limit instance nbytes
---       owner priority call lease_ms
+--       owner priority call lease_ms mark
 -- (urlseen.shared.scripts.LEAF_BATCH builds them; the operation's tail follows ARGV)
 --
 -- bits: the leaf's bits (bits.lua); meta: its hash (state, count: keys reported new,
@@ -18,7 +18,9 @@
 -- new leaf: set, and count every key as new, for none may be dropped as a false positive);
 -- ACK, ABANDON, RENEW; DROP. masks: urlseen._core.byte_masks of the batch; fps: its
 -- fingerprints; write_limit: at this count the leaf takes no more writes until split; nbytes:
--- the bits' length; the rest as bloom_batch.lua's.
+-- the bits' length; mark: the caller's write mark in the leaf's meta as it expects it
+-- (mark.lua; "" for a call that claims nothing: a split's copies); the rest as
+-- bloom_batch.lua's.
 -- The tail: ADD: none, or the optimistic path's count, answers, blocks and blocks as read
 -- (bits.lua, bits_agreed); DROP: (field, fingerprints) pairs: a record's field ("OWNER
 -- CALL", claims_record) and the fingerprints it claimed in this leaf, packed, or "" and
@@ -33,7 +35,7 @@
 local masks, op, ttl, layout = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local fps, width, limit = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local instance, nbytes = ARGV[8], tonumber(ARGV[9])
-local TAIL = 13 -- ARGV before the operation's tail
+local TAIL = 14 -- ARGV before the operation's tail
 local bits_key, meta_key, receipt_key, claims_key, fps_key, records_key = KEYS[1], KEYS[2],
                                                                           KEYS[3], KEYS[4],
                                                                           KEYS[5], KEYS[6]
@@ -46,6 +48,17 @@ local meta = redis.call('HMGET', meta_key, 'instance', 'state', 'count', 'coded'
 if meta[1] ~= instance then return MISSING end
 if redis.call('STRLEN', bits_key) ~= nbytes then
   return redis.error_reply('URLSEEN-LOST ' .. bits_key .. ' is gone or damaged')
+end
+for i, name in ipairs({'count', 'coded', 'code_bytes'}) do
+  local value = meta[i + 2]
+  if (value or i == 1) and not tonumber(value or '') then
+    return redis.error_reply('URLSEEN-DAMAGED Redis key ' .. meta_key .. ': field ' .. name
+                             .. ' is not a number')
+  end
+end
+if ARGV[14] ~= '' then
+  local went_back = mark_advance(meta_key, ARGV[10], ARGV[14])
+  if went_back then return redis.error_reply(went_back) end
 end
 local count = tonumber(meta[3])
 local raw = count - (tonumber(meta[4]) or 0) -- its raw fingerprints, after the code

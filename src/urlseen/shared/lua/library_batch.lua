@@ -4,7 +4,7 @@
 --
 -- KEYS: receipt
 -- ARGV: mode fps prefix groups bucket_bits now receipt_ttl instance
---       owner priority call lease_ms
+--       owner priority call lease_ms marks
 -- (urlseen.shared.scripts.LIBRARY_BATCH builds them)
 --
 -- Records live in bucket hashes: bucket b = the top bucket_bits bits of the fingerprint,
@@ -31,7 +31,9 @@
 --       "abandon", "renew" (delete, end the lease of, or start a new lease of the caller's
 --       claims: claims.lua)
 -- fps: the fingerprints, 16 bytes each, concatenated; now: Unix seconds; instance: the
--- instance the client opened; owner, priority, call, lease_ms: the claims' (claims.lua)
+-- instance the client opened; owner, priority, call, lease_ms: the claims' (claims.lua);
+-- marks: "g:n ..." the caller's write mark in each group it touches, as it expects it
+-- (mark.lua, put in front: a group that went back in time answers "URLSEEN-ROLLBACK ...")
 -- Returns one character per fingerprint: claim: NEW, SEEN or PENDING (claims.lua); contains,
 -- release, forget: NEW was present, SEEN not; ack, abandon, renew: NEW the claim was still
 -- the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
@@ -57,20 +59,29 @@ local function group_of(pos)
   return bucket % groups, bucket
 end
 
-local checked = {}
+local checked, expect = {}, {}
+for g, n in string.gmatch(ARGV[13], '(%d+):(%d+)') do expect[tonumber(g)] = n end
 for pos = 1, #data, 16 do
   local g = group_of(pos)
   if not checked[g] then
     checked[g] = true
     local marker = prefix .. g .. '}:n'
-    local found = redis.call('HGET', marker, 'instance')
-    if found ~= instance then
-      if not found then
+    local found = redis.call('HMGET', marker, 'instance', 'count', 'claims')
+    if found[1] ~= instance then
+      if not found[1] then
         return redis.error_reply('URLSEEN-LOST ' .. marker .. ' is gone')
       end
       return redis.error_reply('URLSEEN-LOST ' .. marker .. ' belongs to another library of '
                                .. 'the same name')
     end
+    for i, name in ipairs({'count', 'claims'}) do
+      if found[i + 1] and not tonumber(found[i + 1]) then
+        return redis.error_reply('URLSEEN-DAMAGED Redis key ' .. marker .. ': field ' .. name
+                                 .. ' is not a number')
+      end
+    end
+    local went_back = mark_advance(marker, ARGV[9], expect[g] or '0')
+    if went_back then return redis.error_reply(went_back) end
   end
 end
 
