@@ -15,6 +15,8 @@ from urlseen.integrations._expiry import expire_seconds
 from urlseen.integrations._handle import SeenHandle
 from urlseen.integrations.scrapy import UrlseenDupeFilter
 
+DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
+
 
 @pytest.mark.parametrize("value", ["soon", 0, -5, True, "nan", float("inf")])
 def test_a_bad_age_names_the_setting(value: object) -> None:
@@ -90,5 +92,37 @@ def test_a_bloom_filter_cannot_forget(tmp_path) -> None:
         df.request_seen(request)
         assert not df.forget(request, "a request failed")
         assert df.request_seen(request)  # still seen
+    finally:
+        df.close()
+
+
+def test_a_request_a_callback_marks_is_forgotten(tmp_path) -> None:
+    """ForgetFailedResponses, after the callback's output: the marked request is forgotten,
+    an unmarked 200 and a 404 (the site's answer) are not, a 503 the spider does not handle is."""
+    from types import SimpleNamespace
+
+    from scrapy import Spider
+    from scrapy.http import HtmlResponse
+    from scrapy.utils.test import get_crawler
+
+    from urlseen.integrations.scrapy_forget import ForgetFailedResponses
+
+    crawler = get_crawler(Spider, settings_dict={"DUPEFILTER_CLASS": DUPEFILTER})
+    crawler.spider = crawler._create_spider("s")
+    df = UrlseenDupeFilter("exact", capacity=1000, state=tmp_path / "s")
+    crawler.engine = SimpleNamespace(_slot=SimpleNamespace(scheduler=SimpleNamespace(df=df)))
+    middleware = ForgetFailedResponses.from_crawler(crawler)
+    try:
+        answers = {}
+        for path, status, mark in [("a", 200, True), ("b", 200, False), ("c", 404, False),
+                                   ("d", 503, False)]:  # fmt: skip
+            request = Request(
+                f"http://a.test/{path}", meta={"urlseen_forget": True} if mark else {}
+            )
+            assert not df.request_seen(request)
+            response = HtmlResponse(request.url, status=status, request=request, body=b"")
+            assert list(middleware.process_spider_output(response, iter(["item"]))) == ["item"]
+            answers[path] = df.request_seen(request)  # False: forgotten, new again
+        assert answers == {"a": False, "b": True, "c": True, "d": False}
     finally:
         df.close()
