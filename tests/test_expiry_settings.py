@@ -11,9 +11,9 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from urlseen.errors import ConfigError
-from urlseen.integrations._expiry import expire_seconds
 from urlseen.integrations._handle import SeenHandle
 from urlseen.integrations.scrapy import UrlseenDupeFilter
+from urlseen.job.expiry import expire_seconds
 
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
 

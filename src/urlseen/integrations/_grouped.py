@@ -74,17 +74,13 @@ class GroupedAdds:
         self._since = time.monotonic()
 
     def forget_many(self, keys: Iterable[Key]) -> list[bool]:
-        """Forget each key (new again), from the group and the memory of recent keys too."""
-        keys = list(keys)
-        waiting = [self._waiting.pop(k, 0) is None for k in keys]
-        for key in keys:
-            self._recent.pop(key, None)
-        held = self.seen.forget_many(keys)  # type: ignore[attr-defined]
-        return [w or bool(h) for w, h in zip(waiting, held, strict=True)]
+        """Forget each key (new again): the group committed first, recent keys emptied."""
+        self.flush()
+        self._recent.clear()
+        return list(self.seen.forget_many(list(keys)))  # type: ignore[attr-defined]
 
     def forget_older_than(self, timestamp: float) -> int:
-        """Forget every key first seen before timestamp: the group is committed first (its keys
-        are new now) and the memory of recent keys, which may hold them, emptied."""
+        """Forget every key first seen before timestamp (the group committed, recent emptied)."""
         self.flush()
         self._recent.clear()
         return int(self.seen.forget_older_than(timestamp))  # type: ignore[attr-defined]

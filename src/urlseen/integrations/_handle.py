@@ -9,9 +9,7 @@ So the handle
   and on the framework's signals (`checkpoint()`), so a state is current without close();
 - closes the filter at interpreter exit (or when the handle is garbage collected) if nobody
   did: grouped keys committed, a temporary library's folder removed;
-- expires requests older than `expire_after` (integrations/_expiry.py: exact kinds by their
-  library's times, swept on open and on checkpoints; a rotating filter by its window) and
-  forgets requests the crawler asks it to;
+- expires requests older than `expire_after`, and forgets requests (job/expiry.py);
 - for a filter shared through Redis, records this process as a member of the filter's fleet,
   so that `clear()` deletes the shared filter only when no other live process still uses it.
 """
@@ -29,8 +27,8 @@ from typing import Any
 
 from urlseen import kinds
 from urlseen.errors import ClosedError
-from urlseen.integrations._expiry import EXACT_KINDS, Expiry, expiry_options, forget_keys
 from urlseen.integrations._grouped import grouped
+from urlseen.job.expiry import EXACT_KINDS, Expiry, expiry_options, forget_keys
 from urlseen.protocol import SeenFilter
 from urlseen.shared.fleet import Fleet
 
@@ -83,8 +81,7 @@ class SeenHandle:
 
     Args: as kinds.open_filter; group: a local exact filter's grouped adds (new keys per
     commit; 0: none); keys: what the crawler's keys are, for the error when the kind reads
-    URLs' structure (a crawler's request keys are opaque); expire_after: seconds after which a
-    seen request is new again (None: never; refused for kinds that cannot expire).
+    URLs' structure (a crawler's request keys are opaque); expire_after: job/expiry.py.
     """
 
     def __init__(
@@ -107,7 +104,10 @@ class SeenHandle:
             name = spell("filter") if spell is not None else "filter"
             raise kinds.OptionError(f"{name} {kind!r} reads URLs' structure; {keys} are opaque")
         setting = spell("expire_after") if spell is not None else "expire_after"
-        options = expiry_options(kind, redis is not None, expire_after, options, setting)
+        generations = kinds.OPTIONS["generations"].default
+        options = expiry_options(
+            kind, redis is not None, expire_after, options, setting, generations
+        )
         self.expiry = (
             Expiry(expire_after) if expire_after is not None and kind in EXACT_KINDS else None
         )
@@ -166,8 +166,7 @@ class SeenHandle:
         return self._seen
 
     def forget(self, keys: list[Any], why: str) -> int:
-        """Forget keys (new again: fetched again when met); how many the filter held. Kinds
-        that cannot forget log it once (why: what asked) and forget nothing."""
+        """Forget keys (new again); how many the filter held (job/expiry.py: forget_keys)."""
         return forget_keys(self.seen, self.kind, keys, why)
 
     def checkpoint(self) -> None:

@@ -52,8 +52,8 @@ from urlseen import kinds
 from urlseen.canonical import canonicalize
 from urlseen.errors import ConfigError, MissingDependencyError
 from urlseen.frontier.admit import admit
-from urlseen.integrations._expiry import expire_seconds
 from urlseen.integrations._handle import SeenHandle
+from urlseen.job.expiry import expire_seconds
 
 try:
     from crawlee import Request, RequestState
@@ -222,15 +222,11 @@ class UrlseenRequestManager(RequestManager):
             died comes back after the lease (the `lease` option, else 60 s).
         key: "crawlee" (Crawlee's unique_key, the default), "canonical" (urlseen's canonical
             URL for keys Crawlee computed: see canonical_key), or a function of the request.
-        expire_after: seconds after which a seen request is new again (None: never): exact
-            and library filters, local or shared, forget by their first-seen times; a local
-            rotating filter by its window (age / generations). Other kinds: ConfigError.
+        expire_after: seconds after which a seen request is new again (job/expiry.py).
         options: the kind's own options (urlseen.kinds.OPTIONS).
 
-    A request that failed after Crawlee's retries stays in a persistent frontier (state, or
-    share_work) and is fetched again in the next run; without one (the frontier in memory,
-    lost with the process), it is forgotten from the filter instead, so that the next run
-    fetches it again when it meets it (the exact kinds forget; others log that they cannot).
+    A request that failed after Crawlee's retries with no persistent frontier (no state nor
+    share_work) is forgotten by the filter, so a later run fetches it again.
     """
 
     def __init__(

@@ -19,8 +19,7 @@ Settings (all optional)::
     URLSEEN_FLUSH_SECONDS = 1.0       # commit grouped adds at least this often while crawling
     URLSEEN_LEASE = None              # with Redis: seconds an answer stays claimed (default 10)
     URLSEEN_ALLOW_EVICTION = False    # with Redis: use a server that may evict keys (refused)
-    URLSEEN_EXPIRE_AFTER = None       # seconds after which a seen request is new again
-                                      # (exact, library; rotating locally: integrations/_expiry.py)
+    URLSEEN_EXPIRE_AFTER = None       # seconds until a seen request is new (job/expiry.py)
     URLSEEN_LAYOUT = None             # any other kind option by its name (urlseen.kinds.OPTIONS):
                                       # LAYOUT, LEAF_BITS, GROUPS, GENERATIONS, WINDOW, ...
 
@@ -54,10 +53,10 @@ from typing import TYPE_CHECKING, Any
 from urlseen import kinds
 from urlseen.errors import ConfigError, MissingDependencyError
 from urlseen.frontier.admit import admit
-from urlseen.integrations._expiry import expire_seconds
 from urlseen.integrations._grouped import GroupedAdds
 from urlseen.integrations._handle import SeenHandle
 from urlseen.integrations._stop import CrawlStopper
+from urlseen.job.expiry import expire_seconds
 from urlseen.protocol import SeenFilter
 
 try:
@@ -358,8 +357,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
         return flags
 
     def forget(self, request: Request, why: str) -> bool:
-        """Forget a request (new again: fetched again when met, in this crawl or the next);
-        False if the filter did not hold it or cannot forget (logged once)."""
+        """Forget a request (new again); False if not held or the kind cannot (logged once)."""
         if self._stop.failure is not None:
             return False
         return self.handle.forget([self.fingerprinter.fingerprint(request)], why) > 0

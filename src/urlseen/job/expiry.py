@@ -1,6 +1,7 @@
-"""Expiry and forgetting for a crawler's filter: seen requests expire after an age, and a
-request can be forgotten (a download that failed for good, one a callback marks), so that a
-later run, or the same crawl, fetches it again.
+"""Expiry and forgetting for a crawler's filter (the crawler integrations' re-crawl half, as
+forget.py is the pipeline's): seen requests expire after an age, and a request can be
+forgotten (a download that failed for good, one a callback marks), so that a later run, or the
+same crawl, fetches it again.
 
 What each kind can do:
 
@@ -22,7 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from urlseen import kinds
 from urlseen.errors import ConfigError
 from urlseen.protocol import Key, SeenFilter
 
@@ -53,16 +53,22 @@ def expire_seconds(value: object, setting: str) -> float | None:
 
 
 def expiry_options(
-    kind: str, shared: bool, age: float | None, options: dict[str, Any], setting: str
+    kind: str,
+    shared: bool,
+    age: float | None,
+    options: dict[str, Any],
+    setting: str,
+    generations: int,
 ) -> dict[str, Any]:
-    """The kind options that make `kind` expire after `age` (a rotating filter's window), or
-    ConfigError naming the setting and the kinds that can when `kind` cannot expire."""
+    """The kind options that make `kind` expire after `age` (a rotating filter's window, for
+    options' generations, else `generations`), or ConfigError naming the setting and the
+    kinds that can when `kind` cannot expire."""
     if age is None:
         return options
     if kind in EXACT_KINDS:
         return options
     if kind in GENERATION_KINDS and not shared:
-        generations = options.get("generations") or kinds.OPTIONS["generations"].default
+        generations = options.get("generations") or generations
         window = age / generations
         given = options.get("window")
         if given is not None and not math.isclose(float(given), window):
