@@ -19,6 +19,8 @@ Fixtures (registered in conftest.py):
 - `.delay = s`: every request waits s seconds first (a slower crawl, so a kill lands mid-crawl);
 - `.fail_next(m, status=503)`: the next m requests get that HTTP status, or with status=None
   the connection is reset unanswered;
+- `.failing[path] = status`: every request for that path gets that status (None: a reset
+  connection) until the entry is removed;
 - `.down()` / `.up()`: stop listening (connections refused) and listen again on the same port.
 
 Crawls in subprocesses (each in its own process group, output to a log file):
@@ -127,7 +129,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         owner = self.server.owner
         if owner.delay:
             time.sleep(owner.delay)
-        status = owner.take_failure()
+        status = owner.take_failure(self.path)
         if status is _RESET:
             # SO_LINGER 0: close() sends RST, the client sees the connection reset.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
@@ -161,6 +163,7 @@ class ServedSite:
     served: int = 0
     requests: Counter[str] = field(default_factory=Counter)
     _failures: list[object] = field(default_factory=list)
+    failing: dict[str, int | None] = field(default_factory=dict)  # path -> status (None: reset)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _httpd: _SiteHTTPServer | None = None
     _thread: threading.Thread | None = None
@@ -204,8 +207,11 @@ class ServedSite:
         with self._lock:
             self._failures.extend([_RESET if status is None else status] * count)
 
-    def take_failure(self) -> object | None:
+    def take_failure(self, path: str = "") -> object | None:
         with self._lock:
+            if path in self.failing:
+                status = self.failing[path]
+                return _RESET if status is None else status
             return self._failures.pop(0) if self._failures else None
 
     def count(self, path: str) -> None:

@@ -132,7 +132,7 @@ def test_no_class_over_400_lines(path: Path) -> None:
 # Each wing's budget in lines (.py, .lua; C in csrc/ and bindings/): a wing that outgrows it
 # is doing a second job.
 BUDGETS = {
-    "integrations": 2400,
+    "integrations": 2450,  # expiry and forget-on-failure (scrapy_forget.py) for three crawlers
     "kinds": 1000,
     "job": 1600,
     "state": 1500,

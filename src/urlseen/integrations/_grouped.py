@@ -73,6 +73,18 @@ class GroupedAdds:
             self._waiting.clear()
         self._since = time.monotonic()
 
+    def forget_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Forget each key (new again): the group committed first, recent keys emptied."""
+        self.flush()
+        self._recent.clear()
+        return list(self.seen.forget_many(list(keys)))  # type: ignore[attr-defined]
+
+    def forget_older_than(self, timestamp: float) -> int:
+        """Forget every key first seen before timestamp (the group committed, recent emptied)."""
+        self.flush()
+        self._recent.clear()
+        return int(self.seen.forget_older_than(timestamp))  # type: ignore[attr-defined]
+
     def __len__(self) -> int:
         return len(self.seen) + len(self._waiting)
 

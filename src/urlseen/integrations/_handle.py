@@ -9,6 +9,7 @@ So the handle
   and on the framework's signals (`checkpoint()`), so a state is current without close();
 - closes the filter at interpreter exit (or when the handle is garbage collected) if nobody
   did: grouped keys committed, a temporary library's folder removed;
+- expires requests older than `expire_after`, and forgets requests (job/expiry.py);
 - for a filter shared through Redis, records this process as a member of the filter's fleet,
   so that `clear()` deletes the shared filter only when no other live process still uses it.
 """
@@ -27,6 +28,7 @@ from typing import Any
 from urlseen import kinds
 from urlseen.errors import ClosedError
 from urlseen.integrations._grouped import grouped
+from urlseen.job.expiry import EXACT_KINDS, Expiry, expiry_options, forget_keys
 from urlseen.protocol import SeenFilter
 from urlseen.shared.fleet import Fleet
 
@@ -79,7 +81,7 @@ class SeenHandle:
 
     Args: as kinds.open_filter; group: a local exact filter's grouped adds (new keys per
     commit; 0: none); keys: what the crawler's keys are, for the error when the kind reads
-    URLs' structure (a crawler's request keys are opaque).
+    URLs' structure (a crawler's request keys are opaque); expire_after: job/expiry.py.
     """
 
     def __init__(
@@ -94,12 +96,21 @@ class SeenHandle:
         spell: Callable[[str], str] | None = None,
         group: int = 0,
         keys: str = "request keys",
+        expire_after: float | None = None,
         **options: Any,
     ) -> None:
         row = kinds.kind(kind, spell) if spell is not None else kinds.kind(kind)
         if row.url_keys:
             name = spell("filter") if spell is not None else "filter"
             raise kinds.OptionError(f"{name} {kind!r} reads URLs' structure; {keys} are opaque")
+        setting = spell("expire_after") if spell is not None else "expire_after"
+        generations = kinds.OPTIONS["generations"].default
+        options = expiry_options(
+            kind, redis is not None, expire_after, options, setting, generations
+        )
+        self.expiry = (
+            Expiry(expire_after) if expire_after is not None and kind in EXACT_KINDS else None
+        )
         self.kind = kind
         self.state = None if state is None else Path(state)
         self.redis, self.name = redis, name
@@ -150,7 +161,13 @@ class SeenHandle:
                 raise
             self._seen, self._fleet = seen, fleet
             self._finalizer = weakref.finalize(self, _close_quietly, seen, fleet)
+            if self.expiry is not None:
+                self.expiry.sweep(seen, force=True)
         return self._seen
+
+    def forget(self, keys: list[Any], why: str) -> int:
+        """Forget keys (new again); how many the filter held (job/expiry.py: forget_keys)."""
+        return forget_keys(self.seen, self.kind, keys, why)
 
     def checkpoint(self) -> None:
         """Make every answer given so far durable: commit grouped adds, tell a shared filter
@@ -164,6 +181,8 @@ class SeenHandle:
         acknowledge = getattr(seen, "acknowledge", None)
         if acknowledge is not None:
             acknowledge()
+        if self.expiry is not None:
+            self.expiry.sweep(seen)
         if self._fleet is not None and not self._fleet.renew():
             # Gone from the fleet: the filter's keys may be gone too (len asks Redis, and
             # raises FilterLostError if so); else this process was too slow to renew, and

@@ -53,6 +53,7 @@ from urlseen.canonical import canonicalize
 from urlseen.errors import ConfigError, MissingDependencyError
 from urlseen.frontier.admit import admit
 from urlseen.integrations._handle import SeenHandle
+from urlseen.job.expiry import expire_seconds
 
 try:
     from crawlee import Request, RequestState
@@ -221,7 +222,11 @@ class UrlseenRequestManager(RequestManager):
             died comes back after the lease (the `lease` option, else 60 s).
         key: "crawlee" (Crawlee's unique_key, the default), "canonical" (urlseen's canonical
             URL for keys Crawlee computed: see canonical_key), or a function of the request.
+        expire_after: seconds after which a seen request is new again (job/expiry.py).
         options: the kind's own options (urlseen.kinds.OPTIONS).
+
+    A request that failed after Crawlee's retries with no persistent frontier (no state nor
+    share_work) is forgotten by the filter, so a later run fetches it again.
     """
 
     def __init__(
@@ -235,6 +240,7 @@ class UrlseenRequestManager(RequestManager):
         redis_name: str | None = None,
         key: str | KeyRule = "crawlee",
         share_work: bool = False,
+        expire_after: float | None = None,
         **options: Any,
     ) -> None:
         kind = filter or kinds.DEFAULT_KIND
@@ -264,6 +270,7 @@ class UrlseenRequestManager(RequestManager):
             redis=redis_url,
             name=redis_name or "crawlee:default" if redis_url is not None else None,
             keys="Crawlee's unique keys",
+            expire_after=expire_seconds(expire_after, "expire_after"),
             **options,
         )
         self._frontier: _Frontier | SharedFrontier
@@ -337,6 +344,8 @@ class UrlseenRequestManager(RequestManager):
             again = request.model_copy(deep=True)
             again.retry_count, again.state = 0, RequestState.UNPROCESSED
             done = self._frontier.failed(key, again)
+            if self.folder is None and not isinstance(self._frontier, SharedFrontier):
+                self.handle.forget([key], "a request failed after its retries")
         else:
             done = self._frontier.handled(key)
         if not done:

@@ -19,6 +19,7 @@ Settings (all optional)::
     URLSEEN_FLUSH_SECONDS = 1.0       # commit grouped adds at least this often while crawling
     URLSEEN_LEASE = None              # with Redis: seconds an answer stays claimed (default 10)
     URLSEEN_ALLOW_EVICTION = False    # with Redis: use a server that may evict keys (refused)
+    URLSEEN_EXPIRE_AFTER = None       # seconds until a seen request is new (job/expiry.py)
     URLSEEN_LAYOUT = None             # any other kind option by its name (urlseen.kinds.OPTIONS):
                                       # LAYOUT, LEAF_BITS, GROUPS, GENERATIONS, WINDOW, ...
 
@@ -55,6 +56,7 @@ from urlseen.frontier.admit import admit
 from urlseen.integrations._grouped import GroupedAdds
 from urlseen.integrations._handle import SeenHandle
 from urlseen.integrations._stop import CrawlStopper
+from urlseen.job.expiry import expire_seconds
 from urlseen.protocol import SeenFilter
 
 try:
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
     from twisted.internet.task import LoopingCall
 
 STATE_FOLDER = "urlseen"  # the filter's state inside JOBDIR
+EXPIRE = "URLSEEN_EXPIRE_AFTER"
 GROUP_SIZE = 8192  # exact filter, one writer: a library commit per this many new requests (or 1 s)
 FLUSH_SECONDS = 1.0
 BLOOM_KINDS = ("bloom", "dsbf")  # kinds sized by bits and hashes, as scrapy-redis-bloomfilter's
@@ -130,6 +133,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
         options: dict[str, Any] | None = None,
         bloomfilter_stat: bool = False,
         flush_seconds: float = FLUSH_SECONDS,
+        expire_after: float | None = None,
     ) -> None:
         kind = filter or kinds.DEFAULT_KIND
         row = kinds.kind(kind, _setting)
@@ -162,6 +166,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
             spell=_setting,
             group=GROUP_SIZE,
             keys="Scrapy's request fingerprints",
+            expire_after=expire_after,
             **(options or {}),
         )
         self._timer: LoopingCall | None = None
@@ -261,6 +266,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
             options=options,
             bloomfilter_stat=_bloomfilter_in_use(settings),
             flush_seconds=settings.getfloat("URLSEEN_FLUSH_SECONDS", FLUSH_SECONDS),
+            expire_after=expire_seconds(settings.get(EXPIRE), EXPIRE),
         )
 
     def _connect(self, crawler: Crawler) -> None:
@@ -349,6 +355,12 @@ class UrlseenDupeFilter(BaseDupeFilter):
             if spider is not None:
                 self.log(request, spider)
         return flags
+
+    def forget(self, request: Request, why: str) -> bool:
+        """Forget a request (new again); False if not held or the kind cannot (logged once)."""
+        if self._stop.failure is not None:
+            return False
+        return self.handle.forget([self.fingerprinter.fingerprint(request)], why) > 0
 
     def log(self, request: Request, spider: Spider) -> None:
         """Scrapy's duplicate log, word for word: the first filtered request, or all with

@@ -50,11 +50,18 @@ def _verify_file(path: Path) -> bool | None:
 
 
 def describe_rotating(path: Path, verify: bool) -> dict[str, Any]:
-    """The manifest's configuration and each live generation; with verify, each generation's
-    data checked too."""
+    """The manifest's configuration and each live generation (with its age: how long ago it
+    started, so when its URLs expire); with verify, each generation's data checked too."""
+    import time
+
     from urlseen.bloom import rotating
 
     desc = rotating.describe_folder(path)
+    now = time.time()
+    for generation in desc["live_generations"]:
+        generation["age_seconds"] = round(now - generation["started"], 1)
+    if desc["live_generations"]:
+        desc["oldest_generation_age_seconds"] = desc["live_generations"][0]["age_seconds"]
     if verify:
         for generation in desc["live_generations"]:
             generation["verified"] = _verify_file(path / generation["file"])
