@@ -139,7 +139,7 @@ BUDGETS = {
     "bloom": 2000,
     "exact": 2800,
     "splittable": 1800,
-    "shared": 5200,  # with the write marks that detect a rollback (shared/marks.py)
+    "shared": 5300,  # with the write marks (shared/marks.py) and the lease accounting (claims.py)
     "similarity": 1100,
     "frontier": 800,
 }
