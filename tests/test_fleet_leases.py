@@ -32,7 +32,7 @@ SHARED = ("bloom", "exact", "dsbf")
 SIZES = {"bloom": ("--capacity", "100000"), "exact": ("--capacity", "100000"),
          "dsbf": ("--capacity", "20000", "--error-rate", "1e-6")}  # fmt: skip
 LINES = 20_000  # the dev set's first lines: ~3,900 distinct URLs, most repeated
-LONG = 6.0  # the killed process's lease, seconds
+LONG = 12.0  # the killed process's lease, seconds: long enough to outlast a loaded rerun
 SHORT = "1"  # the reruns' lease: the shortest the CLI takes
 
 
