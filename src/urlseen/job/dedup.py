@@ -68,6 +68,7 @@ class DedupSummary:
     filter_count: int = 0
     filter_capacity: int = 0
     filter_kind: str = ""
+    filter_likely_dropped: float | None = None  # new URLs a Bloom-like filter likely dropped
     skipped: LineCounts = field(default_factory=LineCounts)
 
     @property
@@ -98,6 +99,7 @@ class DedupSummary:
             "filter_capacity": self.filter_capacity,
             "filter_kind": self.filter_kind,
             "over_capacity": self.filter_count > self.filter_capacity,
+            "likely_dropped": self.filter_likely_dropped,
             "skipped": self.skipped.as_dict(),
         }
 
@@ -178,6 +180,7 @@ def dedup(
     stats = seen.stats()
     summary.filter_bits, summary.filter_count = stats.bits, stats.count
     summary.filter_capacity, summary.filter_kind = stats.capacity, stats.kind
+    summary.filter_likely_dropped = stats.details.get("likely_dropped")
     return summary
 
 
