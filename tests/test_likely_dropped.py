@@ -78,3 +78,17 @@ def test_the_cli_warning_says_how_many_new_urls_were_likely_dropped(tmp_path: Pa
     said = int(warning[0].split("~", 1)[1].split()[0].replace(",", ""))
     assert said == round(small["likely_dropped"])
     assert "likely dropped as seen" in warning[0] and "--capacity" in warning[0]
+
+
+def test_a_shared_filter_reports_its_likely_drop_too(
+    dev_urls: list[str], redis_url: str, redis_name: str
+) -> None:
+    """The same estimate from a Bloom filter in Redis, which every client's stats() reads."""
+    urls = dev_urls[:200_000]
+    shared = urlseen.RedisBloomFilter(redis_url, redis_name, capacity=20_000, error_rate=1e-3)
+    with shared:
+        new = sum(sum(shared.add_many(urls[i : i + 10_000])) for i in range(0, len(urls), 10_000))
+        estimate = shared.stats().details["likely_dropped"]
+    measured = len(urls) - new
+    assert measured > 10_000
+    assert _close_enough(estimate, measured), (estimate, measured)
