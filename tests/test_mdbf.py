@@ -369,4 +369,4 @@ def test_cli_warns_when_an_mdbf_holds_more_than_its_capacity(tmp_path: Path):
 
     text = "".join(f"https://a.example/{i}\n" for i in range(300)).encode()
     result = dedup("--filter", "mdbf", "--capacity", "100", input=text)
-    assert "false-positive rate is now above" in result.stderr
+    assert "new URLs likely dropped as seen" in result.stderr

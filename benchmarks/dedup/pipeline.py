@@ -34,7 +34,20 @@ each urlseen row also runs with URLSEEN_LINE_WORKER=0 ("... serial"): the line e
 worker thread, all its work on the filter's thread, as before issue 14's two-core engine (an A/B
 in one run).
 
+By input size (--by-size; --quick for a smoke run of the small sizes, once each): the first 1,
+1,000, 10,000, 100,000 and 1,000,000 lines of the dev file (`lines-N`, plain files in the work
+folder), the dev file, the feed and the 20M synthetic set (generated into the work folder and
+deleted after its rows), with three urlseen rows: bloom raw, bloom canonicalizing and exact
+canonicalizing with --state (`--urlseen kind:mode,...` to choose), and pydeduplines (a line
+de-duplicator from PyPI, Rust; `pip install pydeduplines`) when it is installed: it needs a
+plain file, so the dev file is inflated once into the work folder for it. Runs per row: --repeat
+up to 100,000 lines, half of it up to the dev file, one on the synthetic set (and rows over 20 s
+once); every run's wall time and RSS are kept (`runs`, `rss_runs`: the spread), the fastest is
+the row. The results go to results.json under "by_size" ("by_size_quick" for --quick), beside
+the earlier rows; `python benchmarks/dedup/plot.py` draws them.
+
 Usage:
+    python benchmarks/dedup/pipeline.py --by-size [--quick] [--repeat 7]
     python benchmarks/dedup/pipeline.py [--sets dev,feed,synthetic] [--kinds bloom,exact,...]
         [--workdir /tmp/urlseen-pipeline] [--json PATH] [--timeout 900] [--repeat 3]
         [--serial-engine]          # --json: results.json beside this script by default
@@ -55,13 +68,17 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DEV = Path(os.environ.get("URLSEEN_DEV_URLS", REPO.parent / "shared/data/urls-dev.txt.gz"))
 RESULTS = Path(__file__).resolve().parent / "results.json"
 FEED_LINES = 1_842_391
+HEADS = {"lines-1": 1, "lines-1k": 1_000, "lines-10k": 10_000, "lines-100k": 100_000,
+         "lines-1m": 1_000_000}  # fmt: skip
+BY_SIZE = [*HEADS, "dev", "feed", "synthetic"]
+BY_SIZE_URLSEEN = "bloom:raw,bloom:canonical,exact:canonical"
 SYNTHETIC_LINES = 20_000_000
 REPEAT_UNDER = 20.0  # seconds: slower rows run once
 ALL_KINDS = ("bloom", "exact", "library", "mdbf", "rotating", "dsbf", "similar")
@@ -89,6 +106,8 @@ class Row:
     ok: bool
     note: str = ""
     cpu_seconds: float = 0.0  # user + sys of every process of the command
+    runs: list[float] = field(default_factory=list)  # wall seconds of every run, in order
+    rss_runs: list[float] = field(default_factory=list)
 
     @property
     def lines_per_second(self) -> float:
@@ -101,14 +120,31 @@ def count_lines(path: Path) -> int:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
 
-def make_feed(dev: Path, path: Path) -> None:
+def make_head(dev: Path, path: Path, lines: int) -> None:
+    """The dev file's first `lines` lines, as a plain file."""
     if path.exists():
         return
     with gzip.open(dev, "rb") as src, open(path, "wb") as dst:
         for i, line in enumerate(src):
-            if i == FEED_LINES:
+            if i == lines:
                 break
             dst.write(line)
+
+
+def plain_copy(path: Path, work: Path) -> Path:
+    """A plain file of `path` (inflated into the work folder when it is gzip)."""
+    if path.suffix != ".gz":
+        return path
+    plain = work / path.with_suffix("").name
+    if not plain.exists():
+        with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    return plain
+
+
+def has_pydeduplines() -> bool:
+    probe = [sys.executable, "-c", "import pydeduplines"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
 
 
 def make_startup(path: Path) -> None:
@@ -184,9 +220,12 @@ def run_set(
     timeout: float,
     repeat: int,
     serial: bool = False,
+    modes: list[tuple[str, str]] | None = None,
+    dedupers: bool = False,
 ) -> list[Row]:
     """Every tool on one set; each row is the fastest of `repeat` runs (one for rows slower
-    than REPEAT_UNDER seconds)."""
+    than REPEAT_UNDER seconds). `modes`: (kind, "raw" or "canonical") rows instead of every
+    kind both ways; `dedupers`: also the installed line de-duplicators (pydeduplines)."""
     lines = count_lines(path)
     gz = path.suffix == ".gz"
     cat = f"zcat {shlex.quote(str(path))}" if gz else f"cat {shlex.quote(str(path))}"
@@ -200,20 +239,28 @@ def run_set(
         ("sort -u", f"{cat} | LC_ALL=C sort -u -S 25% > {o}"),
         ("python set", f"{cat} | {shlex.quote(sys.executable)} -c {shlex.quote(PYTHON_SET)} > {o}"),
     ]
+    if dedupers:
+        plain = shlex.quote(str(plain_copy(path, work)))
+        splits = max(1, lines // 2_000_000)  # its temporary files: one per split
+        scratch = str(work / "pydeduplines.tmp")  # it removes its working folder at the end
+        call = (f"import pydeduplines; pydeduplines.compute_unique_lines("
+                f"{scratch!r}, [{plain!r}], {str(out)!r}, {splits})")  # fmt: skip
+        commands.append(("pydeduplines", f"{shlex.quote(sys.executable)} -c {shlex.quote(call)}"))
+    pairs = modes or [(k, m) for k in kinds for m in ("raw", "canonical")]
     states: dict[str, Path] = {}
     engines = (("", ""), (" serial", "URLSEEN_LINE_WORKER=0 ")) if serial else (("", ""),)
-    for kind in kinds:
-        for mode, flag in (("raw", " --no-canonicalize"), ("canonical", "")):
-            for suffix, env in engines:
-                tool, state = f"urlseen {kind} {mode}{suffix}", ""
-                if kind in ("exact", "library", "rotating"):  # folder kinds keep a library on disk
-                    states[tool] = work / f"state-{name}-{kind}-{mode}{suffix.strip()}"
-                    state = f" --state {shlex.quote(str(states[tool]))}"
-                commands.append((
-                    tool,
-                    f"{env}{urlseen} dedup --no-progress --filter {kind}{flag}{extra}{state} "
-                    f"{src} -o {o}",
-                ))  # fmt: skip
+    for kind, mode in pairs:
+        flag = " --no-canonicalize" if mode == "raw" else ""
+        for suffix, env in engines:
+            tool, state = f"urlseen {kind} {mode}{suffix}", ""
+            if kind in ("exact", "library", "rotating"):  # folder kinds keep a library on disk
+                states[tool] = work / f"state-{name}-{kind}-{mode}{suffix.strip()}"
+                state = f" --state {shlex.quote(str(states[tool]))}"
+            commands.append((
+                tool,
+                f"{env}{urlseen} dedup --no-progress --filter {kind}{flag}{extra}{state} "
+                f"{src} -o {o}",
+            ))  # fmt: skip
     best: dict[str, Row] = {}
     for round_ in range(repeat):  # rounds interleave the tools, so that each sees the same load
         for tool, command in commands:
@@ -222,8 +269,11 @@ def run_set(
             if tool in states:  # every run starts without a state
                 shutil.rmtree(states[tool], ignore_errors=True)
             row = timed(name, tool, command, lines, out, timeout)
+            runs = [*best[tool].runs, row.seconds] if tool in best else [row.seconds]
+            rss_runs = [*best[tool].rss_runs, row.rss_mib] if tool in best else [row.rss_mib]
             if tool not in best or (row.ok and row.seconds < best[tool].seconds):
                 best[tool] = row
+            best[tool].runs, best[tool].rss_runs = runs, rss_runs
             speed = row.lines_per_second / 1e6
             rss, out_lines = row.rss_mib, row.output_lines
             print(f"{name:9} {tool:28} {row.seconds:8.3f} s {speed:6.2f} M lines/s "
@@ -253,6 +303,13 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(text)
 
 
+def repeats_for(name: str, lines: int, repeat: int) -> int:
+    """Fewer runs as the set grows: all up to 100k lines, half up to the dev file, one above."""
+    if name == "synthetic":
+        return 1
+    return repeat if lines <= 100_000 else max(1, repeat // 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dev", type=Path, default=DEFAULT_DEV)
@@ -273,31 +330,60 @@ def main() -> None:
         help="also run each urlseen row with URLSEEN_LINE_WORKER=0 (the engine without its "
         "worker thread)",
     )
+    parser.add_argument(
+        "--by-size",
+        action="store_true",
+        help=f"the sets by input size ({','.join(BY_SIZE)}), the urlseen rows of --urlseen "
+        "and the line de-duplicators; results under results.json's by_size",
+    )
+    parser.add_argument("--quick", action="store_true", help="--by-size up to 100k lines, once")
+    parser.add_argument(
+        "--urlseen",
+        default=None,
+        help=f"urlseen rows as kind:mode (raw or canonical) [--by-size: {BY_SIZE_URLSEEN}]",
+    )
     args = parser.parse_args()
+    args.by_size = args.by_size or args.quick
     args.workdir.mkdir(parents=True, exist_ok=True)
     sets = args.sets.split(",")
+    modes = None
+    if args.by_size:
+        sets = [*HEADS][:4] if args.quick else BY_SIZE
+        args.repeat = 1 if args.quick else args.repeat
+        modes = [tuple(m.split(":")) for m in (args.urlseen or BY_SIZE_URLSEEN).split(",")]
+    elif args.urlseen:
+        modes = [tuple(m.split(":")) for m in args.urlseen.split(",")]
+    dedupers = args.by_size and has_pydeduplines()
     started = time.time()
     rows: list[Row] = []
     package = compile_urlseen()
     for name in sets:
         kinds = args.kinds.split(",")
+        synthetic = None
         if name == "dev":
             path = args.dev
+        elif name in HEADS:
+            path = args.workdir / f"{name}.txt"
+            make_head(args.dev, path, HEADS[name])
         elif name == "feed":
             path = args.workdir / "feed.txt"
-            make_feed(args.dev, path)
+            make_head(args.dev, path, FEED_LINES)
         elif name == "startup":
             path = args.workdir / "startup.txt"
             make_startup(path)
         elif name == "synthetic":
-            path = args.workdir / "synthetic-20m.txt"
+            path = synthetic = args.workdir / "synthetic-20m.txt"
             make_synthetic(path, SYNTHETIC_LINES)
             kinds = [k for k in kinds if k in args.synthetic_kinds.split(",")]
         else:
             parser.error(f"unknown set {name!r}")
+        repeat = repeats_for(name, count_lines(path), args.repeat) if args.by_size else args.repeat
         rows += run_set(
-            name, path, kinds, args.workdir, args.timeout, args.repeat, args.serial_engine
-        )
+            name, path, kinds, args.workdir, args.timeout, repeat, args.serial_engine,
+            modes, dedupers,
+        )  # fmt: skip
+        if synthetic is not None and args.by_size:  # 1.2 GB: not kept between runs
+            synthetic.unlink()
     print(markdown(rows))
     if args.json:
         meta = {
@@ -308,9 +394,16 @@ def main() -> None:
             "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
             "urlseen": package,
             "bytecode": "compiled before the runs (compileall)",
+            "load": f"load average {os.getloadavg()[0]:.2f} at the end (1-minute)",
+            "line_dedupers": "pydeduplines (PyPI)" if dedupers else "none installed",
         }
         rows_out = [{**asdict(r), "lines_per_second": r.lines_per_second} for r in rows]
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows_out}, indent=1) + "\n")
+        result = {"meta": meta, "rows": rows_out}
+        if args.by_size:  # beside the earlier rows, which REPORT.md's tables quote
+            kept = json.loads(args.json.read_text()) if args.json.exists() else {}
+            kept["by_size_quick" if args.quick else "by_size"] = result
+            result = kept
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -145,6 +145,9 @@ class BloomFilter(StoreBacked, _core.BitFilter):
             details={
                 "k": self.k,
                 "layout": params["layout"],
+                "likely_dropped": sizing.likely_dropped(
+                    params["layout"], self.nbits, self.k, count, params["capacity"]
+                ),
                 **self._store_details(params),
             },
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 from urlseen import _core, defaults
 from urlseen.bloom import mdbf_sizing as sizing
-from urlseen.bloom.sizing import MAX_BITS, MAX_K, check_target
+from urlseen.bloom.sizing import MAX_BITS, MAX_K, check_target, dropped_while_filling
 from urlseen.errors import ConfigError, FormatError, QueryAnyWarning
 from urlseen.hashes import DEFAULT_HASH, check_hash, check_seed
 from urlseen.protocol import FilterStats, creator
@@ -185,6 +185,11 @@ class MultiDimensionalBloomFilter(StoreBacked, _core.MDBFilter):
                 "k2": size.k2,
                 "ratio": size.ratio,
                 "query": params["query"],
+                "likely_dropped": dropped_while_filling(
+                    lambda n: sizing.error_rate(n, size, params["query"]),
+                    len(self),
+                    128 if len(self) > params["capacity"] else 16,
+                ),
                 **self._store_details(params),
             },
         )

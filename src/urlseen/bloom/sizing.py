@@ -231,6 +231,38 @@ def error_rate_at(size_layout: str, nbits: int, k: int, count: int) -> float:
     return standard_error_rate(count, nbits, k)
 
 
+def dropped_while_filling(rate_at: Callable[[float], float], count: int, steps: int = 128) -> float:
+    """Distinct keys a filter most likely answered "seen" wrongly while it took `count` keys.
+
+    A key answered seen wrongly has all its bits set already: it leaves the filter as inserting
+    it would have. So after D distinct keys were offered the filter is the one the formula
+    describes for D keys (rate_at(D), D not count), and of those it took the integral of
+    1 - rate_at(x) over x in [0, D]. The D whose integral is `count` (trapezoids of count/steps,
+    growing 5% a step past count, where a filter far over capacity needs many offers a take)
+    less count is the estimate: ~rate x count below capacity, most new keys far past it.
+    """
+    if count <= 0:
+        return 0.0
+    step = count / steps
+    offered, taken, kept = 0.0, 0.0, 1.0 - rate_at(0.0)
+    while True:
+        kept_next = max(1.0 - rate_at(offered + step), 0.0)
+        gain = step * (kept + kept_next) / 2.0
+        if taken + gain >= count or kept_next < 1e-9:  # 1e-9: saturated, no key gets in
+            return offered + step * min((count - taken) / gain, 1.0) - count if gain else offered
+        offered, taken, kept = offered + step, taken + gain, kept_next
+        if offered >= count:
+            step *= 1.05
+
+
+def likely_dropped(size_layout: str, nbits: int, k: int, count: int, capacity: int) -> float:
+    """New keys a Bloom filter of this shape most likely dropped as seen on its way to count;
+    up to capacity, where that is at most the error rate x count, in 16 steps (~1 ms)."""
+    steps = 128 if count > capacity else 16
+    rate = error_rate_at
+    return dropped_while_filling(lambda c: rate(size_layout, nbits, k, round(c)), count, steps)
+
+
 # -- counting filters -------------------------------------------------------------------------
 
 

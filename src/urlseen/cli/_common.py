@@ -88,9 +88,9 @@ def open_filter(kind: str, **values: Any) -> SeenFilter:
     return seen
 
 
-def human(n: float) -> str:
-    """1234567 -> '1.23M': short numbers for a one-line summary."""
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.3g}" if isinstance(n, float) else str(n)
+def human(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23M'; bytes (unit "B") in binary units: 8.7e7 -> '83.1 MiB', not '0.0 MiB'."""
+    for power, prefix in ((4, "T"), (3, "G"), (2, "M"), (1, "K" if unit else "k")):
+        if abs(n) >= (scale := (1024 if unit else 1000) ** power):
+            return f"{n / scale:.1f} {prefix}i{unit}" if unit else f"{n / scale:.3g}{prefix}"
+    return f"{n:.0f} {unit}" if unit else f"{n:.3g}" if isinstance(n, float) else str(n)

@@ -47,7 +47,7 @@ def _report(report: Any, as_json: bool) -> None:
         f"urlseen crawl: {r.pages:,} pages fetched in {r.seconds:.1f} s ({state}); "
         f"{r.new:,} new URLs ({human(r.new_per_second)} new URLs/s), {r.duplicates:,} "
         f"duplicates ({r.duplicate_rate:.1%} of {r.new + r.duplicates:,} requests); "
-        f"{r.filter_kind} filter {r.filter_bits:,} bits ({r.filter_bits / 8 / 2**20:.1f} MiB)"
+        f"{r.filter_kind} filter {r.filter_bits:,} bits ({human(r.filter_bits / 8, 'B')})"
     )
     if r.left:
         click.echo(f"urlseen crawl: {r.left}")

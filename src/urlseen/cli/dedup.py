@@ -61,7 +61,7 @@ def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
         f"urlseen dedup: {s.lines:,} lines, {s.new:,} new, {s.duplicates:,} duplicates "
         f"({s.duplicate_rate:.1%}), {human(s.new_per_second)} new URLs/s "
         f"({human(s.lines_per_second)} lines/s), "
-        f"{s.filter_kind} filter {s.filter_bits / 8 / 2**20:.1f} MiB {where}"
+        f"{s.filter_kind} filter {human(s.filter_bits / 8, 'B')} {where}"
     )
     odd = [f"{skipped.empty:,} empty skipped"] if skipped.empty else []
     for count, what in (
@@ -77,10 +77,10 @@ def _report(summary: DedupSummary, as_json: bool, where: str) -> None:
             f"note: {s.filter_count:,} URLs in an exact filter sized for {s.filter_capacity:,}: "
             "answers stay exact, but more new URLs now cost a library look-up"
         )
-    elif s.filter_count > s.filter_capacity and s.filter_kind in ("bloom", "redis-bloom", "mdbf"):
+    elif s.filter_count > s.filter_capacity and (lost := s.filter_likely_dropped) is not None:
         echo(
-            f"warning: {s.filter_count:,} keys in a filter sized for {s.filter_capacity:,}: "
-            "the false-positive rate is now above the configured one; use a larger --capacity"
+            f"warning: ~{lost:,.0f} new URLs likely dropped as seen: {s.filter_count:,} keys in a "
+            f"filter sized for {s.filter_capacity:,}; use a larger --capacity"
         )
 
 

@@ -253,11 +253,21 @@ class FingerprintLibraryFilter(CommitAfterWrite, PassesClaimsOn, Closeable):
             kind="library" if self._shared is None else "redis-library",
             capacity=max(capacity, 1),
             count=count,
-            bits=0,
+            bits=8 * self._stored_bytes(),
             error_rate=0.0,
             estimated_error_rate=0.0,
             details={"library": self._library.path, "library_io": vars(self._library.io).copy()},
         )
+
+    def _stored_bytes(self) -> int:
+        """What the library takes where it lives: Redis's count for a shared one (estimated
+        from 1024 buckets when it has more), the file's (and its WAL's) size for SQLite, 0 in
+        memory."""
+        if self._shared is not None:
+            return self._shared.memory_usage(sample=1024)
+        path = self._library.path
+        files = [path, f"{path}-wal"] if path else []
+        return sum(os.path.getsize(f) for f in files if os.path.exists(f))
 
     def flush(self) -> None:
         """Every batch is committed when add_many returns: nothing to do."""

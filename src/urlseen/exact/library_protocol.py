@@ -152,6 +152,10 @@ class SharedLibrary(Protocol):
         """Remove each fingerprint whatever its references: True where it was present."""
         ...
 
+    def memory_usage(self, sample: int | None = None) -> int:
+        """Bytes the library's records take in their store (estimated from `sample` parts)."""
+        ...
+
     def forget_older_than(self, timestamp: float) -> int:
         """Forget every fingerprint first seen before timestamp; how many."""
         ...

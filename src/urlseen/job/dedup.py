@@ -72,6 +72,7 @@ class DedupSummary:
     filter_count: int = 0
     filter_capacity: int = 0
     filter_kind: str = ""
+    filter_likely_dropped: float | None = None  # new URLs a Bloom-like filter likely dropped
     skipped: LineCounts = field(default_factory=LineCounts)
     unconfirmed: int = 0  # URLs answered seen while another client's claim still held them
     lapsed: int = 0  # answers whose claims outlived the lease before their acknowledgement
@@ -129,6 +130,7 @@ class DedupSummary:
             "filter_capacity": self.filter_capacity,
             "filter_kind": self.filter_kind,
             "over_capacity": self.filter_count > self.filter_capacity,
+            "likely_dropped": self.filter_likely_dropped,
             "skipped": self.skipped.as_dict(),
             "unconfirmed": self.unconfirmed,
             "lapsed": self.lapsed,
@@ -218,6 +220,7 @@ def dedup(
         after = fleet.claim_counts
         summary.unconfirmed = max(0, after.unconfirmed - before.unconfirmed)
         summary.lapsed = after.lapsed - before.lapsed
+    summary.filter_likely_dropped = stats.details.get("likely_dropped")
     return summary
 
 

@@ -441,7 +441,15 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
             bits=self.nbits,
             error_rate=p["error_rate"],
             estimated_error_rate=sizing.error_rate_at(p["layout"], self.nbits, self.k, count),
-            details={"name": self.name, "k": self.k, "layout": p["layout"], "hash": p["hash"]},
+            details={
+                "name": self.name,
+                "k": self.k,
+                "layout": p["layout"],
+                "hash": p["hash"],
+                "likely_dropped": sizing.likely_dropped(
+                    p["layout"], self.nbits, self.k, count, p["capacity"]
+                ),
+            },
         )
 
     def popcount(self) -> int:
