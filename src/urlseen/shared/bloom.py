@@ -432,24 +432,19 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
         return marks.meta_number(self._what, self._meta, "count", count)
 
     def stats(self) -> FilterStats:
-        count = len(self)
-        p = self._params
+        count, p = len(self), self._params
+        layout, nbits, k = p["layout"], self.nbits, self.k
+        details = {"name": self.name, "k": k, "layout": layout, "hash": p["hash"]}
+        details["likely_dropped"] = sizing.likely_dropped(layout, nbits, k, count, p["capacity"])
+        estimated = sizing.error_rate_at(layout, nbits, k, count)
         return FilterStats(
             kind="redis-bloom",
             capacity=p["capacity"],
             count=count,
-            bits=self.nbits,
+            bits=nbits,
             error_rate=p["error_rate"],
-            estimated_error_rate=sizing.error_rate_at(p["layout"], self.nbits, self.k, count),
-            details={
-                "name": self.name,
-                "k": self.k,
-                "layout": p["layout"],
-                "hash": p["hash"],
-                "likely_dropped": sizing.likely_dropped(
-                    p["layout"], self.nbits, self.k, count, p["capacity"]
-                ),
-            },
+            estimated_error_rate=estimated,
+            details=details,
         )
 
     def popcount(self) -> int:
@@ -469,13 +464,8 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
     def destroy(self) -> None:
         """Delete the filter's keys from Redis (its receipts expire on their own)."""
         self._usable()
-        parts = (
-            self._bits,
-            self._meta,
-            self._claims_key,
-            self._records_key,
-            redis_store.key(self.name, "kind"),
-        )
+        kind = redis_store.key(self.name, "kind")
+        parts = (self._bits, self._meta, self._claims_key, self._records_key, kind)
         retrying(lambda: self._client.delete(*parts), f"{self._what}: destroy")
         self._claims.take()  # nothing left to release
         self.close()
