@@ -38,10 +38,11 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         return frontier
 
     yield open_one
+    for frontier in made[:-1]:  # their closes write (requests taken ahead go back): first
+        frontier.close()
     if made:
         made[-1].clear()
-    for frontier in made:
-        frontier.close()
+        made[-1].close()
 
 
 def _drain(frontier: Frontier) -> list[bytes]:
