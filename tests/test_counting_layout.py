@@ -118,13 +118,13 @@ def test_a_standard_counter_file_is_read_as_it_is_and_rebuilt_blocked(tmp_path, 
     """A folder written before the layouts (standard counters) opens without a rebuild and
     answers the same; when its counters must be rebuilt, the new ones are blocked."""
     folder = tmp_path / "old"
-    sized = exact_folder._sized_params
+    sized = exact_folder.sized_params
 
     def standard(sizing: dict, library: object) -> dict:  # as before the layouts
         params = make_params(sizing["capacity"], sizing["error_rate"], 4, None, None, 0, "md5")
         return {**sized(sizing, library), **{n: params[n] for n in ("kind", "ncounters", "k")}}
 
-    monkeypatch.setattr(exact_folder, "_sized_params", standard)
+    monkeypatch.setattr(exact_folder, "sized_params", standard)
     ks = keys(2000)
     with ExactFilter.create(folder, 5000) as f:
         assert f.counters.layout == "standard"
