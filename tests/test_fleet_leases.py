@@ -109,7 +109,8 @@ def test_a_rerun_says_how_many_urls_a_dead_long_lease_holds_and_exits_4(
     assert len(printed) == len(set(printed))
     assert not set(printed) & set(printed_first)
     left = _distinct(feed) - set(printed_first) - set(printed)
-    assert 0 < len(left) <= held, "the URLs printed by no one are the dead process's claims"
+    # At most its claims; none when the kill came after their lines reached the pipe.
+    assert len(left) <= held, "the URLs printed by no one are the dead process's claims"
     time.sleep(max(0.0, killed + LONG + 0.3 - time.monotonic()))  # its lease is over
     rc, last, err = _run(_command(redis_url, redis_name, kind, SHORT), feed)
     assert rc == 0 and "warning" not in err, err

@@ -87,7 +87,9 @@ def test_cli_and_scrapy_build_the_same_local_filter(
     assert len(opened) == (4 if row.state else 2)
     assert opened[0] == opened[1], (opened[0], opened[1])
     if row.state:
-        assert opened[2] == opened[3] == opened[0]
+        assert opened[2] == opened[3]
+        if opened[0]["class"] != "GrowingBloomFilter":  # a state file keeps a planned capacity
+            assert opened[2] == opened[0]
     if values and kind != "library":  # the library alone is not sized: it holds every URL
         assert opened[0]["capacity"] == 5000
 
