@@ -136,7 +136,7 @@ BUDGETS = {
     "kinds": 1000,
     "job": 1600,
     "state": 1500,
-    "bloom": 2100,  # with the growing filter (growing.py) and the estimate of dropped URLs (sizing.py)
+    "bloom": 2100,  # with the growing filter (growing.py) and the dropped-URL estimate (sizing)
     "exact": 2900,  # with the counters that grow from the library (growth.py)
     "splittable": 1800,
     "shared": 5300,  # with the write marks (shared/marks.py) and the lease accounting (claims.py)
