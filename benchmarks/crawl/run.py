@@ -44,7 +44,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import network
-from spider import WAYS
+from spider import REDIS_WAYS, WAYS
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.json"
@@ -254,7 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         },
         "versions": _versions(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "site": {"pages": pages, "links": links, "seed": network.SEED},
+        "site": {
+            "pages": pages,
+            "links": links,
+            "redis_ways": [w for w in ways if w in REDIS_WAYS],
+        },
         "delay_ms": args.delay_ms,
         "concurrency": args.concurrency,
         "latency": latency,
