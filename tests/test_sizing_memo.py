@@ -27,3 +27,14 @@ def test_the_default_dedup_filter_is_known() -> None:
     defaults = KINDS["bloom"].defaults()
     assert defaults["layout"] == "blocked"
     assert (DEFAULT_CAPACITY, KINDS["bloom"].error_rate) in sizing.KNOWN_BLOCKED
+
+
+def test_the_in_memory_default_first_layer_is_known() -> None:
+    """`urlseen dedup` without --state starts a growing filter: its first layer is sized at
+    every start, so its size is a known one too."""
+    from urlseen.bloom.growing import GrowingBloomFilter
+    from urlseen.kinds import KINDS
+
+    with GrowingBloomFilter(KINDS["bloom"].error_rate) as seen:
+        first = seen._layers[0]
+        assert (first.capacity, first.error_rate) in sizing.KNOWN_BLOCKED

@@ -19,7 +19,6 @@ cost: reference-count increments not yet written back, never a fingerprint repor
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -402,6 +401,8 @@ class ExactFilter(CommitAfterWrite, Closeable):
             counters.close()
             library.close()
             if self._temporary is not None:
+                import shutil  # here: only a temporary library needs it (it imports bz2, lzma)
+
                 shutil.rmtree(self._temporary, ignore_errors=True)
 
     def __len__(self) -> int:

@@ -15,7 +15,6 @@ process it was answered to dies before its caller has it (claims until acknowled
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections import defaultdict
@@ -279,4 +278,6 @@ class FingerprintLibraryFilter(CommitAfterWrite, PassesClaimsOn, Closeable):
                 library.close()
         finally:
             if self._temporary is not None:
+                import shutil  # here: only a temporary library needs it (it imports bz2, lzma)
+
                 shutil.rmtree(self._temporary, ignore_errors=True)
