@@ -33,6 +33,10 @@ class Record:
     def _fields(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in self._names())
 
+    def as_dict(self) -> dict[str, Any]:
+        """The fields by name (a new dict, the values as they are)."""
+        return dict(zip(self._names(), self._fields(), strict=True))
+
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:
             assert isinstance(other, Record)

@@ -276,15 +276,21 @@ def in_temporary_folder(make: Callable[[Path], Made]) -> Made:
     """make(folder) in a new temporary folder (removed at once if make fails), kept by what it
     made as `_temporary`, which removes it on close: a filter that persists nothing but keeps
     its library on disk, so memory stays bounded however many URLs come."""
-    import shutil  # these three here: a filter in memory (`urlseen dedup`) does not pay for them
-    import tempfile
+    import tempfile  # these two here: a filter in memory (`urlseen dedup`) does not pay for them
     from pathlib import Path
 
     folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
     try:
         made = make(folder)
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_temporary(folder)
         raise
     made._temporary = folder  # type: ignore[attr-defined]
     return made
+
+
+def remove_temporary(folder: Path) -> None:
+    """Remove what in_temporary_folder made (shutil imported here: it imports bz2 and lzma)."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)

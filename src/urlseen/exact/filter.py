@@ -42,6 +42,7 @@ from urlseen.protocol import (
     creator,
     in_temporary_folder,
     key_batch,
+    remove_temporary,
 )
 
 _RATE = defaults.EXACT_ERROR_RATE
@@ -401,9 +402,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
             counters.close()
             library.close()
             if self._temporary is not None:
-                import shutil  # here: only a temporary library needs it (it imports bz2, lzma)
-
-                shutil.rmtree(self._temporary, ignore_errors=True)
+                remove_temporary(self._temporary)
 
     def __len__(self) -> int:
         return self._records
@@ -441,7 +440,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
                     "cache_entries": self._pending.entries,
                     "cache_bytes": self._pending.nbytes,
                     "library": self._library.path,
-                    "library_io": vars(self._library.io).copy(),
+                    "library_io": self._library.io.as_dict(),
                 },
             )
 

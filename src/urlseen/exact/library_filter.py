@@ -38,6 +38,7 @@ from urlseen.protocol import (
     creator,
     in_temporary_folder,
     key_batch,
+    remove_temporary,
 )
 
 
@@ -255,7 +256,7 @@ class FingerprintLibraryFilter(CommitAfterWrite, PassesClaimsOn, Closeable):
             bits=8 * self._stored_bytes(),
             error_rate=0.0,
             estimated_error_rate=0.0,
-            details={"library": self._library.path, "library_io": vars(self._library.io).copy()},
+            details={"library": self._library.path, "library_io": self._library.io.as_dict()},
         )
 
     def _stored_bytes(self) -> int:
@@ -278,6 +279,4 @@ class FingerprintLibraryFilter(CommitAfterWrite, PassesClaimsOn, Closeable):
                 library.close()
         finally:
             if self._temporary is not None:
-                import shutil  # here: only a temporary library needs it (it imports bz2, lzma)
-
-                shutil.rmtree(self._temporary, ignore_errors=True)
+                remove_temporary(self._temporary)

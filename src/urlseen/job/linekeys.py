@@ -40,9 +40,6 @@ class LineCounts(Record):
     ) -> None:
         self._init(empty, invalid_utf8, oversized, verbatim)
 
-    def as_dict(self) -> dict[str, int]:
-        return dict(zip(self.__slots__, self._fields(), strict=True))
-
 
 class LineKeyer(Record):
     """Turns raw lines into keys; `profile="none"` keys every line by its bytes. Compared and

@@ -176,8 +176,11 @@ class SQLiteStore(Closeable):
             try:
                 if page_size is not None:  # before the file has a page
                     db.execute(f"PRAGMA page_size={int(page_size)}")
-                # no sync of its own: the file is one fsync below, before it takes its name
+                # no sync of its own: the file is one fsync below, before it takes its name;
+                # WAL already (its checkpoint at close lands in the file), so that the first
+                # write does not switch journals with three syncs
                 db.execute("PRAGMA synchronous=OFF")
+                db.execute("PRAGMA journal_mode=WAL")
                 self._create(db, meta)
             finally:
                 db.close()
@@ -191,7 +194,8 @@ class SQLiteStore(Closeable):
             os.close(fd)
             raise
         finally:
-            tmp.unlink(missing_ok=True)
+            for leftover in ("", *_SIDE_FILES):
+                Path(f"{tmp}{leftover}").unlink(missing_ok=True)
         return fd
 
     def _check_exists(self, target: Path, create: bool) -> None:
