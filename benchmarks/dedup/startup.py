@@ -3,9 +3,9 @@
 
 Every command runs under `/usr/bin/time -f %M` (no shell), stdout to /dev/null, timed by this
 Python's clock from spawn to exit (time's own ~1 ms counts for every row alike), its CPU time
-(user + sys, 10 ms ticks: steadier than wall time when other work shares the machine) and peak
-RSS from time; the commands run interleaved, round after
-round (--repeat rounds, in a new random order each round), so a change in the machine's load
+(user + sys of time and the command, from wait4, to the microsecond: steadier than wall time
+when other work shares the machine) and peak RSS from time; the commands run interleaved, round
+after round (--repeat rounds, in a new random order each round), so a change in the machine's load
 reaches every command alike. The `--state` folder of the exact rows is removed before each run
 (the cost of a first run). Each build's bytecode is compiled first (`compileall`, as installing
 a wheel does): with PYTHONDONTWRITEBYTECODE set, as on the development machines, every run would
@@ -84,15 +84,20 @@ def run_once(argv: list[str], state: Path) -> tuple[float, float, float]:
     and post-exec peaks)."""
     shutil.rmtree(state, ignore_errors=True)
     peak_file = state.with_name("peak")
-    started = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", str(peak_file), *argv],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE)  # fmt: skip
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-500:]!r}")
-    peak, user, system = peak_file.read_text().split()[-3:]
-    return wall, float(user) + float(system), int(peak) / 1024
+    with tempfile.TemporaryFile() as errors:
+        started = time.perf_counter()
+        child = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", str(peak_file), *argv],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=errors)  # fmt: skip
+        _, status, usage = os.wait4(child.pid, 0)  # its CPU time, and its child's, to the µs
+        wall = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            errors.seek(0)
+            tail = errors.read()[-500:]
+            raise SystemExit(f"{' '.join(argv)} failed ({child.returncode}): {tail!r}")
+    peak = peak_file.read_text().split()[-1]
+    return wall, usage.ru_utime + usage.ru_stime, int(peak) / 1024
 
 
 def instructions(argv: list[str], state: Path) -> int:
@@ -146,7 +151,8 @@ def main() -> None:
             "median_ms": round(statistics.median(walls[name]) * 1000, 1),
             "min_ms": round(min(walls[name]) * 1000, 1),
             "max_ms": round(max(walls[name]) * 1000, 1),
-            "cpu_median_ms": round(statistics.median(cpu[name]) * 1000),
+            "cpu_median_ms": round(statistics.median(cpu[name]) * 1000, 1),
+            "cpu_min_ms": round(min(cpu[name]) * 1000, 1),
             "peak_rss_mib": round(statistics.median(rss[name]), 1),
             "runs": len(walls[name]),
             **({"instructions_m": round(counted[name] / 1e6, 1)} if name in counted else {}),
@@ -165,12 +171,13 @@ def main() -> None:
     }
     args.json.write_text(json.dumps({"meta": meta, "rows": table}, indent=1) + "\n")
     print(f"{args.repeat} interleaved rounds, load {min(loads):.2f}-{max(loads):.2f}")
-    print("| command | wall median ms | min | max | CPU median ms | peak RSS MiB | instructions |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| command | wall median ms | min | max | CPU median ms | min | peak RSS MiB "
+          "| instructions |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in table:
         print(f"| `{row['command']}` | {row['median_ms']} | {row['min_ms']} | {row['max_ms']} "
-              f"| {row['cpu_median_ms']} | {row['peak_rss_mib']} "
-              f"| {row.get('instructions_m', '')}M |")  # fmt: skip
+              f"| {row['cpu_median_ms']} | {row['cpu_min_ms']} | {row['peak_rss_mib']} "
+              f"| {row.get('instructions_m', '-')}M |")  # fmt: skip
 
 
 if __name__ == "__main__":
