@@ -169,20 +169,50 @@ def _under(modules: set[str], *heavy: str) -> set[str]:
     return {m for m in modules for h in heavy if (m + ".").startswith(h + ".")}
 
 
+# Modules no one-line run needs: dataclasses (and the inspect it imports, ~40M instructions:
+# value classes are urlseen._frozen's), gzip (plain input), uuid (-> platform; ids are
+# os.urandom's) and shutil (-> bz2, lzma; only a temporary folder is removed).
+NEVER_AT_START = ("dataclasses", "inspect", "gzip", "uuid", "platform", "shutil", "bz2", "lzma")
+
+
 @pytest.mark.parametrize(
     "options, unwanted",
     [  # canonicalizing a plain URL is C's work: w3lib stays out too
-        ([], ("click", "w3lib", "sqlite3", "redis", "json", "pathlib", "urlseen.exact")),
-        (["--no-canonicalize"], ("click", "w3lib", "sqlite3", "redis", "tqdm", "decimal")),
-        (["--filter", "exact", "--state", "{state}"], ("click", "w3lib", "redis", "scrapy")),
+        ([], ("click", "w3lib", "sqlite3", "redis", "json", "pathlib", "urlseen.exact",
+              *NEVER_AT_START)),
+        (["--no-canonicalize"], ("click", "w3lib", "sqlite3", "redis", "tqdm", "decimal",
+                                 *NEVER_AT_START)),
+        (["--filter", "exact", "--state", "{state}"], ("click", "w3lib", "redis", "scrapy",
+                                                       "uuid", "platform", "shutil", "bz2",
+                                                       "lzma", "gzip")),
     ],
-)
+)  # fmt: skip
 def test_dedup_imports_only_what_its_kind_needs(
     options: list[str], unwanted: tuple[str, ...], files: dict[str, str]
 ) -> None:
     imported = _imported("-m", "urlseen", "dedup", *_fill(options, files), files["in"])
     assert "urlseen.cli.dedup" in imported  # the listing is the run's
-    assert not _under(imported, *unwanted)
+    assert not _under(imported, *unwanted), sorted(_under(imported, *unwanted))
+
+
+def test_the_dedup_command_and_the_job_import_no_typing() -> None:
+    """What `urlseen dedup` imports before it opens a filter (the command, its reader, the job,
+    the kinds table, the protocol) imports neither typing nor dataclasses: annotations are
+    strings and the protocol classes wait in urlseen._protocols until asked for."""
+    probe = "import urlseen.cli._dedup_args, urlseen.cli.dedup, urlseen.job.dedup, urlseen.protocol"
+    imported = _imported("-c", probe)
+    assert "urlseen.job.dedup" in imported
+    assert not _under(imported, "typing", *NEVER_AT_START)
+
+
+def test_the_protocol_classes_come_on_first_use() -> None:
+    from urlseen import protocol
+    from urlseen._protocols import Acknowledging, DedupStep, SeenFilter, WaitsOnClaims
+
+    assert protocol.SeenFilter is SeenFilter and protocol.DedupStep is DedupStep
+    assert protocol.Acknowledging is Acknowledging and protocol.WaitsOnClaims is WaitsOnClaims
+    with pytest.raises(AttributeError):
+        protocol.Unknown  # noqa: B018
 
 
 def test_import_urlseen_loads_no_filter_until_one_is_used() -> None:

@@ -15,6 +15,7 @@ from urlseen._frozen import Frozen
 from urlseen.bloom.sizing import BloomSize
 from urlseen.kinds import KINDS, OPTIONS, Kind, Option
 from urlseen.kinds._openers import Request, plain
+from urlseen.protocol import ClaimCounts, FilterStats
 
 
 def as_dataclass(cls: type[Frozen]) -> type:
@@ -48,6 +49,10 @@ CASES: list[tuple[type[Frozen], list[tuple[tuple[Any, ...], dict[str, Any]]]]] =
             (("exact", "s", "", None, 1, (), len, len, None), {"url_keys": True})]),
     (Request, [(("bloom", 5, None, None, None, "", ()), {"defaults": ()}),
                (("dsbf", None, 1e-3, None, "redis://x", "f", ()), {"defaults": (), "spell": str})]),
+    # details is a dict in use (unhashable, as the dataclass's was); a tuple here for the hash
+    (FilterStats, [(("bloom", 10, 1, 512, 1e-6, 0.0, ()), {}),
+                   (("exact", 10, 2, 64, 1e-3, 1e-9), {"details": (("k", 3),)})]),
+    (ClaimCounts, [((), {}), ((1,), {"lapsed": 2})]),
 ]  # fmt: skip
 
 

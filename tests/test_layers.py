@@ -91,9 +91,10 @@ def test_the_job_sees_filters_only_through_the_protocol(path: Path) -> None:
 
 def test_cli_stays_thin() -> None:
     # 700 for the click commands, and ~300 more for `urlseen dedup`'s command line read without
-    # click (cli/_dedup_args.py, the group and options split from the run): its fast start
+    # click (cli/_dedup_args.py, the group and options split from the run): its fast start;
+    # +15 for the `if TYPE_CHECKING:` blocks that keep typing itself off that start
     lines = sum(len(p.read_text().splitlines()) for p in PACKAGE.glob("cli/*.py"))
-    assert lines < 1000, f"cli/ has {lines} lines: its logic belongs in kinds/ or the job"
+    assert lines < 1015, f"cli/ has {lines} lines: its logic belongs in kinds/ or the job"
 
 
 @pytest.mark.parametrize("path", [*_python("cli"), *_python("integrations")], ids=_id)

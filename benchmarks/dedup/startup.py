@@ -3,9 +3,9 @@
 
 Every command runs under `/usr/bin/time -f %M` (no shell), stdout to /dev/null, timed by this
 Python's clock from spawn to exit (time's own ~1 ms counts for every row alike), its CPU time
-(user + sys, 10 ms ticks: steadier than wall time when other work shares the machine) and peak
-RSS from time; the commands run interleaved, round after
-round (--repeat rounds, in a new random order each round), so a change in the machine's load
+(user + sys of time and the command, from wait4, to the microsecond: steadier than wall time
+when other work shares the machine) and peak RSS from time; the commands run interleaved, round
+after round (--repeat rounds, in a new random order each round), so a change in the machine's load
 reaches every command alike. The `--state` folder of the exact rows is removed before each run
 (the cost of a first run). Each build's bytecode is compiled first (`compileall`, as installing
 a wheel does): with PYTHONDONTWRITEBYTECODE set, as on the development machines, every run would
@@ -15,8 +15,13 @@ Rows: `python -c pass` and `python -S -c pass` (the interpreter's floor), `awk '
 and for each build `urlseen dedup --no-canonicalize` (bloom, raw), `urlseen dedup` (bloom,
 canonicalizing) and `urlseen dedup --filter exact --state DIR`, each on a 1-line file.
 
+--instructions adds each row's instruction count, one run under `valgrind --tool=callgrind`
+(PYTHONHASHSEED=0; the exact rows on a new state folder): the same on a busy machine as on a
+quiet one, where wall time on this shared 2-core VM moves by several times within one run.
+
 Usage (from the repository root):
     python benchmarks/dedup/startup.py [--repeat 21] [--build NAME=VENV_BIN ...] [--json PATH]
+        [--instructions]
 A build is a virtualenv's bin folder holding `python` and `urlseen` (default: this Python's,
 named "this"); give two to compare, e.g. main's worktree and a branch's.
 """
@@ -28,6 +33,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -78,15 +84,34 @@ def run_once(argv: list[str], state: Path) -> tuple[float, float, float]:
     and post-exec peaks)."""
     shutil.rmtree(state, ignore_errors=True)
     peak_file = state.with_name("peak")
-    started = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", str(peak_file), *argv],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE)  # fmt: skip
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-500:]!r}")
-    peak, user, system = peak_file.read_text().split()[-3:]
-    return wall, float(user) + float(system), int(peak) / 1024
+    with tempfile.TemporaryFile() as errors:
+        started = time.perf_counter()
+        child = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", str(peak_file), *argv],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=errors)  # fmt: skip
+        _, status, usage = os.wait4(child.pid, 0)  # its CPU time, and its child's, to the µs
+        wall = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            errors.seek(0)
+            tail = errors.read()[-500:]
+            raise SystemExit(f"{' '.join(argv)} failed ({child.returncode}): {tail!r}")
+    peak = peak_file.read_text().split()[-1]
+    return wall, usage.ru_utime + usage.ru_stime, int(peak) / 1024
+
+
+def instructions(argv: list[str], state: Path) -> int:
+    """Instructions one run of argv executes, counted by callgrind (its summary on stderr)."""
+    shutil.rmtree(state, ignore_errors=True)
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"}, check=True,
+    )  # fmt: skip
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"no callgrind count for {' '.join(argv)}: {done.stderr[-500:]!r}")
+    return int(found.group(1))
 
 
 def main() -> None:
@@ -94,6 +119,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--build", action="append", default=[], metavar="NAME=VENV_BIN")
     parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--instructions", action="store_true", help="count them (valgrind)")
     args = parser.parse_args()
     builds = {"this": Path(sys.executable).parent}
     if args.build:
@@ -117,6 +143,7 @@ def main() -> None:
                 cpu[name].append(used)
                 rss[name].append(peak)
             loads.append(os.getloadavg()[0])
+        counted = {name: instructions(rows[name], state) for name in rows if args.instructions}
     table = [
         {
             "command": name,
@@ -124,9 +151,11 @@ def main() -> None:
             "median_ms": round(statistics.median(walls[name]) * 1000, 1),
             "min_ms": round(min(walls[name]) * 1000, 1),
             "max_ms": round(max(walls[name]) * 1000, 1),
-            "cpu_median_ms": round(statistics.median(cpu[name]) * 1000),
+            "cpu_median_ms": round(statistics.median(cpu[name]) * 1000, 1),
+            "cpu_min_ms": round(min(cpu[name]) * 1000, 1),
             "peak_rss_mib": round(statistics.median(rss[name]), 1),
             "runs": len(walls[name]),
+            **({"instructions_m": round(counted[name] / 1e6, 1)} if name in counted else {}),
         }
         for name in rows
     ]
@@ -142,11 +171,13 @@ def main() -> None:
     }
     args.json.write_text(json.dumps({"meta": meta, "rows": table}, indent=1) + "\n")
     print(f"{args.repeat} interleaved rounds, load {min(loads):.2f}-{max(loads):.2f}")
-    print("| command | wall median ms | min | max | CPU median ms | peak RSS MiB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| command | wall median ms | min | max | CPU median ms | min | peak RSS MiB "
+          "| instructions |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in table:
         print(f"| `{row['command']}` | {row['median_ms']} | {row['min_ms']} | {row['max_ms']} "
-              f"| {row['cpu_median_ms']} | {row['peak_rss_mib']} |")  # fmt: skip
+              f"| {row['cpu_median_ms']} | {row['cpu_min_ms']} | {row['peak_rss_mib']} "
+              f"| {row.get('instructions_m', '-')}M |")  # fmt: skip
 
 
 if __name__ == "__main__":

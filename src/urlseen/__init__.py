@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from urlseen.errors import (
     ClosedError,
@@ -35,7 +34,10 @@ from urlseen.errors import (
     UrlseenError,
 )
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from urlseen.bloom.bloom import BloomFilter
     from urlseen.bloom.mdbf import MultiDimensionalBloomFilter
     from urlseen.bloom.rotating import RotatingBloomFilter

@@ -16,11 +16,13 @@ its resource itself (a released buffer, for the slotted C filter types) override
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, ClassVar
 
 from urlseen.errors import ClosedError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import ClassVar
+
     from typing_extensions import Self
 
 

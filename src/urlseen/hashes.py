@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from urlseen import _core
 from urlseen.errors import ConfigError, FormatError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Hash names as stored in state files, and the C core's ids for them (csrc/digest.h).
 HASHES = {

@@ -1,37 +1,69 @@
 """The one protocol every urlseen filter implements, the stats it reports, and `creator`, which
 makes a filter's create() from its constructor (one parameter list per filter). The lifecycle
-every filter (and store) class builds on is `Closeable`, in urlseen/_lifecycle.py."""
+every filter (and store) class builds on is `Closeable`, in urlseen/_lifecycle.py.
+
+The Protocol classes (SeenFilter, Acknowledging, WaitsOnClaims, DedupStep) live in
+urlseen/_protocols.py and are imported from here on first use: `typing`, `dataclasses` and
+`inspect` stay off the start of a run that only needs a filter (`urlseen dedup`), which asks
+what a filter can do with `can()` instead of isinstance.
+"""
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Concatenate,
-    ParamSpec,
-    Protocol,
-    TypeAlias,
-    TypeVar,
-    runtime_checkable,
-)
 
+from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
     from urlseen._core import BitFilter, CountingFilter, LineEngine
+    from urlseen._protocols import Acknowledging as Acknowledging
+    from urlseen._protocols import DedupStep as DedupStep
+    from urlseen._protocols import SeenFilter as SeenFilter
+    from urlseen._protocols import WaitsOnClaims as WaitsOnClaims
+
+    P = ParamSpec("P")
+    F = TypeVar("F")
+    Made = TypeVar("Made")
+
+_PROTOCOLS = ("SeenFilter", "Acknowledging", "WaitsOnClaims", "DedupStep")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PROTOCOLS:
+        from urlseen import _protocols
+
+        value = getattr(_protocols, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'urlseen.protocol' has no attribute {name!r}")
+
+
+MEMBERS: dict[str, tuple[str, ...]] = {
+    "Acknowledging": ("auto_acknowledge", "acknowledge"),
+    "WaitsOnClaims": ("wait_for_claims", "claim_counts"),
+    "DedupStep": ("dedup_hasher", "dedup_step"),
+}
+"""The members of each optional protocol, as isinstance on the runtime-checkable Protocol tests
+them (tests/test_protocol.py holds the two equal)."""
+
+
+def can(obj: object, protocol: str) -> bool:
+    """isinstance(obj, the Protocol named protocol), without importing typing: obj has every
+    member of it (MEMBERS)."""
+    return all(hasattr(obj, member) for member in MEMBERS[protocol])
+
 
 Key = str | bytes
 """A key: a str (hashed as UTF-8) or bytes. URLs are canonicalized before they become keys."""
 
 
-@dataclass(frozen=True)
-class FilterStats:
+class FilterStats(Frozen):
     """What a filter holds and costs.
 
     Attributes:
@@ -44,6 +76,9 @@ class FilterStats:
         details: algorithm-specific values (k, layout, seed, path, ...).
     """
 
+    __slots__ = (  # noqa: RUF023
+        "kind", "capacity", "count", "bits", "error_rate", "estimated_error_rate", "details"
+    )  # fmt: skip
     kind: str
     capacity: int
     count: int
@@ -51,6 +86,18 @@ class FilterStats:
     error_rate: float
     estimated_error_rate: float
     details: dict[str, Any]
+
+    def __init__(
+        self,
+        kind: str,
+        capacity: int,
+        count: int,
+        bits: int,
+        error_rate: float,
+        estimated_error_rate: float,
+        details: dict[str, Any],
+    ) -> None:
+        self._init(kind, capacity, count, bits, error_rate, estimated_error_rate, details)
 
     @property
     def bits_per_key(self) -> float:
@@ -63,47 +110,14 @@ class FilterStats:
         return self.count > self.capacity
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "bits_per_key": self.bits_per_key}
+        """The fields (details copied deep, as dataclasses.asdict does) and bits_per_key."""
+        import copy
+
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        return {**fields, "details": copy.deepcopy(self.details), "bits_per_key": self.bits_per_key}
 
 
-@runtime_checkable
-class SeenFilter(Protocol):
-    """The URL-seen test: check-and-add in one call, batch forms, stats, context manager."""
-
-    def add(self, key: Key) -> bool:
-        """Add key; True if it was new (the crawler should fetch it)."""
-        ...
-
-    def __contains__(self, key: object) -> bool: ...
-
-    def add_many(self, keys: Iterable[Key]) -> list[bool]: ...
-
-    def contains_many(self, keys: Iterable[Key]) -> list[bool]: ...
-
-    def __len__(self) -> int: ...
-
-    def stats(self) -> FilterStats: ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> Any: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-
-@runtime_checkable
-class Acknowledging(Protocol):
-    """Optional for a filter: it holds each answer (claimed) until acknowledge() says the
-    caller has it, so that a process killed in between loses no URL. With auto_acknowledge
-    True (the default) add_many acknowledges its answers before it returns them."""
-
-    auto_acknowledge: bool
-
-    def acknowledge(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class ClaimCounts:
+class ClaimCounts(Frozen):
     """What a shared filter's client could not settle alone since it opened (shared/claims.py).
 
     Attributes:
@@ -114,21 +128,12 @@ class ClaimCounts:
             client may have been given them too (acknowledge() counts those taken over).
     """
 
-    unconfirmed: int = 0
-    lapsed: int = 0
+    __slots__ = ("unconfirmed", "lapsed")  # noqa: RUF023
+    unconfirmed: int
+    lapsed: int
 
-
-@runtime_checkable
-class WaitsOnClaims(Protocol):
-    """Optional for a filter that claims its answers (a shared one): wait_for_claims False (the
-    default) waits about one lease of its own for another client's older claim, then answers
-    the URL seen and counts it unconfirmed; True waits until the claim is acknowledged or its
-    lease ends (at most the longest lease, a day)."""
-
-    wait_for_claims: bool
-
-    @property
-    def claim_counts(self) -> ClaimCounts: ...
+    def __init__(self, unconfirmed: int = 0, lapsed: int = 0) -> None:
+        self._init(unconfirmed, lapsed)
 
 
 class PassesClaimsOn:
@@ -146,43 +151,21 @@ class PassesClaimsOn:
     @wait_for_claims.setter
     def wait_for_claims(self, value: bool) -> None:
         part = self._claimer()
-        if isinstance(part, WaitsOnClaims):
-            part.wait_for_claims = bool(value)
+        if can(part, "WaitsOnClaims"):
+            part.wait_for_claims = bool(value)  # type: ignore[attr-defined]
 
     @property
     def claim_counts(self) -> ClaimCounts:
         """See WaitsOnClaims (all 0: local, no claims)."""
         part = self._claimer()
-        return part.claim_counts if isinstance(part, WaitsOnClaims) else ClaimCounts()
+        if can(part, "WaitsOnClaims"):
+            counts: ClaimCounts = part.claim_counts  # type: ignore[attr-defined]
+            return counts
+        return ClaimCounts()
 
 
 Batch: TypeAlias = "list[Key] | LineEngine"
 """One batch of the dedup job: its keys, or the line engine that holds them in its buffers."""
-
-
-@runtime_checkable
-class DedupStep(Protocol):
-    """Optional for a filter: it runs the dedup job's batches itself (urlseen.job.dedup), where
-    it can do better than add_many: probe keys in the line engine's buffers without a Python
-    object per line, or commit the batch after its new lines are written in one pass."""
-
-    def dedup_hasher(self) -> BitFilter | CountingFilter | None:
-        """The C filter whose hash the line engine's worker computes for each key ahead of the
-        batch (dedup_step then finds the keys hashed), or None."""
-        ...
-
-    def dedup_step(
-        self, batch: Batch, write: Callable[[list[bool] | None], object], transactional: bool
-    ) -> int | None:
-        """Check-and-add one batch; return how many keys were new, or None to leave the batch
-        to the job (which then hands an engine's batch over again as a list of keys, and does
-        a list with add_many or contains_many).
-
-        write(flags) writes the batch's new lines; flags None: the engine holds the answers
-        (its probe set them). It is called once per batch, after the answers are known; when
-        transactional, before any of the batch's keys are committed to the filter.
-        """
-        ...
 
 
 class CommitAfterWrite:
@@ -223,8 +206,6 @@ def key_batch(keys: Iterable[Key]) -> list[Key]:
     return list(keys)
 
 
-P = ParamSpec("P")
-F = TypeVar("F")
 StrPath = str | os.PathLike[str]
 
 
@@ -251,45 +232,65 @@ def creator(
     """`create = creator(__init__, doc)` in a filter class: `X.create(path, *args, **kwargs)` is
     `X(*args, path=path, **kwargs)`, typed (for mypy and IDEs) and documented (help()) by the
     constructor's own parameter list, so that list is written once."""
-
-    def create(cls: type[F], path: StrPath, /, *args: P.args, **kwargs: P.kwargs) -> F:
-        return cls(*args, path=path, **kwargs)  # type: ignore[call-arg]  # the constructor's
-
-    signature = inspect.signature(init)
-    self_param, *params = signature.parameters.values()
-    path = inspect.Parameter(
-        "path", inspect.Parameter.POSITIONAL_ONLY, annotation="str | os.PathLike[str]"
-    )
-    create.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[
-            self_param.replace(name="cls", kind=inspect.Parameter.POSITIONAL_ONLY),
-            path,
-            *(p for p in params if p.name != "path"),
-        ],
-        return_annotation=init.__qualname__.rpartition(".")[0],
-    )
-    create.__module__ = init.__module__
-    create.__qualname__ = init.__qualname__.rpartition(".")[0] + ".create"
-    create.__doc__ = doc
-    return classmethod(create)
+    return classmethod(_Create(init, doc))
 
 
-Made = TypeVar("Made")
+class _Create:
+    """A filter class's create(cls, path, ...): its signature (inspect.signature, help()) is the
+    constructor's, worked out when first asked for, not when the class is made (inspect is
+    costly to import and a run of `urlseen dedup` never asks)."""
+
+    def __init__(self, init: Callable[..., None], doc: str) -> None:
+        self._init = init
+        self._signature: object = None
+        self.__module__ = init.__module__
+        self.__qualname__ = init.__qualname__.rpartition(".")[0] + ".create"
+        self.__name__ = "create"
+        self.__doc__ = doc
+
+    def __call__(self, cls: Callable[..., Any], path: StrPath, /, *args: Any, **kwargs: Any) -> Any:
+        return cls(*args, path=path, **kwargs)
+
+    @property
+    def __signature__(self) -> object:
+        if self._signature is None:
+            import inspect
+
+            signature = inspect.signature(self._init)
+            self_param, *params = signature.parameters.values()
+            path = inspect.Parameter(
+                "path", inspect.Parameter.POSITIONAL_ONLY, annotation="str | os.PathLike[str]"
+            )
+            self._signature = signature.replace(
+                parameters=[
+                    self_param.replace(name="cls", kind=inspect.Parameter.POSITIONAL_ONLY),
+                    path,
+                    *(p for p in params if p.name != "path"),
+                ],
+                return_annotation=self._init.__qualname__.rpartition(".")[0],
+            )
+        return self._signature
 
 
 def in_temporary_folder(make: Callable[[Path], Made]) -> Made:
     """make(folder) in a new temporary folder (removed at once if make fails), kept by what it
     made as `_temporary`, which removes it on close: a filter that persists nothing but keeps
     its library on disk, so memory stays bounded however many URLs come."""
-    import shutil  # these three here: a filter in memory (`urlseen dedup`) does not pay for them
-    import tempfile
+    import tempfile  # these two here: a filter in memory (`urlseen dedup`) does not pay for them
     from pathlib import Path
 
     folder = Path(tempfile.mkdtemp(prefix="urlseen-"))
     try:
         made = make(folder)
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_temporary(folder)
         raise
     made._temporary = folder  # type: ignore[attr-defined]
     return made
+
+
+def remove_temporary(folder: Path) -> None:
+    """Remove what in_temporary_folder made (shutil imported here: it imports bz2 and lzma)."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)

@@ -156,8 +156,11 @@ def size_standard(capacity: int, error_rate: float) -> BloomSize:
 # `urlseen dedup` (10M URLs at 1e-6), sized at every start, where the search would be a
 # visible share of the start-up (measured by benchmarks/tools/callgrind_startup.py).
 # tests/test_sizing_memo.py compares each entry with the search, so an entry cannot drift.
+# The second entry is the first layer of the in-memory default (bloom/growing.py: START_CAPACITY
+# keys at half the rate), which is what a `urlseen dedup` without --state sizes.
 KNOWN_BLOCKED: dict[tuple[int, float], tuple[int, int]] = {
-    (defaults.CAPACITY, defaults.BLOOM_ERROR_RATE): (752_207, 16)
+    (defaults.CAPACITY, defaults.BLOOM_ERROR_RATE): (752_207, 16),
+    (1 << 18, defaults.BLOOM_ERROR_RATE / 2): (21_284, 17),
 }
 
 
@@ -376,8 +379,23 @@ def _counting_max_load(error_rate: float, k: int, per_block: int) -> float:
     return low
 
 
+# (error_rate, counter_bits) -> (load, k) that search_counting_load answers: the exact filter's
+# counters at their defaults, sized at every start of `urlseen dedup --filter exact` (~120 rate
+# evaluations otherwise). tests/test_sizing_memo.py compares each entry with the search.
+KNOWN_COUNTING_LOADS: dict[tuple[float, int], tuple[float, int]] = {
+    (defaults.EXACT_ERROR_RATE, 4): (15.45190715789795, 9),
+    (defaults.EXACT_ERROR_RATE, 8): (6.831444025039673, 8),
+}
+
+
 @lru_cache(maxsize=64)
 def _counting_best_load(error_rate: float, counter_bits: int) -> tuple[float, int]:
+    """search_counting_load's answer: a known one, else the search's."""
+    known = KNOWN_COUNTING_LOADS.get((error_rate, counter_bits))
+    return known if known is not None else search_counting_load(error_rate, counter_bits)
+
+
+def search_counting_load(error_rate: float, counter_bits: int) -> tuple[float, int]:
     """The highest mean load per block that meets error_rate, and its k: the load is
     unimodal in k, so k walks from the standard layout's optimum while it gains."""
     per_block = block_counters(counter_bits)

@@ -6,7 +6,10 @@ command) goes to click."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def __getattr__(name: str) -> Any:

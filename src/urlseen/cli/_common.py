@@ -9,12 +9,14 @@ import errno
 import sys
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
 from urlseen import kinds
 from urlseen.errors import UrlseenError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from urlseen.protocol import SeenFilter
 
 

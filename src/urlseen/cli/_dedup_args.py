@@ -13,18 +13,20 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from typing import Any, NoReturn
 
 from urlseen import kinds
 from urlseen.canonical import DEFAULT_PROFILE, PROFILES
 from urlseen.cli._common import flag, whole_number
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn, TypeAlias
+
+    Convert: TypeAlias = Callable[[str], Any]
+
 
 class _Unsure(Exception):
     """A value or spelling this reader leaves to click."""
-
-
-Convert = Callable[[str], Any]
 
 
 def _path(dir_okay: bool = True, allow_dash: bool = False) -> Convert:

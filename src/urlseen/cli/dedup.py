@@ -10,7 +10,6 @@ import math
 import sys
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
 from urlseen import kinds
 from urlseen.cli._common import cli_errors, echo, human, open_filter
@@ -19,7 +18,10 @@ from urlseen.job.dedup import dedup
 from urlseen.job.linekeys import LineKeyer
 from urlseen.job.streams import Inputs, open_output, refuse_clobbering, total_bytes
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from urlseen.job.dedup import DedupSummary
 
 MAX_TIMESTAMP = 1e13  # seconds: ~317,000 years; milliseconds of it still fit SQLite's int64

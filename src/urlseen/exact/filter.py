@@ -19,7 +19,6 @@ cost: reference-count increments not yet written back, never a fingerprint repor
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -43,6 +42,7 @@ from urlseen.protocol import (
     creator,
     in_temporary_folder,
     key_batch,
+    remove_temporary,
 )
 
 _RATE = defaults.EXACT_ERROR_RATE
@@ -402,7 +402,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
             counters.close()
             library.close()
             if self._temporary is not None:
-                shutil.rmtree(self._temporary, ignore_errors=True)
+                remove_temporary(self._temporary)
 
     def __len__(self) -> int:
         return self._records
@@ -440,7 +440,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
                     "cache_entries": self._pending.entries,
                     "cache_bytes": self._pending.nbytes,
                     "library": self._library.path,
-                    "library_io": vars(self._library.io).copy(),
+                    "library_io": self._library.io.as_dict(),
                 },
             )
 

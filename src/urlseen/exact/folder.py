@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import time
-import uuid
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
@@ -261,7 +260,7 @@ def _new_counters(
 ) -> CountingBloomFilter:
     """A counter file for this library (empty: the caller adds or rebuilds)."""
     params = sized_params(sizing, library)
-    params.update(counters_id=uuid.uuid4().hex, library_id=library.get_meta("library_id") or "")
+    params.update(counters_id=os.urandom(16).hex(), library_id=library.get_meta("library_id") or "")
     return CountingBloomFilter.from_params(params, path, overwrite=overwrite)
 
 

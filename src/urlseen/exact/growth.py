@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +74,7 @@ def grow(counters: CountingBloomFilter, library: FingerprintLibrary) -> Counting
     if old_path is None:
         grown = CountingBloomFilter.from_params(new)
     else:
-        new.update(counters_id=uuid.uuid4().hex, library_id=params.get("library_id", ""))
+        new.update(counters_id=os.urandom(16).hex(), library_id=params.get("library_id", ""))
         target = Path(old_path).with_name(folder.COUNTERS_FILE)
         growing = target.with_name(folder.GROWING_FILE)
         grown = CountingBloomFilter.from_params(new, growing, overwrite=True)

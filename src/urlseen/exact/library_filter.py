@@ -15,7 +15,6 @@ process it was answered to dies before its caller has it (claims until acknowled
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections import defaultdict
@@ -39,6 +38,7 @@ from urlseen.protocol import (
     creator,
     in_temporary_folder,
     key_batch,
+    remove_temporary,
 )
 
 
@@ -256,7 +256,7 @@ class FingerprintLibraryFilter(CommitAfterWrite, PassesClaimsOn, Closeable):
             bits=8 * self._stored_bytes(),
             error_rate=0.0,
             estimated_error_rate=0.0,
-            details={"library": self._library.path, "library_io": vars(self._library.io).copy()},
+            details={"library": self._library.path, "library_io": self._library.io.as_dict()},
         )
 
     def _stored_bytes(self) -> int:
@@ -279,4 +279,4 @@ class FingerprintLibraryFilter(CommitAfterWrite, PassesClaimsOn, Closeable):
                 library.close()
         finally:
             if self._temporary is not None:
-                shutil.rmtree(self._temporary, ignore_errors=True)
+                remove_temporary(self._temporary)

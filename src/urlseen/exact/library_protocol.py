@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
+
+from urlseen._frozen import Record as Fields
 
 
 class Record(NamedTuple):
@@ -32,8 +33,7 @@ class Record(NamedTuple):
     last_seen: float
 
 
-@dataclass
-class Changes:
+class Changes(Fields):
     """One batch's writes, applied all or nothing by FingerprintLibrary.apply.
 
     Attributes:
@@ -49,30 +49,58 @@ class Changes:
             up again (SQLiteLibrary would, in its B-tree, per batch).
     """
 
+    __slots__ = (  # noqa: RUF023
+        "now", "inserts", "refs", "seen", "deletes", "overflow", "meta", "known_absent"
+    )  # fmt: skip
     now: float
-    inserts: list[bytes] = field(default_factory=list)
-    refs: dict[bytes, int] = field(default_factory=dict)
-    seen: dict[bytes, float] = field(default_factory=dict)
-    deletes: list[bytes] = field(default_factory=list)
-    overflow: dict[int, int | None] = field(default_factory=dict)
-    meta: dict[str, str] = field(default_factory=dict)
-    known_absent: bool = False
+    inserts: list[bytes]
+    refs: dict[bytes, int]
+    seen: dict[bytes, float]
+    deletes: list[bytes]
+    overflow: dict[int, int | None]
+    meta: dict[str, str]
+    known_absent: bool
+
+    def __init__(
+        self,
+        now: float,
+        inserts: list[bytes] | None = None,
+        refs: dict[bytes, int] | None = None,
+        seen: dict[bytes, float] | None = None,
+        deletes: list[bytes] | None = None,
+        overflow: dict[int, int | None] | None = None,
+        meta: dict[str, str] | None = None,
+        known_absent: bool = False,
+    ) -> None:
+        self._init(
+            now,
+            [] if inserts is None else inserts,
+            {} if refs is None else refs,
+            {} if seen is None else seen,
+            [] if deletes is None else deletes,
+            {} if overflow is None else overflow,
+            {} if meta is None else meta,
+            known_absent,
+        )
 
     def __bool__(self) -> bool:
         return bool(self.inserts or self.refs or self.deletes or self.overflow or self.meta)
 
 
-@dataclass
-class LibraryIO:
+class LibraryIO(Fields):
     """Logical library I/O so far: what the paper's experiment counts per URL.
 
     lookups: fingerprints looked up; round_trips: lookup and write statements or batches sent;
     writes: records inserted, updated or deleted.
     """
 
-    lookups: int = 0
-    round_trips: int = 0
-    writes: int = 0
+    __slots__ = ("lookups", "round_trips", "writes")
+    lookups: int
+    round_trips: int
+    writes: int
+
+    def __init__(self, lookups: int = 0, round_trips: int = 0, writes: int = 0) -> None:
+        self._init(lookups, round_trips, writes)
 
 
 class FingerprintLibrary(Protocol):

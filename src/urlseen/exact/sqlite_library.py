@@ -33,7 +33,6 @@ import contextlib
 import itertools
 import os
 import sqlite3
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -115,7 +114,7 @@ class SQLiteLibrary(sqlite.SQLiteStore):
         first_meta = {
             "format": FORMAT,
             "fingerprint": fingerprint,
-            "library_id": uuid.uuid4().hex,
+            "library_id": os.urandom(16).hex(),
             "records": "0",
             "counters": "",
             **(meta or {}),

@@ -38,14 +38,19 @@ import functools
 import os
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, BinaryIO, cast
 
 from urlseen import _core
+from urlseen._frozen import Record
 from urlseen.errors import ConfigError
 from urlseen.job.linekeys import LineCounts, LineKeyer
-from urlseen.protocol import Acknowledging, DedupStep, SeenFilter, WaitsOnClaims, new_in_batch
+from urlseen.protocol import can, new_in_batch
+
+TYPE_CHECKING = False  # typing, dataclasses and inspect stay off a run's start
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
+    from urlseen.protocol import Acknowledging, DedupStep, SeenFilter
 
 DEFAULT_BATCH_SIZE = 8192
 UNCONFIRMED_STATUS = 4  # `urlseen dedup`'s exit status when URLs were left under others' claims
@@ -59,24 +64,55 @@ WORKER_CHUNK_SIZE = 1 << 18
 EXACT_CHUNK_SIZE = 1 << 22
 
 
-@dataclass
-class DedupSummary:
+class DedupSummary(Record):
     """What a dedup run did (the multi-dimensional Bloom filter paper's crawl metrics: speed =
-    new URLs/s, duplicate rate, space)."""
+    new URLs/s, duplicate rate, space).
 
-    lines: int = 0
-    new: int = 0
-    duplicates: int = 0
-    seconds: float = 0.0
-    filter_bits: int = 0
-    filter_count: int = 0
-    filter_capacity: int = 0
-    filter_kind: str = ""
-    filter_likely_dropped: float | None = None  # new URLs a Bloom-like filter likely dropped
-    skipped: LineCounts = field(default_factory=LineCounts)
-    unconfirmed: int = 0  # URLs answered seen while another client's claim still held them
-    lapsed: int = 0  # answers whose claims outlived the lease before their acknowledgement
-    taken_over: int = 0  # of those, answered new to another client too (printed twice)
+    Fields (all counts 0 by default): lines, new, duplicates, seconds, filter_bits,
+    filter_count, filter_capacity, filter_kind; filter_likely_dropped (new URLs a Bloom-like
+    filter likely dropped, or None); skipped (LineCounts); unconfirmed (URLs answered seen while
+    another client's claim still held them); lapsed (answers whose claims outlived the lease
+    before their acknowledgement); taken_over (of those, answered new to another client too,
+    printed twice)."""
+
+    __slots__ = (  # noqa: RUF023
+        "lines", "new", "duplicates", "seconds", "filter_bits", "filter_count", "filter_capacity",
+        "filter_kind", "filter_likely_dropped", "skipped", "unconfirmed", "lapsed", "taken_over",
+    )  # fmt: skip
+    lines: int
+    new: int
+    duplicates: int
+    seconds: float
+    filter_bits: int
+    filter_count: int
+    filter_capacity: int
+    filter_kind: str
+    filter_likely_dropped: float | None
+    skipped: LineCounts
+    unconfirmed: int
+    lapsed: int
+    taken_over: int
+
+    def __init__(
+        self,
+        lines: int = 0,
+        new: int = 0,
+        duplicates: int = 0,
+        seconds: float = 0.0,
+        filter_bits: int = 0,
+        filter_count: int = 0,
+        filter_capacity: int = 0,
+        filter_kind: str = "",
+        filter_likely_dropped: float | None = None,
+        skipped: LineCounts | None = None,
+        unconfirmed: int = 0,
+        lapsed: int = 0,
+        taken_over: int = 0,
+    ) -> None:
+        skipped = LineCounts() if skipped is None else skipped
+        self._init(lines, new, duplicates, seconds, filter_bits, filter_count, filter_capacity,
+                   filter_kind, filter_likely_dropped, skipped, unconfirmed, lapsed,
+                   taken_over)  # fmt: skip
 
     @property
     def exit_status(self) -> int:
@@ -199,9 +235,9 @@ def dedup(
     keyer = keyer or LineKeyer()
     summary = DedupSummary(skipped=keyer.counts)
     start = time.perf_counter()
-    if isinstance(seen, Acknowledging):  # it holds its answers until their lines are out
-        seen.auto_acknowledge = False  # (_Job.settle acknowledges them)
-    fleet = seen if isinstance(seen, WaitsOnClaims) else None
+    if can(seen, "Acknowledging"):  # it holds its answers until their lines are out
+        seen.auto_acknowledge = False  # type: ignore[attr-defined]  # (_Job.settle acknowledges them)
+    fleet: Any = seen if can(seen, "WaitsOnClaims") else None
     before = fleet.claim_counts if fleet is not None else None
     chunks = getattr(lines, "chunks", None)
     if engine == "c" and (chunks is None or type(keyer) is not LineKeyer):
@@ -224,21 +260,26 @@ def dedup(
     return summary
 
 
-@dataclass
 class _Job:
     """One dedup run's parameters, shared by the two loops."""
 
-    seen: SeenFilter
-    out: BinaryIO
-    keyer: LineKeyer
-    transactional: bool
-    batch_size: int
-    progress: Callable[[int], None] | None
-    summary: DedupSummary
-
-    def __post_init__(self) -> None:
-        self.step = self.seen if isinstance(self.seen, DedupStep) else None
-        self.acknowledging = self.seen if isinstance(self.seen, Acknowledging) else None
+    def __init__(
+        self,
+        seen: SeenFilter,
+        out: BinaryIO,
+        keyer: LineKeyer,
+        transactional: bool,
+        batch_size: int,
+        progress: Callable[[int], None] | None,
+        summary: DedupSummary,
+    ) -> None:
+        self.seen, self.out, self.keyer = seen, out, keyer
+        self.transactional, self.batch_size = transactional, batch_size
+        self.progress, self.summary = progress, summary
+        self.step: DedupStep | None = seen if can(seen, "DedupStep") else None  # type: ignore[assignment]
+        self.acknowledging: Acknowledging | None = (
+            seen if can(seen, "Acknowledging") else None  # type: ignore[assignment]
+        )
 
     def filter_step(self, keys: list[Any], write: Callable[[list[bool] | None], object]) -> int:
         """A batch's keys through the filter in Python: the answers, the new lines written by
@@ -345,7 +386,8 @@ def _feed_chunks(inputs: Any, size: int) -> Iterator[bytes | None]:
 
     if isinstance(inputs, Inputs):
         return inputs.chunks(size, ahead=False)
-    return cast("Iterator[bytes | None]", inputs.chunks())
+    chunks: Iterator[bytes | None] = inputs.chunks()
+    return chunks
 
 
 def _run_engine(job: _Job, inputs: Any) -> None:

@@ -11,7 +11,6 @@ bits set, as gzip(1) does, and checks its optional CRC16; the gzip module ignore
 
 from __future__ import annotations
 
-import gzip
 import zlib
 from collections.abc import Callable, Iterator
 
@@ -40,7 +39,7 @@ def inflated(read: Callable[[int], bytes], size: int, step: int = 1 << 18) -> It
         if len(head) < 2:
             head += data[: 2 - len(head)]
             if head != GZIP_MAGIC[: len(head)]:
-                raise gzip.BadGzipFile(f"Not a gzipped file ({head!r})")
+                raise _not_gzip(head)
         out = inflater.decompress(data, size)
         data = inflater.unconsumed_tail or inflater.unused_data
         full = len(out) == size
@@ -48,5 +47,12 @@ def inflated(read: Callable[[int], bytes], size: int, step: int = 1 << 18) -> It
             yield out
     if not inflater.eof:
         if len(head) < 2:  # a member's first byte alone, as gzip reads it
-            raise gzip.BadGzipFile(f"Not a gzipped file ({head!r})")
+            raise _not_gzip(head)
         raise EOFError(_CUT)
+
+
+def _not_gzip(head: bytes) -> Exception:
+    """The gzip module's error for data that does not start as gzip does."""
+    import gzip  # here: only damaged input needs it
+
+    return gzip.BadGzipFile(f"Not a gzipped file ({head!r})")

@@ -18,41 +18,50 @@ rules to the lines it can decide in C and hands every other line to LineKeyer.ke
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from urlseen._frozen import Record
 from urlseen.canonical import DEFAULT_MEMO_SIZE, get_canonicalizer
 from urlseen.errors import InvalidKeyError
 
 DEFAULT_MAX_CANONICAL_BYTES = 64 * 1024
 
 
-@dataclass
-class LineCounts:
+class LineCounts(Record):
     """How many lines took each path (reported in the dedup summary)."""
 
-    empty: int = 0
-    invalid_utf8: int = 0
-    oversized: int = 0
-    verbatim: int = 0  # lines the canonicalizer could not parse, keyed as text
+    __slots__ = ("empty", "invalid_utf8", "oversized", "verbatim")
+    empty: int
+    invalid_utf8: int
+    oversized: int
+    verbatim: int  # lines the canonicalizer could not parse, keyed as text
 
-    def as_dict(self) -> dict[str, int]:
-        return dict(vars(self))
+    def __init__(
+        self, empty: int = 0, invalid_utf8: int = 0, oversized: int = 0, verbatim: int = 0
+    ) -> None:
+        self._init(empty, invalid_utf8, oversized, verbatim)
 
 
-@dataclass
-class LineKeyer:
-    """Turns raw lines into keys; `profile="none"` keys every line by its bytes."""
+class LineKeyer(Record):
+    """Turns raw lines into keys; `profile="none"` keys every line by its bytes. Compared and
+    shown by its three parameters."""
 
-    profile: str = "w3lib"
-    max_canonical_bytes: int = DEFAULT_MAX_CANONICAL_BYTES
-    counts: LineCounts = field(default_factory=LineCounts)
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        profile: str = "w3lib",
+        max_canonical_bytes: int = DEFAULT_MAX_CANONICAL_BYTES,
+        counts: LineCounts | None = None,
+    ) -> None:
+        self.profile = profile
+        self.max_canonical_bytes = max_canonical_bytes
+        self.counts = LineCounts() if counts is None else counts
         self._canonicalize: Callable[[str], str] | None = (
             None
             if self.profile == "none"
             else get_canonicalizer(self.profile, memo_size=DEFAULT_MEMO_SIZE)
         )
+
+    def _names(self) -> tuple[str, ...]:
+        return ("profile", "max_canonical_bytes", "counts")
 
     def key(self, line: bytes) -> str | bytes | None:
         """The key for one line without its terminator, or None for a line that is no URL."""

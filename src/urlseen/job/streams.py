@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gzip
 import io
 import os
 import stat
@@ -28,10 +27,23 @@ import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO, Protocol, TextIO, TypeVar
 
 from urlseen.errors import InputError
 from urlseen.job.inflate import GZIP_MAGIC, inflated
+
+TYPE_CHECKING = False  # typing (and gzip, until an input holds gzip data) stay off the start
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, Protocol, TextIO, TypeVar
+
+    class _Closable(Protocol):
+        def close(self) -> None: ...
+
+    class _Reader(Protocol):
+        error: InputError | None
+        _stop: bool
+
+    Opened = TypeVar("Opened", bound=_Closable)
+    Item = TypeVar("Item")
 
 _READ_ERRORS = (OSError, EOFError, zlib.error)
 
@@ -70,21 +82,6 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
-class _OwnGzip(gzip.GzipFile):
-    """A GzipFile that closes the file it reads (GzipFile leaves a file object it was given
-    open)."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        super().__init__(fileobj=raw, mode="rb")
-        self._raw = raw
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._raw.close()
-
-
 def _sniff(stream: BinaryIO, owned: bool) -> tuple[BinaryIO, bool]:
     """The stream, and whether it starts with gzip's magic bytes (read without losing them:
     peeked, or read and put back in front for a pipe that cannot peek)."""
@@ -101,9 +98,20 @@ def _sniffed(stream: BinaryIO, owned: bool) -> BinaryIO:
     stream, packed = _sniff(stream, owned)
     if not packed:
         return stream
-    if owned:
-        return _OwnGzip(stream)  # type: ignore[return-value]
-    return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]
+    import gzip  # here: plain input never needs it
+
+    class _OwnGzip(gzip.GzipFile):
+        """A GzipFile that closes the file it reads (GzipFile leaves a file object it was
+        given open)."""
+
+        def close(self) -> None:
+            try:
+                super().close()
+            finally:
+                stream.close()
+
+    reader = _OwnGzip if owned else gzip.GzipFile
+    return reader(fileobj=stream, mode="rb")  # type: ignore[return-value]
 
 
 def _stdin() -> BinaryIO:
@@ -138,13 +146,6 @@ def _packed(stream: BinaryIO, owned: bool) -> BinaryIO | Packed:
     return Packed(stream) if packed else stream
 
 
-class _Closable(Protocol):
-    def close(self) -> None: ...
-
-
-Opened = TypeVar("Opened", bound=_Closable)
-
-
 def _open(name: str, sniffed: Callable[[BinaryIO, bool], Opened]) -> Opened:
     """Input `name` ("-": stdin, never closed by what is returned) through sniffed(stream,
     owned)."""
@@ -173,11 +174,13 @@ def read_errors(name: str) -> Iterator[None]:
             "the cut were read",
             _label(name),
         ) from None
-    except (zlib.error, gzip.BadGzipFile) as exc:
-        raise InputError(
-            errno.EIO, f"damaged gzip data ({exc}); the lines before it were read", _label(name)
-        ) from None
-    except OSError as exc:
+    except (zlib.error, OSError) as exc:
+        gzip = sys.modules.get("gzip")  # imported by whatever read gzip data
+        if isinstance(exc, zlib.error) or (gzip is not None and isinstance(exc, gzip.BadGzipFile)):
+            raise InputError(
+                errno.EIO, f"damaged gzip data ({exc}); the lines before it were read", _label(name)
+            ) from None
+        assert isinstance(exc, OSError)
         if exc.errno == errno.EPIPE or isinstance(exc, BrokenPipeError):
             raise
         raise InputError(
@@ -206,14 +209,6 @@ class InputLines(Iterator[bytes]):
 
     def _read(self, names: tuple[str, ...]) -> Iterator[bytes]:
         return _each_input(self, names, iter, open_input)
-
-
-Item = TypeVar("Item")
-
-
-class _Reader(Protocol):
-    error: InputError | None
-    _stop: bool
 
 
 def _each_input(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import builtins
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from urlseen import defaults
 from urlseen._frozen import Frozen
@@ -30,8 +29,10 @@ from urlseen.kinds._openers import (
 
 # pathlib is imported where a path is made, not here: `urlseen dedup` in memory makes none, and
 # pathlib (with urllib.parse) is ~5% of its start-up (benchmarks/tools/callgrind_startup.py).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
     from urlseen.protocol import SeenFilter
 

@@ -4,10 +4,11 @@ per form of state (a state file, a rotating folder, an exact folder, a filter in
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the kinds table names these functions; their imports wait for a call
     from pathlib import Path
+    from typing import Any
 
 
 def describe_file(path: Path, verify: bool) -> dict[str, Any]:

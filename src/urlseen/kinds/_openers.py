@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
 
 from urlseen._frozen import Frozen
 from urlseen.errors import FormatError, OptionError, ParameterConflict
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
     from urlseen.protocol import SeenFilter
     from urlseen.splittable.tree import LeafStore

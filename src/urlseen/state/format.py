@@ -33,9 +33,9 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
+from urlseen._frozen import Record
 from urlseen.errors import FormatError
 
 MAGIC = b"\x89URLSEEN"
@@ -63,17 +63,31 @@ def seal(page: bytes | bytearray | memoryview) -> int:
         return zlib.crc32(view[COUNT_OFFSET + 8 : SEAL_AT], zlib.crc32(count))
 
 
-@dataclass
-class Header:
+class Header(Record):
     """A decoded header: params say what the data is; count and flags are the live fields."""
 
+    __slots__ = (  # noqa: RUF023
+        "params", "data_length", "count", "flags", "data_crc", "data_offset", "version"
+    )  # fmt: skip
     params: dict[str, Any]
     data_length: int
-    count: int = 0
-    flags: int = 0
-    data_crc: int = 0
-    data_offset: int = HEADER_SIZE
-    version: int = FORMAT_VERSION
+    count: int
+    flags: int
+    data_crc: int
+    data_offset: int
+    version: int
+
+    def __init__(
+        self,
+        params: dict[str, Any],
+        data_length: int,
+        count: int = 0,
+        flags: int = 0,
+        data_crc: int = 0,
+        data_offset: int = HEADER_SIZE,
+        version: int = FORMAT_VERSION,
+    ) -> None:
+        self._init(params, data_length, count, flags, data_crc, data_offset, version)
 
     def encode(self) -> bytes:
         """The whole header page, as this module writes it (version 2, sealed)."""

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from typing import Any
 
 from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.state import space as _space
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _HUGE_PAGE = 2 * 1024 * 1024
 _ROUND_UP_COST = 8  # round the advice up to a whole huge page if that adds <= 1/8 of the data

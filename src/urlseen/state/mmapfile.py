@@ -23,7 +23,6 @@ import fcntl
 import mmap
 import os
 import stat
-import uuid
 import warnings
 import zlib
 from collections.abc import Callable
@@ -119,7 +118,7 @@ class MappedFile(Closeable):
         header = Header(params, data_length, flags=FLAG_OPEN)
         size = header.data_offset + data_length
         space.check_disk(target, size, f"{space.describe(params)} in a state file")
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             with space.naming(target):

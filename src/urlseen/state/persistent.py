@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
 from urlseen import _core
 from urlseen._lifecycle import Closeable
 from urlseen.errors import FormatError
 from urlseen.hashes import HASHES, require_stored_hash, require_stored_seed
 from urlseen.state.memory import MemoryStore
-from urlseen.state.store import BufferStore
 
 # The state file's modules (mmapfile, _format, and json, uuid, pathlib under them) are imported
 # by the methods that touch a file: a filter in memory (`urlseen dedup`) starts without them.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from typing_extensions import Self
 
     from urlseen.state.format import Header
+    from urlseen.state.store import BufferStore
 
     class _CFilter(Closeable):
         """What the C filter type after StoreBacked in a subclass's MRO gives it."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 import zlib
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,7 @@ def read(path: Path, what: str) -> dict[str, Any]:
 
 def write(path: Path, body: dict[str, Any]) -> None:
     """Replace the file at path atomically (temp file, fsync, rename, fsync of the folder)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         with space.naming(path), open(tmp, "xb") as f:
             f.write(encode(body))

@@ -8,12 +8,13 @@ import contextlib
 import errno
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
 from urlseen.errors import ConfigError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: a filter in memory starts without pathlib
     from pathlib import Path
+    from typing import Any
 
 _NOT_SUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
 

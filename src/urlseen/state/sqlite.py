@@ -27,7 +27,6 @@ import fcntl
 import os
 import sqlite3
 import stat
-import uuid
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -169,7 +168,7 @@ class SQLiteStore(Closeable):
         """Make the file under a temporary name, complete (marked, tables, meta rows), then
         link it into place: a killed creation leaves no half-made store at `target`. Returns
         the locked fd (the lock is the inode's: it holds at the new name too)."""
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -177,7 +176,11 @@ class SQLiteStore(Closeable):
             try:
                 if page_size is not None:  # before the file has a page
                     db.execute(f"PRAGMA page_size={int(page_size)}")
-                db.execute("PRAGMA synchronous=FULL")
+                # no sync of its own: the file is one fsync below, before it takes its name;
+                # WAL already (its checkpoint at close lands in the file), so that the first
+                # write does not switch journals with three syncs
+                db.execute("PRAGMA synchronous=OFF")
+                db.execute("PRAGMA journal_mode=WAL")
                 self._create(db, meta)
             finally:
                 db.close()
@@ -191,7 +194,8 @@ class SQLiteStore(Closeable):
             os.close(fd)
             raise
         finally:
-            tmp.unlink(missing_ok=True)
+            for leftover in ("", *_SIDE_FILES):
+                Path(f"{tmp}{leftover}").unlink(missing_ok=True)
         return fd
 
     def _check_exists(self, target: Path, create: bool) -> None:
