@@ -233,6 +233,8 @@ class SplittableBloomFilter(LeafRounds, PassesClaimsOn, Closeable):
         keys = key_batch(keys)
         if not keys:
             return []
+        if self._store.tree_due():  # a shared store: say which tree this client reads
+            self._reload()
         fps, roots, values = self._keys(_core.digests(keys, _core.HASH_XXH3_128, self.seed))
         queues: dict[str, list[int]] = defaultdict(list)
         for i in range(len(fps)):

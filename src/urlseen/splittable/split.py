@@ -22,7 +22,6 @@ from urlseen.splittable.tree import MISSING, LeafAnswer, LeafOp, LeafStore, Spli
 
 LOCK_LEASES = 3  # a split lock lasts 3 of the store's leases, renewed after each chunk
 MIN_LOCK_MS = 2000  # and 2 s at least: a split takes longer than a tiny lease
-GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8192  # fingerprints copied per step of a split
 SMALL_LEAF = 4  # leaves below 1/4 of leaf_bits ...
 SMALL_GROW = 2  # ... grow 2x at least
@@ -103,10 +102,9 @@ class LeafSplits:
             store.drop(children)
             return False
         store.copy_claims(leaf, split)  # sealed: no new claims; acknowledgements come again
-        if not store.swap(leaf, token, split, child_bits):
+        if not store.swap(leaf, token, split, child_bits):  # and retires the leaf
             store.drop(children)
             return False
-        store.retire(leaf, GRACE_SECONDS)
         if grows:
             self.grows_done += 1
         else:
