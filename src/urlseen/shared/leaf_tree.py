@@ -279,16 +279,22 @@ class LeafTree:
             )
         return code
 
-    def seal(self, leaf: str) -> int:
+    def seal(self, leaf: str, coded: int | None = None) -> int:
         meta, bits, fps, _ = self._keys(leaf)
+        args = ["seal", self._instance, self._fp_bytes(), *([] if coded is None else [coded])]
         return int(
             retrying(
-                lambda: self._leaf_script(
-                    keys=[meta, bits, fps], args=["seal", self._instance, self._fp_bytes()]
-                ),
-                f"{self._what}: seal",
+                lambda: self._leaf_script(keys=[meta, bits, fps], args=args), f"{self._what}: seal"
             )
         )
+
+    def compact(self, leaf: str, code: bytes, coded: int, raw_bytes: int) -> bool:
+        meta, bits, fps, _ = self._keys(leaf)
+        args = ["compact", self._instance, self._fp_bytes(), coded, raw_bytes, code]
+        reply = retrying(
+            lambda: self._leaf_script(keys=[meta, bits, fps], args=args), f"{self._what}: compact"
+        )
+        return bool(reply == 1)
 
     def _fp_bytes(self) -> int:
         assert self._params is not None, "load or create the tree first"

@@ -143,7 +143,9 @@ class SplittableBloomFilter(LeafRounds, PassesClaimsOn, Closeable):
         self._instance = p["instance"]
         self.splits_done = 0
         self.grows_done = 0
+        self.compactions_done = 0
         self._keys_per_maybe_new = 1.0  # see LeafRounds._take_round
+        self._compact_marks: dict[str, int] = {}  # see LeafRounds._compact_due
 
     def _opened(self, given: Mapping[str, Any]) -> Tree:
         """The store's tree, created from the given parameters if the store holds none, and

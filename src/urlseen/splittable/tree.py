@@ -216,7 +216,10 @@ class LeafStore(Protocol):
     split or growth gave it, sorted and coded once (splittable/coding.py, written by
     fill_coded into a fresh leaf, never changed after), and the raw tail that check-and-add
     appends to (fp_bytes per URL reported new; `fingerprints` reads it by byte offset, `seal`
-    answers its final length). Its count is both parts' URLs.
+    answers its final length). Its count is both parts' URLs. `compact` codes the coded part
+    and the raw tail's first raw_bytes together, under the leaf's split lock (its raw offsets
+    change): refused (False) if the leaf was sealed or its code changed since it was read, as
+    `seal` refuses (-2) a splitter whose read of the code is stale.
 
     swap retires the leaf it replaces: its keys are freed once no client routes by a tree
     older than the swap (a shared store learns which each client does from its loads, and
@@ -264,7 +267,9 @@ class LeafStore(Protocol):
 
     def copy_claims(self, leaf: str, split: Split) -> None: ...
 
-    def seal(self, leaf: str) -> int: ...
+    def seal(self, leaf: str, coded: int | None = None) -> int: ...
+
+    def compact(self, leaf: str, code: bytes, coded: int, raw_bytes: int) -> bool: ...
 
     def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]: ...
 
@@ -454,13 +459,25 @@ class MemoryLeafStore:
     def copy_claims(self, leaf: str, split: Split) -> None:
         """No claims in one process."""
 
-    def seal(self, leaf: str) -> int:
+    def seal(self, leaf: str, coded: int | None = None) -> int:
         with self._guard:
             entry = self._live(leaf)
             if entry is None:
                 return -1
+            if coded is not None and entry.coded != coded:
+                return -2
             entry.state = "retired"
             return len(entry.fps)
+
+    def compact(self, leaf: str, code: bytes, coded: int, raw_bytes: int) -> bool:
+        with self._guard:
+            entry = self._live(leaf)
+            if entry is None or entry.state != "active" or entry.coded != coded:
+                return False
+            width = self._tree["params"]["fp_bytes"]
+            entry.code, entry.coded = code, coded + raw_bytes // width
+            entry.fps = entry.fps[raw_bytes:]
+            return True
 
     def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]:
         with self._guard:
