@@ -99,6 +99,7 @@ def dsbf_row(
         "reported_new": reported,
         "grows": seen.grows_done,
         "splits": seen.splits_done,
+        "compactions": seen.compactions_done,
         "seconds": seconds,
         "live_bytes_per_url": seen.memory_usage() / n,
         "fp_rate": false_positives(seen, probes),
