@@ -150,10 +150,14 @@ def test_a_vanished_code_is_a_lost_filter(redis_url, redis_name):
 
 
 def _a_leaf_with_raw(seen: SplittableBloomFilter) -> tuple[str, int]:
-    """The leaf with the most raw fingerprints, and its universe."""
-    leaf = max(seen.leaves(), key=lambda info: info["count"] - info["coded"])
-    assert leaf["count"] > leaf["coded"]
-    return leaf["leaf"], seen._universe(leaf["leaf"])
+    """The leaf with the most raw fingerprints, and its universe (new URLs added until one
+    has some: the tree's root seed is random, and a leaf may have just been coded)."""
+    for more in range(10):
+        leaf = max(seen.leaves(), key=lambda info: info["count"] - info["coded"])
+        if leaf["count"] > leaf["coded"]:
+            return leaf["leaf"], seen._universe(leaf["leaf"])
+        grown(seen, urls(50, seed=1000 + more))
+    raise AssertionError("no leaf holds raw fingerprints")
 
 
 def test_a_compaction_codes_the_raw_fingerprints_and_keeps_every_one(make):
@@ -162,8 +166,8 @@ def test_a_compaction_codes_the_raw_fingerprints_and_keeps_every_one(make):
     seen = make(capacity=2000, error_rate=1e-3, leaf_bits=1 << 15)
     new = grown(seen, urls(12_000, seed=61))
     assert seen.compactions_done > 0
-    for info in seen.leaves():
-        assert info["count"] - info["coded"] <= seen._capacity(info["leaf"]) // 8
+    for info in seen.leaves():  # raw: a step and a round's room past the step first seen in
+        assert info["count"] - info["coded"] <= 3 * seen._capacity(info["leaf"]) // 16 + 1
     seen._compact_marks.clear()
     leaf, universe = _a_leaf_with_raw(seen)
     before, raw_bytes, _ = seen._held(leaf, universe)
