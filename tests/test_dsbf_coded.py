@@ -147,3 +147,59 @@ def test_a_vanished_code_is_a_lost_filter(redis_url, redis_name):
         store.code(coded[0])
     with pytest.raises(FilterLostError):
         grown(seen, urls(40_000, seed=7))
+
+
+def _a_leaf_with_raw(seen: SplittableBloomFilter, least: int = 1) -> tuple[str, int]:
+    """The leaf with the most raw fingerprints, and its universe (new URLs added until one
+    has `least`: the tree's root seed is random, and a leaf may have just been coded)."""
+    for more in range(10):
+        leaf = max(seen.leaves(), key=lambda info: info["count"] - info["coded"])
+        if leaf["count"] - leaf["coded"] >= least:
+            return leaf["leaf"], seen._universe(leaf["leaf"])
+        grown(seen, urls(50, seed=1000 + more))
+    raise AssertionError("no leaf holds raw fingerprints")
+
+
+def test_a_compaction_codes_the_raw_fingerprints_and_keeps_every_one(make):
+    """Leaves code their raw fingerprints each 1/16 of their capacity (so few stay raw), and
+    a compaction keeps the same fingerprints: all coded, none raw."""
+    seen = make(capacity=2000, error_rate=1e-3, leaf_bits=1 << 15)
+    new = grown(seen, urls(12_000, seed=61))
+    assert seen.compactions_done > 0
+    for info in seen.leaves():  # raw: a step and a round's room past the step first seen in
+        assert info["count"] - info["coded"] <= 3 * seen._capacity(info["leaf"]) // 16 + 1
+    seen._compact_due = lambda leaf, count: False  # now only this test compacts
+    for more in range(20):  # until a leaf has raw ones worth a compaction
+        leaf, universe = _a_leaf_with_raw(seen)
+        before, raw_bytes, _ = seen._held(leaf, universe)
+        if raw_bytes >= seen._capacity(leaf) // 32 * seen.fingerprint_bytes:
+            break
+        grown(seen, urls(300, seed=62 + more))
+    assert seen._compact(leaf)
+    after, raw_after, coded_after = seen._held(leaf, universe)
+    assert np.array_equal(np.sort(before), after)
+    assert (raw_after, coded_after) == (0, len(before))
+    assert seen.contains_many(new) == [True] * len(new)
+
+
+def test_a_compaction_keeps_raw_ones_written_since_and_fences_a_stale_splitter(make):
+    """A compaction of the raw ones read (here half of them) keeps those written after its
+    read raw, after the new code; a splitter that read the code before is refused its seal
+    (-2: its offsets into the raw ones are stale), and the leaf stays writable."""
+    seen = make(capacity=2000, error_rate=1e-3, leaf_bits=1 << 15)
+    grown(seen, urls(5000, seed=63))
+    leaf, universe = _a_leaf_with_raw(seen, least=2)
+    store = seen._store
+    before, raw_bytes, coded = seen._held(leaf, universe)
+    width = seen.fingerprint_bytes
+    half = (raw_bytes // width // 2) * width
+    part = before[: coded + half // width]  # the coded ones, then the first raw ones
+    block = code.encode(part, universe, int(before[0]) >> universe)
+    assert store.compact(leaf, block, coded, half)
+    assert not store.compact(leaf, block, coded, half)  # stale: its code changed since
+    after, raw_after, coded_after = seen._held(leaf, universe)
+    assert np.array_equal(np.sort(before), np.sort(after))
+    assert (raw_after, coded_after) == (raw_bytes - half, coded + half // width)
+    assert store.seal(leaf, coded) == -2  # a splitter's read from before the compaction
+    assert [info["state"] for info in seen.leaves() if info["leaf"] == leaf] == ["active"]
+    assert store.seal(leaf, coded_after) == raw_bytes - half

@@ -167,12 +167,12 @@ def test_claims_taken_over_are_claimed_and_acknowledged_one_by_one(redis_url, re
     assert first.acknowledge() == len(claimed)  # taken over: answered new twice, and said so
 
 
-@pytest.mark.parametrize("older", ["urlseen-dsbf/4", "urlseen-dsbf/5"])
+@pytest.mark.parametrize("older", ["urlseen-dsbf/4", "urlseen-dsbf/5", "urlseen-dsbf/6"])
 def test_an_older_format_tree_is_refused_naming_both_versions(redis_url, redis_name, older):
     seen = SplittableBloomFilter(1000, 0.01, redis=redis_url, name=redis_name)
     client = redis.Redis.from_url(redis_url)
     tree_key = seen._store.tree_key
     params = json.loads(client.hget(tree_key, "params"))
     client.hset(tree_key, "params", json.dumps({**params, "format": older}))
-    with pytest.raises(FormatError, match=rf"'{older}', not 'urlseen-dsbf/6'.*rebuild"):
+    with pytest.raises(FormatError, match=rf"'{older}', not 'urlseen-dsbf/7'.*rebuild"):
         SplittableBloomFilter(redis=redis_url, name=redis_name)

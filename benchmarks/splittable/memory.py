@@ -10,8 +10,10 @@ false-positive rate.
 
 Memory, per distinct URL inserted:
 * Redis: the sum of MEMORY USAGE over the filter's live keys (tree, and each live leaf's
-  meta, bits, fingerprints; split leaves waiting out their grace period are not counted), and
-  INFO used_memory after minus before (everything, those leaves and receipts included);
+  meta, bits, fingerprints; split leaves not freed yet are not counted), and INFO used_memory
+  minus before: at the end of the fill, as it is (split leaves not freed yet, receipts), and
+  at rest (once no key waits on a timer: receipts and, in a format before 7, split leaves
+  kept for stale readers; at most REST_WAIT seconds later);
 * in memory: the filter's own accounting (its leaves' bit buffers and fingerprint buffers);
 * the split of it, from the filter's leaves: Bloom bits, fingerprint bytes kept (count x
   width), and the rest (the fingerprint strings' room to grow, keys, allocator).
@@ -37,11 +39,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "redis"))
 from library import DEFAULT_DATA, Server  # benchmarks/redis/library.py
 from shared import distinct_lines  # benchmarks/redis/shared.py
-from urlseen.splittable import split as dsbf_split
 from urlseen.splittable.filter import SplittableBloomFilter
 
 BATCH = 1000
 RESULTS = Path(__file__).resolve().parent / "results.json"  # key "memory"
+REST_WAIT = 200.0  # seconds: longer than any key's timer (receipts: 120 s)
 
 
 def breakdown(seen: SplittableBloomFilter, n: int) -> dict[str, float]:
@@ -85,6 +87,8 @@ def dsbf_row(
     reported = fill(seen, urls)
     seconds = time.perf_counter() - started
     n = len(urls)
+    if server:  # as the fill left it, before anything else reads the tree
+        end, volatile = (server.used() - before) / n, volatile_keys(server)
     row: dict[str, Any] = {
         "way": label,
         "store": "redis" if server else "memory",
@@ -95,6 +99,7 @@ def dsbf_row(
         "reported_new": reported,
         "grows": seen.grows_done,
         "splits": seen.splits_done,
+        "compactions": seen.compactions_done,
         "seconds": seconds,
         "live_bytes_per_url": seen.memory_usage() / n,
         "fp_rate": false_positives(seen, probes),
@@ -102,9 +107,25 @@ def dsbf_row(
         **breakdown(seen, n),
     }
     if server:
+        row["used_memory_end_bytes_per_url"] = end
+        row["volatile_keys_end"] = volatile
+        row["rest_wait_seconds"] = at_rest(server)
         row["used_memory_bytes_per_url"] = (server.used() - before) / n
     seen.destroy()
     return row
+
+
+def volatile_keys(server: Server) -> int:
+    """Keys with a timer (INFO keyspace's `expires`, database 0)."""
+    return int(server.client.info("keyspace").get("db0", {}).get("expires", 0))
+
+
+def at_rest(server: Server) -> float:
+    """Wait until no key has a timer (at most REST_WAIT s); the seconds waited."""
+    started = time.perf_counter()
+    while volatile_keys(server) and time.perf_counter() - started < REST_WAIT:
+        time.sleep(1.0)
+    return time.perf_counter() - started
 
 
 def sadd_row(server: Server, urls: list[str]) -> dict[str, Any]:
@@ -153,23 +174,24 @@ def small_filters(server: Server, urls: list[str]) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]], sadd: float) -> str:
     out = [
         "| way | store | fp bytes | leaves (fill) | bits/URL live | of which Bloom / fp / fp room "
-        "| B/URL used_memory | vs SADD | FP on held-out | grows / splits |",
+        "| B/URL used_memory end / at rest | vs SADD | FP on held-out | grows / splits |",
         "|---|---|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "leaves" not in r:
             out.append(
                 f"| {r['way']} | {r['store']} | | | {8 * r['live_bytes_per_url']:.1f} | "
-                f"| {r['used_memory_bytes_per_url']:.1f} | 1 | 0 | |"
+                f"| — / {r['used_memory_bytes_per_url']:.1f} | 1 | 0 | |"
             )
             continue
         used = r.get("used_memory_bytes_per_url")
+        end = r.get("used_memory_end_bytes_per_url")
         out.append(
             f"| {r['way']} | {r['store']} | {r['fingerprint_bytes']} | {r['leaves']} "
             f"({r['mean_fill']:.2f}) | {8 * r['live_bytes_per_url']:.1f} | "
             f"{r['bloom_bits_per_url']:.1f} / {r['fingerprint_bits_per_url']:.1f} / "
             f"{r['fingerprint_room_bits_per_url']:.1f} | "
-            f"{'' if used is None else f'{used:.1f}'} | "
+            f"{'' if used is None else f'{end:.1f} / {used:.1f}'} | "
             f"1/{sadd / r['live_bytes_per_url']:.1f} | {r['fp_rate']:.5f} | "
             f"{r['grows']} / {r['splits']} |"
         )
@@ -194,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(lines) < grown + args.probes:
         sys.exit(f"{args.data} has {len(lines)} distinct lines, fewer than {grown + args.probes}")
     urls, probes = lines[:grown], lines[grown:]
-    dsbf_split.GRACE_SECONDS = 1.0  # split leaves go at once, so that used_memory sees the filter
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server on a kill too
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
@@ -211,7 +232,6 @@ def main(argv: list[str] | None = None) -> int:
                         rows.append(
                             dsbf_row(store, name, urls, probes, **base, fingerprint_bytes=width)
                         )
-                        time.sleep(1.5)  # the grace period of the last split leaves
                         print(json.dumps(rows[-1]), file=sys.stderr)
             small = small_filters(server, urls)
             version = server.version()

@@ -4,7 +4,8 @@ The batches of check-and-add are shared/leaf_batch.py; the claims, shared/leaves
 
 Keys of filter `name` (E: the name escaped, client.escape):
 - `urlseen:{E}:kind`: the kind record ("dsbf"), `urlseen:{E}:tree`: the tree hash (params,
-  instance, version, nodes, split locks);
+  instance, version, nodes, split locks, retired leaves), `urlseen:{E}:readers`: the tree
+  version each client last loaded (dsbf_tree.lua);
 - per leaf, under its own hash tag `{E:leaf:ID}` so that leaves spread over a Cluster's
   slots while each leaf's script touches one slot: `:meta` (state, count, instance), `:bits`
   (the leaf's Bloom filter, a bitmap string of the size the tree records for the leaf),
@@ -15,12 +16,20 @@ Keys of filter `name` (E: the name escaped, client.escape):
   (shared/claims.py) and `:records` (claims of whole calls: claims.lua, claims_record).
 Every call checks the filter's instance id: a leaf or tree that vanished is an error
 (FilterLostError), never a leaf made anew.
+
+Retired leaves. A split's swap records the leaf it replaced as retired at the new version;
+each load announces the version the client routes by (for `reader_ms`, renewed by loading
+again) and answers the retired leaves that no live reader's version still routes to, whose
+keys the loader deletes. A client whose announcement lapsed may still send a key to a leaf
+deleted since: the leaf answers MISSING, and the client reloads the tree and routes the key
+below it (rounds.py), so freeing a leaf early costs a reload, never an answer.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -35,6 +44,8 @@ from urlseen.splittable.tree import LeafInfo, Split, Tree
 
 CLUSTER_THREADS = 8  # per-leaf script calls in flight at once on a Redis Cluster
 KIND = "dsbf"
+MIN_READER_MS = 2000  # a client's announcement of the tree it reads lasts this long at least
+ANNOUNCE_SECONDS = 1.0  # and a client loads the tree again this often while it works
 
 
 class LeafTree:
@@ -46,6 +57,7 @@ class LeafTree:
         self.client = redis_store.connect(redis)
         self.tree_key = redis_store.key(name, "tree")
         self.kind_key = redis_store.key(name, "kind")
+        self.readers_key = redis_store.key(name, "readers")
         self._what = f"splittable filter {name!r}"
         self._escaped = redis_store.escape(name)
         self._cluster = redis_store.is_cluster(self.client)
@@ -58,6 +70,8 @@ class LeafTree:
         self.owner = ""  # the client whose write marks the tree and leaves keep (marks.py)
         self._tree_marks = WriteMarks()
         self._version = 0  # the highest tree version this client read: it never goes down
+        self.reader_ms = MIN_READER_MS  # how long a load's announcement lasts
+        self._loaded_at = -float("inf")  # time.monotonic() of the last load
 
     def lost(self, what: str) -> FilterLostError:
         """The error for data of the filter that vanished from Redis."""
@@ -87,26 +101,29 @@ class LeafTree:
         who = f"{self._instance} {self.owner} {mark}" if self.owner else self._instance
         argv = [op, who, *args]
         reply = retrying(
-            lambda: self._tree_script(keys=[self.tree_key, self.kind_key], args=argv),
-            f"{self._what}: {op}",
+            lambda: self._tree_script(keys=self._tree_keys(), args=argv), f"{self._what}: {op}"
         )
         if self.owner:
             self._tree_marks.advanced(self.tree_key)
         return reply
+
+    def _tree_keys(self) -> list[str]:
+        return [self.tree_key, self.kind_key, self.readers_key]
 
     def holds_kind(self) -> bool:
         """Whether the name holds a splittable filter (its kind record says so)."""
         return redis_store.holds(self.client, self.name, KIND)
 
     def load(self) -> Tree | None:
-        def read() -> tuple[Any, dict[bytes, bytes]]:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.get(self.kind_key)
-            pipe.hgetall(self.tree_key)
-            kind, raw = pipe.execute()
-            return kind, raw
-
-        kind, raw = retrying(read, f"{self._what}: load")
+        """The tree, announced as the version this client reads (see the module docstring);
+        the retired leaves no reader needs any more are deleted."""
+        argv = ["load", self.owner, self.reader_ms]
+        started = time.monotonic()
+        kind, flat, free = retrying(
+            lambda: self._tree_script(keys=self._tree_keys(), args=argv), f"{self._what}: load"
+        )
+        kind = kind or None
+        raw: dict[bytes, bytes] = dict(zip(flat[0::2], flat[1::2], strict=True))
         if kind is not None and kind.decode() != KIND:
             raise ConfigError(
                 f"Redis holds a {kind.decode()} filter named {self.name!r}, not a dsbf: a name "
@@ -140,13 +157,29 @@ class LeafTree:
         self._version = version
         self._params, self._instance = params, instance
         self._sizes.update(sizes)
+        self._loaded_at = started
+        if free:
+            self._free([leaf.decode() for leaf in free])
         return Tree(version, params, splits, ready=b"ready" in raw, sizes=sizes)
+
+    def _free(self, leaves: Sequence[str]) -> None:
+        """Delete retired leaves' keys, then forget them (a client that dies between the two
+        leaves them to the next load)."""
+        self.drop(leaves)
+        self._tree("forget", *leaves)
+
+    def tree_due(self) -> bool:
+        """Whether this client's next batch loads the tree again (ANNOUNCE_SECONDS after the
+        last load, half its announcement at most): that renews its announcement, and frees
+        the leaves that splits retired since once no client reads an older tree."""
+        due = min(ANNOUNCE_SECONDS, self.reader_ms / 2000)
+        return time.monotonic() - self._loaded_at >= due
 
     def create(self, params: Mapping[str, Any], root: Split, bits: int) -> dict[str, Any]:
         text = json.dumps(dict(params), sort_keys=True)
         argv = ["create", params["instance"], text, root.describe(), len(root.children), bits]
         kind, won = retrying(
-            lambda: self._tree_script(keys=[self.tree_key, self.kind_key], args=argv),
+            lambda: self._tree_script(keys=self._tree_keys(), args=argv),
             f"{self._what}: create",
         )
         if kind.decode() != KIND:
@@ -246,16 +279,22 @@ class LeafTree:
             )
         return code
 
-    def seal(self, leaf: str) -> int:
+    def seal(self, leaf: str, coded: int | None = None) -> int:
         meta, bits, fps, _ = self._keys(leaf)
+        args = ["seal", self._instance, self._fp_bytes(), *([] if coded is None else [coded])]
         return int(
             retrying(
-                lambda: self._leaf_script(
-                    keys=[meta, bits, fps], args=["seal", self._instance, self._fp_bytes()]
-                ),
-                f"{self._what}: seal",
+                lambda: self._leaf_script(keys=[meta, bits, fps], args=args), f"{self._what}: seal"
             )
         )
+
+    def compact(self, leaf: str, code: bytes, coded: int, raw_bytes: int) -> bool:
+        meta, bits, fps, _ = self._keys(leaf)
+        args = ["compact", self._instance, self._fp_bytes(), coded, raw_bytes, code]
+        reply = retrying(
+            lambda: self._leaf_script(keys=[meta, bits, fps], args=args), f"{self._what}: compact"
+        )
+        return bool(reply == 1)
 
     def _fp_bytes(self) -> int:
         assert self._params is not None, "load or create the tree first"
@@ -286,10 +325,6 @@ class LeafTree:
             return list(pipe.execute())
 
         return retrying(run, f"{self._what}: leaves") if leaves else []
-
-    def retire(self, leaf: str, grace_seconds: float) -> None:
-        ms = max(1, int(grace_seconds * 1000))
-        self._pipelined([leaf], lambda pipe, lf: [pipe.pexpire(k, ms) for k in self._all_keys(lf)])
 
     def drop(self, leaves: Sequence[str]) -> None:
         self._pipelined(leaves, lambda pipe, lf: [pipe.delete(k) for k in self._all_keys(lf)])
@@ -326,8 +361,13 @@ class LeafTree:
     def destroy(self) -> None:
         tree = self.load()
         leaves = [] if tree is None else [leaf for leaf, _ in tree.leaves()]
+        retired = retrying(lambda: self.client.hkeys(self.tree_key), f"{self._what}: destroy")
+        leaves += [k[8:].decode() for k in retired if k.startswith(b"retired:")]
         self.drop(leaves)
-        retrying(lambda: self.client.delete(self.tree_key, self.kind_key), f"{self._what}: destroy")
+        retrying(
+            lambda: self.client.delete(self.tree_key, self.kind_key, self.readers_key),
+            f"{self._what}: destroy",
+        )
 
 
 def _check_tree_shape(splits: Mapping[str, Split], tree_key: str) -> None:

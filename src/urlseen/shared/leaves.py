@@ -52,6 +52,7 @@ class RedisLeafStore(HoldsClaims, LeafBatches):
         self.lease_ms = self._claims.lease_ms
         super().__init__(redis, name, receipt_seconds)
         self.owner = self._claims.owner  # write marks (shared/marks.py) under the claims' id
+        self.reader_ms = max(self.reader_ms, self.lease_ms)  # announced as it reads the tree
         self._record_calls: dict[bytes, int] = {}  # held handle -> the call whose record claims it
         self._priority: int | None = None  # the running batch's
         self._patience: PendingWait | None = None  # the running batch's wait on others' claims

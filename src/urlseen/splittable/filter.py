@@ -143,7 +143,9 @@ class SplittableBloomFilter(LeafRounds, PassesClaimsOn, Closeable):
         self._instance = p["instance"]
         self.splits_done = 0
         self.grows_done = 0
+        self.compactions_done = 0
         self._keys_per_maybe_new = 1.0  # see LeafRounds._take_round
+        self._compact_marks: dict[str, int] = {}  # see LeafRounds._compact_due
 
     def _opened(self, given: Mapping[str, Any]) -> Tree:
         """The store's tree, created from the given parameters if the store holds none, and
@@ -233,6 +235,8 @@ class SplittableBloomFilter(LeafRounds, PassesClaimsOn, Closeable):
         keys = key_batch(keys)
         if not keys:
             return []
+        if self._store.tree_due():  # a shared store: say which tree this client reads
+            self._reload()
         fps, roots, values = self._keys(_core.digests(keys, _core.HASH_XXH3_128, self.seed))
         queues: dict[str, list[int]] = defaultdict(list)
         for i in range(len(fps)):

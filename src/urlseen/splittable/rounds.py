@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from urlseen.errors import RemoteError
-from urlseen.splittable.split import LeafSplits
+from urlseen.splittable.split import COMPACT_STEPS, LeafSplits
 from urlseen.splittable.tree import MISSING, LeafAnswer, LeafOp, LeafReply
 
 REROUTE_SECONDS = 60.0  # how long a batch waits for a stuck split before RemoteError
@@ -27,6 +27,7 @@ class _Round:
     moved: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     full: list[str] = field(default_factory=list)
+    compact: list[str] = field(default_factory=list)
     sent: int = 0
     maybe_new: int = 0
 
@@ -53,9 +54,7 @@ class LeafRounds(LeafSplits):
     and the store's routing state (LeafSplits)."""
 
     _keys_per_maybe_new: float
-
-    def _capacity(self, leaf: str) -> int:
-        raise NotImplementedError
+    _compact_marks: dict[str, int]  # per leaf, its count // its compaction step, as last seen
 
     def _follow(
         self,
@@ -114,6 +113,8 @@ class LeafRounds(LeafSplits):
                 self._keys_per_maybe_new = min(MAX_SPREAD, max(1.0, spread))
             for leaf in done.full:
                 self._split(leaf)
+            for leaf in done.compact:
+                self._compact(leaf)
             if done.waiting() and not self._store.wait(self._follow):
                 done.give_up_waiting()  # claims that outlive the wait: answered seen
             if done.moved or done.missing:
@@ -179,7 +180,18 @@ class LeafRounds(LeafSplits):
                 done.maybe_new += sum(reply.new) + len(reply.pending) + len(reply.deferred)
                 if reply.count >= self._capacity(leaf):
                     done.full.append(leaf)
+                elif self._compact_due(leaf, reply.count):
+                    done.compact.append(leaf)
         return done
+
+    def _compact_due(self, leaf: str, count: int) -> bool:
+        """Whether the leaf's count passed a multiple of 1/COMPACT_STEPS of its capacity since
+        this client last saw it (each client sees some of a shared leaf's adds: the
+        compaction checks how many of its fingerprints are raw)."""
+        step = max(1, self._capacity(leaf) // COMPACT_STEPS)
+        mark, last = count // step, self._compact_marks.get(leaf)
+        self._compact_marks[leaf] = mark
+        return last is not None and mark > last
 
     def _after_moves(self, done: _Round, deadline: float, stuck_wait: float) -> float:
         """Reload the tree after leaves answered MOVED or MISSING. A missing leaf still in

@@ -32,8 +32,11 @@ from urlseen.bloom.sizing import (
 )
 from urlseen.errors import ConfigError, FormatError
 
-FORMAT = "urlseen-dsbf/6"  # the stored parameters' format: the only one this version reads
-UPGRADE = "this version reads urlseen-dsbf/6 only: rebuild the filter (or use a new name)"
+# The stored parameters' format: the only one this version reads (7: a leaf's raw fingerprints
+# are coded again under its split lock, a seal fenced by its coded count, so no client of an
+# older one may share the filter; a split's leaf is freed once no client reads an older tree).
+FORMAT = "urlseen-dsbf/7"
+UPGRADE = "this version reads urlseen-dsbf/7 only: rebuild the filter (or use a new name)"
 DEFAULT_LEAF_BITS = 1 << 23  # 1 MiB per leaf: 541,607 URLs at error_rate 0.001 (blocked)
 MAX_FINGERPRINT_BYTES = 1 << 29  # one Redis string: 512 MiB
 CHILD_FIT = 1.15  # a split's (or growth's) children hold this many times their URLs

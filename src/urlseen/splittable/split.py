@@ -22,8 +22,8 @@ from urlseen.splittable.tree import MISSING, LeafAnswer, LeafOp, LeafStore, Spli
 
 LOCK_LEASES = 3  # a split lock lasts 3 of the store's leases, renewed after each chunk
 MIN_LOCK_MS = 2000  # and 2 s at least: a split takes longer than a tiny lease
-GRACE_SECONDS = 60.0  # a split leaf's keys outlive the swap this long, for stale readers
 COPY_CHUNK = 8192  # fingerprints copied per step of a split
+COMPACT_STEPS = 16  # a leaf's raw fingerprints are coded each 1/16 of its capacity (_compact)
 SMALL_LEAF = 4  # leaves below 1/4 of leaf_bits ...
 SMALL_GROW = 2  # ... grow 2x at least
 
@@ -38,6 +38,7 @@ class LeafSplits:
     fingerprint_bytes: int
     splits_done: int
     grows_done: int
+    compactions_done: int
     _store: LeafStore
     _tree: Tree
     _full_bits: int
@@ -48,6 +49,9 @@ class LeafSplits:
         raise NotImplementedError
 
     def _lost_leaf(self, leaf: str) -> FilterLostError:
+        raise NotImplementedError
+
+    def _capacity(self, leaf: str) -> int:
         raise NotImplementedError
 
     def _lock_ms(self) -> int:
@@ -84,7 +88,7 @@ class LeafSplits:
         if not store.refresh(leaf, token, self._lock_ms(), children):
             return False
         universe = self._universe(leaf)
-        held, start = self._held(leaf, universe)
+        held, start, coded = self._held(leaf, universe)
         split = self._new_split(leaf, children, grows, universe)
         parts = route_values(split, held)
         child_bits = self._fitted(max(len(v) for v in parts.values()), bits if grows else 0)
@@ -95,7 +99,7 @@ class LeafSplits:
                 self._fill(child, values, universe if grows else split.shift)
             if not store.refresh(leaf, token, self._lock_ms(), children):
                 return False
-            end = store.seal(leaf)  # no more writes to the leaf: the rest is final
+            end = store.seal(leaf, coded)  # no more writes to the leaf: the rest is final
             copied = None if end < 0 else self._copy(leaf, split, start, end, token)
         except _TakenOver:
             return False  # the taker drops this attempt's children and splits again
@@ -103,16 +107,39 @@ class LeafSplits:
             store.drop(children)
             return False
         store.copy_claims(leaf, split)  # sealed: no new claims; acknowledgements come again
-        if not store.swap(leaf, token, split, child_bits):
+        if not store.swap(leaf, token, split, child_bits):  # and retires the leaf
             store.drop(children)
             return False
-        store.retire(leaf, GRACE_SECONDS)
         if grows:
             self.grows_done += 1
         else:
             self.splits_done += 1
         self._reload()
         return True
+
+    def _compact(self, leaf: str) -> bool:
+        """Code the leaf's raw fingerprints with its coded ones, under its split lock (their
+        offsets change: a splitter whose lock expired meanwhile is refused its seal), if
+        1/(2 COMPACT_STEPS) of its capacity at least is raw. A full-size leaf takes URLs from
+        about half its capacity (a split) to all of it, raw ones ceil(W / 8) bytes each: about
+        twice what they take coded. True if it did."""
+        store, token = self._store, uuid.uuid4().hex
+        status, stale = store.lock(leaf, token, self._lock_ms())
+        if status != "ok":
+            return False
+        try:
+            store.drop(stale)  # children of an attempt whose lock expired: never installed
+            universe = self._universe(leaf)
+            held, raw_bytes, coded = self._held(leaf, universe)
+            least = self._capacity(leaf) // (2 * COMPACT_STEPS)
+            if raw_bytes < max(1, least) * self.fingerprint_bytes:
+                return False
+            code = fingerprint_code.encode(held, universe, int(held[0]) >> universe)
+            done = store.compact(leaf, code, coded, raw_bytes)
+        finally:
+            store.unlock(leaf, token)
+        self.compactions_done += done
+        return done
 
     def _new_split(self, leaf: str, children: list[str], grows: bool, universe: int) -> Split:
         """The node the leaf becomes: one child for a growth, else prefix routing by the
@@ -139,10 +166,10 @@ class LeafSplits:
                 return splits[node].shift
         return int(self.fingerprint_bits)
 
-    def _held(self, leaf: str, universe: int) -> tuple[np.ndarray, int]:
-        """The fingerprints the leaf holds now (coded and raw) and its raw tail's length in
-        bytes. A coded block that fails its checks, or fingerprints of another prefix, raise
-        FormatError: a split never routes what it cannot trust."""
+    def _held(self, leaf: str, universe: int) -> tuple[np.ndarray, int, int]:
+        """The fingerprints the leaf holds now (coded and raw), its raw tail's length in bytes
+        and the URLs coded. A coded block that fails its checks, or fingerprints of another
+        prefix, raise FormatError: a split never routes what it cannot trust."""
         store = self._store
         code = store.code(leaf)
         coded = np.zeros(0, dtype=np.uint64)
@@ -156,7 +183,7 @@ class LeafSplits:
             top = values >> np.uint64(universe)
             if (top != top[0]).any() or (values >> np.uint64(self.fingerprint_bits)).any():
                 raise FormatError(f"{self._damaged(leaf)}: fingerprints of another prefix")
-        return values, len(raw)
+        return values, len(raw), len(coded)
 
     def _damaged(self, leaf: str) -> str:
         return f"splittable filter {self.name!r}: leaf {leaf} is damaged"

@@ -29,7 +29,7 @@ from urlseen.bloom.bloom import LAYOUT_CODES
 from urlseen.errors import ConfigError, FilterLostError
 
 MOVED = None  # check_and_add's answer for a leaf that no longer takes writes
-MISSING = "missing"  # ... for a leaf that does not exist (expired after a split, or lost)
+MISSING = "missing"  # ... for a leaf that does not exist (freed after a split, or lost)
 PENDING = 0x50  # a shared leaf's answer byte (b"P") for a URL another client's claim holds
 LEASE_SECONDS = 10.0  # how long an answer stays claimed by default; split locks last leases too
 MAX_LEASE_SECONDS = 86_400.0
@@ -216,7 +216,15 @@ class LeafStore(Protocol):
     split or growth gave it, sorted and coded once (splittable/coding.py, written by
     fill_coded into a fresh leaf, never changed after), and the raw tail that check-and-add
     appends to (fp_bytes per URL reported new; `fingerprints` reads it by byte offset, `seal`
-    answers its final length). Its count is both parts' URLs.
+    answers its final length). Its count is both parts' URLs. `compact` codes the coded part
+    and the raw tail's first raw_bytes together, under the leaf's split lock (its raw offsets
+    change): refused (False) if the leaf was sealed or its code changed since it was read, as
+    `seal` refuses (-2) a splitter whose read of the code is stale.
+
+    swap retires the leaf it replaces: its keys are freed once no client routes by a tree
+    older than the swap (a shared store learns which each client does from its loads, and
+    tree_due says when a working client should load again to say so). A key sent to a leaf
+    freed meanwhile is answered MISSING: the filter reloads the tree and routes it below.
     """
 
     claims: bool
@@ -259,7 +267,9 @@ class LeafStore(Protocol):
 
     def copy_claims(self, leaf: str, split: Split) -> None: ...
 
-    def seal(self, leaf: str) -> int: ...
+    def seal(self, leaf: str, coded: int | None = None) -> int: ...
+
+    def compact(self, leaf: str, code: bytes, coded: int, raw_bytes: int) -> bool: ...
 
     def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]: ...
 
@@ -269,7 +279,7 @@ class LeafStore(Protocol):
 
     def unlock(self, leaf: str, token: str) -> None: ...
 
-    def retire(self, leaf: str, grace_seconds: float) -> None: ...
+    def tree_due(self) -> bool: ...
 
     def drop(self, leaves: Sequence[str]) -> None: ...
 
@@ -288,7 +298,6 @@ class _Leaf:
     code: bytes = b""  # the coded part (fill_coded)
     coded: int = 0  # URLs in it
     state: str = "active"
-    expires: float | None = None
 
 
 def check_lease(lease: object) -> float:
@@ -340,11 +349,7 @@ class MemoryLeafStore:
         return bit_filter(buffer, nbits, p), buffer
 
     def _live(self, leaf: str) -> _Leaf | None:
-        entry = self._leaves.get(leaf)
-        if entry is not None and entry.expires is not None and time.monotonic() > entry.expires:
-            del self._leaves[leaf]
-            return None
-        return entry
+        return self._leaves.get(leaf)
 
     def load(self) -> Tree | None:
         with self._guard:
@@ -454,13 +459,25 @@ class MemoryLeafStore:
     def copy_claims(self, leaf: str, split: Split) -> None:
         """No claims in one process."""
 
-    def seal(self, leaf: str) -> int:
+    def seal(self, leaf: str, coded: int | None = None) -> int:
         with self._guard:
             entry = self._live(leaf)
             if entry is None:
                 return -1
+            if coded is not None and entry.coded != coded:
+                return -2
             entry.state = "retired"
             return len(entry.fps)
+
+    def compact(self, leaf: str, code: bytes, coded: int, raw_bytes: int) -> bool:
+        with self._guard:
+            entry = self._live(leaf)
+            if entry is None or entry.state != "active" or entry.coded != coded:
+                return False
+            width = self._tree["params"]["fp_bytes"]
+            entry.code, entry.coded = code, coded + raw_bytes // width
+            entry.fps = entry.fps[raw_bytes:]
+            return True
 
     def lock(self, leaf: str, token: str, ms: int) -> tuple[str, list[str]]:
         with self._guard:
@@ -489,6 +506,7 @@ class MemoryLeafStore:
             self._tree["splits"][leaf] = split
             self._tree["sizes"].update(dict.fromkeys(split.children, bits))
             del self._locks[leaf]
+            self._leaves.pop(leaf, None)  # retired: one process reads its tree as it changes
             self._tree["version"] += 1
             return int(self._tree["version"])
 
@@ -498,11 +516,9 @@ class MemoryLeafStore:
             if held is not None and held[0] == token:
                 del self._locks[leaf]
 
-    def retire(self, leaf: str, grace_seconds: float) -> None:
-        with self._guard:
-            entry = self._leaves.get(leaf)
-            if entry is not None:
-                entry.expires = time.monotonic() + grace_seconds
+    def tree_due(self) -> bool:
+        """One process's filters read the tree as it changes: never due."""
+        return False
 
     def drop(self, leaves: Sequence[str]) -> None:
         with self._guard:

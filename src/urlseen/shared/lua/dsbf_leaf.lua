@@ -6,9 +6,16 @@
 --   make  nbytes instance -> 1 if created, 0 if it existed (never touches a leaf of this
 --                 instance; one of another instance is a leftover of a filter of the same name
 --                 deleted before: it is replaced)
---   seal  instance width -> the raw fingerprints' length in bytes (width * (count - coded)),
---                 final from now on (the leaf takes no more writes: check-and-add answers "M");
---                 -1 if the leaf does not exist or belongs to another instance
+--   seal  instance width coded -> the raw fingerprints' length in bytes (width * (count -
+--                 coded)), final from now on (the leaf takes no more writes: check-and-add
+--                 answers "M"); -1 if the leaf does not exist or belongs to another instance, -2
+--                 (not sealed) if its code holds other than `coded` URLs (compacted since the
+--                 splitter read it: its offsets into the raw ones are stale)
+--   compact instance width coded raw_bytes code -> 1 once `code` (the leaf's coded URLs, then
+--                 the first raw_bytes of its raw ones, coded together) replaced them, the raw
+--                 ones written since kept after it; "M" if the leaf is sealed or its code
+--                 changed since it was read (it holds other than `coded` URLs), "X" if it is
+--                 gone or another instance's
 --   fill  instance count token bits fps width -> a split's copy into a fresh child without a
 --                 loop in Lua: the client read the child (count URLs) and set the copied
 --                 fingerprints' bits itself; this replaces the bits, appends fps and counts them.
@@ -27,9 +34,26 @@ if op == 'make' then
   return 1
 elseif op == 'seal' then
   if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] then return -1 end
-  redis.call('HSET', KEYS[1], 'state', 'retired')
   local counts = redis.call('HMGET', KEYS[1], 'count', 'coded')
-  return tonumber(ARGV[3]) * (tonumber(counts[1]) - (tonumber(counts[2]) or 0))
+  local coded = tonumber(counts[2]) or 0
+  if ARGV[4] and coded ~= tonumber(ARGV[4]) then return -2 end
+  redis.call('HSET', KEYS[1], 'state', 'retired')
+  return tonumber(ARGV[3]) * (tonumber(counts[1]) - coded)
+elseif op == 'compact' then
+  local meta = redis.call('HMGET', KEYS[1], 'instance', 'state', 'count', 'coded', 'code_bytes')
+  if meta[1] ~= ARGV[2] then return 'X' end
+  local width, taken = tonumber(ARGV[3]), tonumber(ARGV[5])
+  local coded, code_bytes = tonumber(meta[4]) or 0, tonumber(meta[5]) or 0
+  if meta[2] ~= 'active' or coded ~= tonumber(ARGV[4]) then return 'M' end
+  local used = code_bytes + (tonumber(meta[3]) - coded) * width
+  local from = code_bytes + taken
+  local rest = used > from and redis.call('GETRANGE', KEYS[3], from, used - 1) or ''
+  if #rest ~= math.max(0, used - from) or taken % width ~= 0 then
+    return redis.error_reply('URLSEEN-LOST ' .. KEYS[3] .. ' is gone or damaged')
+  end
+  redis.call('SET', KEYS[3], ARGV[6] .. rest)
+  redis.call('HSET', KEYS[1], 'coded', coded + taken / width, 'code_bytes', #ARGV[6])
+  return 1
 elseif op == 'fill' then
   local meta = redis.call('HMGET', KEYS[1], 'instance', 'state', 'count', 'filled', 'coded',
                           'code_bytes')

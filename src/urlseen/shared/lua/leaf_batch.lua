@@ -99,12 +99,12 @@ end
 -- The leaf's fingerprints fill the first code_bytes + width * raw bytes of `fps_key`; the
 -- rest is room. Below 1 MiB, APPEND and SETRANGE grow a string greedily to twice its size
 -- (~6 bytes wasted per 8 kept), so there the string is rebuilt with SET, which allocates
--- exactly, to a size of its own allocator class (jemalloc: 4 classes per power of two), at
--- least 1/8 larger each time (from 256 bytes: a leaf with no code may hold few raw
--- fingerprints). From 1 MiB on, Redis grows a string by 1 MiB at most, a small slack, and
+-- exactly, to the smallest size of its own allocator class (jemalloc: 4 classes per power of
+-- two, so each step is 1/8 to 1/4 larger) that holds them (from 256 bytes: a leaf with no code
+-- may hold few raw fingerprints): the room is the allocator's own rounding. From 1 MiB on, Redis grows a string by 1 MiB at most, a small slack, and
 -- rebuilding would copy megabytes inside a script, so SETRANGE grows it.
 local function grown_size(need, have)
-  local want = math.max(need, have + math.floor(have / 8), 240) + 16
+  local want = math.max(need, have + 1, 240) + 16
   local p = 1
   while p * 2 < want do p = p * 2 end
   local step = p / 4
