@@ -132,14 +132,14 @@ def test_no_class_over_400_lines(path: Path) -> None:
 # Each wing's budget in lines (.py, .lua; C in csrc/ and bindings/): a wing that outgrows it
 # is doing a second job.
 BUDGETS = {
-    "integrations": 2450,  # expiry and forget-on-failure (scrapy_forget.py) for three crawlers
+    "integrations": 2700,  # expiry, forget-on-failure (scrapy_forget.py), the prefetch middleware
     "kinds": 1000,
     "job": 1600,
     "state": 1500,
     "bloom": 2100,  # with the growing filter (growing.py) and the dropped-URL estimate (sizing)
     "exact": 2900,  # with the counters that grow from the library (growth.py)
     "splittable": 1800,
-    "shared": 5300,  # with the write marks (shared/marks.py) and the lease accounting (claims.py)
+    "shared": 5600,  # with write marks (marks.py), lease accounting (claims.py), seen_cache.py
     "similarity": 1100,
     "frontier": 800,
 }
