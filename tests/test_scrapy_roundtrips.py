@@ -26,7 +26,7 @@ from urlseen.canonical import canonicalize
 JOB = Path(__file__).with_name("scrapy_job.py")
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
 PREFETCH = "urlseen.integrations.scrapy_prefetch.UrlseenPrefetchMiddleware"
-PAGES = 1000
+PAGES = int(os.environ.get("URLSEEN_ROUNDTRIP_PAGES", "1000"))  # the target is for >= 5,000
 
 
 def _reads(client: redis.Redis) -> int:
