@@ -317,14 +317,16 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         """Drop one reference of each; a record at zero references is removed.
         True where the fingerprint was present."""
         answers = self._run("release", fps)
-        seen_cache.bump_epoch(self._client, self.name)  # clients' memories of "seen" drop
+        if any(answers):  # records went: the clients' memories of "seen" drop
+            seen_cache.bump_epoch(self._client, self.name)
         return answers
 
     def forget(self, fps: Sequence[bytes]) -> list[bool]:
         """Remove each fingerprint whatever its references (it is new again). True where it was
         present."""
         answers = self._run("forget", fps)
-        seen_cache.bump_epoch(self._client, self.name)  # clients' memories of "seen" drop
+        if any(answers):  # records went: the clients' memories of "seen" drop
+            seen_cache.bump_epoch(self._client, self.name)
         return answers
 
     # -- reading the records ---------------------------------------------------------------
