@@ -88,4 +88,5 @@ def test_a_crawl_checks_its_requests_in_a_fifth_of_a_round_trip_each(
     assert ratios["each"] >= 1.0, ratios  # the count is real: each check is a round trip
     assert ratios["prefetch"] <= 0.2, ratios
     assert runs["prefetch"][1]["urlseen/redis_batches"] < runs["memory"][1]["urlseen/redis_batches"]
-    print(f"round trips per checked request: {ratios}")
+    checked = {label: _checked(stats) for label, (_, stats, _) in runs.items()}
+    print(f"round trips per checked request: {ratios}; requests checked: {checked}")

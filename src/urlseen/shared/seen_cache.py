@@ -35,7 +35,7 @@ from urlseen.protocol import FilterStats, Key, SeenFilter
 from urlseen.shared.client import connect, is_cluster, key, retrying
 from urlseen.splittable.tree import LEASE_SECONDS
 
-DEFAULT_ENTRIES = 200_000  # ~120 bytes each with Scrapy's 20-byte fingerprints: ~25 MB
+DEFAULT_ENTRIES = 200_000  # ~160 bytes each with Scrapy's 20-byte fingerprints: ~32 MB
 RETRY_SECONDS = 1.0  # a lost tracking connection is tried again at most this often
 
 
@@ -134,6 +134,7 @@ class SeenCache:
     prefetch() checks a batch ahead of the requests that carry it (one round trip for a
     callback's requests); take() hands each new answer to its request when the scheduler asks;
     undelivered() returns those no request took (the caller forgets them: they were claimed).
+    One thread at a time, as the crawlers call it; the oldest entries leave first when full.
     """
 
     def __init__(
