@@ -67,7 +67,7 @@ def test_a_callbacks_requests_cost_one_round_trip(redis_url: str, redis_name: st
 
 
 def test_the_async_output_and_the_start_are_grouped_too(redis_url: str, redis_name: str) -> None:
-    scheduler, crawler = _crawl(redis_url, redis_name)
+    scheduler, crawler = _crawl(redis_url, redis_name, URLSEEN_PREFETCH_START=True)
     middleware = UrlseenPrefetchMiddleware.from_crawler(crawler)
     urls = [f"http://a.test/{i}" for i in range(5)]
 
@@ -119,3 +119,25 @@ def test_nothing_is_checked_ahead_without_a_memory_or_for_a_bloom_filter(
         out = list(middleware.process_spider_output(response, iter(_output(["http://a.test/"]))))
         assert [scheduler.enqueue_request(r) for r in out[1:]] == [True, True]
         scheduler.close("finished")
+
+
+def test_the_start_passes_ungrouped_unless_asked(redis_url: str, redis_name: str) -> None:
+    """A start may wait between its requests (polling a queue): grouping would hold back the
+    first ones, so it is grouped only with URLSEEN_PREFETCH_START."""
+    scheduler, crawler = _crawl(redis_url, redis_name)
+    middleware = UrlseenPrefetchMiddleware.from_crawler(crawler)
+    first: list[Any] = []
+
+    async def start() -> Any:
+        yield Request("http://a.test/first")
+        assert first, "the first start request was held back"
+        yield Request("http://a.test/second")
+
+    async def consume() -> None:
+        async for request in middleware.process_start(start()):
+            first.append(request)
+
+    asyncio.run(consume())
+    cache = scheduler.df.cache()
+    assert len(first) == 2 and cache is not None and cache.batches == 0
+    scheduler.close("finished")

@@ -10,6 +10,8 @@ Settings::
 
     SPIDER_MIDDLEWARES = {"urlseen.integrations.scrapy_prefetch.UrlseenPrefetchMiddleware": 10}
     URLSEEN_PREFETCH_BATCH = 1000     # objects of a callback's output grouped at most
+    URLSEEN_PREFETCH_START = False    # also group the spider's start (a start that waits
+                                      # between requests would hold back the group's first)
 
 Requests with dont_filter, and everything under urlseen's own scheduler (it asks in batches
 already) or with a filter that cannot forget, pass as they are. A request answered new here
@@ -41,6 +43,7 @@ class UrlseenPrefetchMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.batch = max(1, crawler.settings.getint("URLSEEN_PREFETCH_BATCH", BATCH))
+        self.start = crawler.settings.getbool("URLSEEN_PREFETCH_START")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UrlseenPrefetchMiddleware:
@@ -81,7 +84,7 @@ class UrlseenPrefetchMiddleware:
             yield output
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        async for output in self._async_groups(start):
+        async for output in self._async_groups(start) if self.start else start:
             yield output
 
     async def _async_groups(self, result: AsyncIterator[Any]) -> AsyncIterator[Any]:
