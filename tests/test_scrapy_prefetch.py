@@ -141,3 +141,23 @@ def test_the_start_passes_ungrouped_unless_asked(redis_url: str, redis_name: str
     cache = scheduler.df.cache()
     assert len(first) == 2 and cache is not None and cache.batches == 0
     scheduler.close("finished")
+
+
+def test_answers_checked_ahead_stay_claimed_until_their_requests_take_them(
+    redis_url: str, redis_name: str
+) -> None:
+    """A process that dies between the check and the scheduler leaves the requests claimed
+    (another client takes them after the lease), not acknowledged (lost)."""
+    scheduler, _ = _crawl(redis_url, redis_name)
+    df = scheduler.df
+    requests = [Request(f"http://a.test/{i}") for i in range(3)]
+    df.prefetch(requests)
+    library = df.handle.seen.library
+    assert library.claims_held() == 3
+    df.handle.checkpoint()  # the timer's acknowledge waits for them too
+    assert library.claims_held() == 3
+    assert scheduler.enqueue_request(requests[0]) and scheduler.enqueue_request(requests[1])
+    assert library.claims_held() == 3
+    assert scheduler.enqueue_request(requests[2])  # the last one: all acknowledged
+    assert library.claims_held() == 0
+    scheduler.close("finished")

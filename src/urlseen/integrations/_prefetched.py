@@ -52,9 +52,12 @@ class PrefetchedAnswers:
     def release(self, older_than: float = 0.0) -> int:
         """Forget again the requests a prefetch answered new that never reached request_seen
         within older_than seconds (dropped on the way, or the crawl closing): they were
-        claimed, and are new again for every client. How many."""
+        claimed, and are new again for every client; then the answers held for them are
+        acknowledged. How many."""
         cache = self.cache()
         late = [] if cache is None else cache.undelivered(older_than)
         if late:
             self.handle.forget(late, "checked ahead and never scheduled")
+            if cache is not None and cache.auto_acknowledge:
+                cache.acknowledge()
         return len(late)

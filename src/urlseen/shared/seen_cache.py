@@ -128,12 +128,15 @@ class SeenCache:
     """A shared filter (any kind shared through Redis) that answers the keys this client knows
     seen without asking Redis (see the module docstring for when it knows).
 
-    Answers are acknowledged as the filter does (auto_acknowledge, acknowledge()): a claim held
-    unacknowledged would make other clients wait on it.
-
     prefetch() checks a batch ahead of the requests that carry it (one round trip for a
     callback's requests); take() hands each new answer to its request when the scheduler asks;
     undelivered() returns those no request took (the caller forgets them: they were claimed).
+
+    Acknowledgement: with auto_acknowledge (the default) the answers are acknowledged before
+    add_many returns them, as the filter does, except while prefetched answers wait for their
+    requests: then every claim stays held until the last of them is taken (or forgotten), so
+    a process that dies with requests checked ahead but not scheduled leaves them claimed, and
+    they go to the next asker after the lease. acknowledge() waits for the same.
     One thread at a time, as the crawlers call it; the oldest entries leave first when full.
     """
 
@@ -147,6 +150,9 @@ class SeenCache:
         self._generation: int | None = None
         self._delivering: dict[Key, float] = {}  # prefetched new, not taken yet
         self.hits = self.asked = self.batches = 0
+        self._auto = True
+        if hasattr(seen, "auto_acknowledge"):
+            seen.auto_acknowledge = False  # acknowledged here (add_many, take, acknowledge)
 
     # -- the memory ---------------------------------------------------------------------
 
@@ -191,7 +197,12 @@ class SeenCache:
         return self.add_many([key])[0]
 
     def add_many(self, keys: Iterable[Key]) -> list[bool]:
-        keys = list(keys)
+        answers = self._ask(list(keys))
+        if self._auto and any(answers):
+            self.acknowledge()
+        return answers
+
+    def _ask(self, keys: list[Key]) -> list[bool]:
         answers = [False] * len(keys)
         now = time.monotonic()
         fresh = self._fresh()
@@ -214,17 +225,21 @@ class SeenCache:
 
     @property
     def auto_acknowledge(self) -> bool:
-        """The filter's: True (default), answers acknowledged before add_many returns them."""
-        return bool(getattr(self.seen, "auto_acknowledge", True))
+        """True (default): answers acknowledged before add_many returns them (see the class
+        docstring for prefetched ones); False: by acknowledge()."""
+        return self._auto
 
     @auto_acknowledge.setter
     def auto_acknowledge(self, value: bool) -> None:
-        self.seen.auto_acknowledge = bool(value)  # type: ignore[attr-defined]
+        self._auto = bool(value)
 
     def acknowledge(self) -> int:
-        """Release the claims of the answers given so far (the filter's acknowledge())."""
+        """Release the claims of the answers given so far (the filter's acknowledge()), unless
+        prefetched answers still wait for their requests (then when the last is taken)."""
         acknowledge = getattr(self.seen, "acknowledge", None)
-        return 0 if acknowledge is None else int(acknowledge())
+        if acknowledge is None or self._delivering:
+            return 0
+        return int(acknowledge())
 
     def forget_many(self, keys: Iterable[Key]) -> list[bool]:
         """Forget keys in the filter (it writes the epoch: every client's memory drops)."""
@@ -267,7 +282,7 @@ class SeenCache:
 
     def prefetch(self, keys: list[Key]) -> int:
         """Check-and-add keys now; the new ones wait for take(). How many were new."""
-        answers = self.add_many(keys)
+        answers = self._ask(keys)
         now = time.monotonic()
         for k, new in zip(keys, answers, strict=True):
             if new:
@@ -275,8 +290,13 @@ class SeenCache:
         return sum(answers)
 
     def take(self, key: Key) -> bool:
-        """True once for a key a prefetch answered new: its request gets the answer."""
-        return self._delivering.pop(key, None) is not None
+        """True once for a key a prefetch answered new: its request gets the answer (the last
+        one taken acknowledges them all)."""
+        if self._delivering.pop(key, None) is None:
+            return False
+        if not self._delivering and self._auto:
+            self.acknowledge()
+        return True
 
     def undelivered(self, older_than: float = 0.0) -> list[Key]:
         """The prefetched new keys no request took within older_than seconds (removed here
