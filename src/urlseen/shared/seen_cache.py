@@ -1,17 +1,18 @@
 """A shared filter's memory of "seen" answers on its client, so that the repeats of a crawl
 (nine in ten of the requests it checks) cost no round trip to Redis.
 
-The memory answers only "seen", and only while nothing was forgotten since: every forget of a
-shared filter (forget, forget_older_than, expiry, clear) writes the filter's *epoch* key
-(`bump_epoch`), and each client keeps one RESP3 connection on which Redis tracks that key
+The memory answers only "seen", and only while nothing was forgotten since: every forget that
+removes records from a shared filter (RedisLibrary.forget and release, so forget_older_than
+and expiry too) writes the filter's *epoch* key (`bump_epoch`), a destroy deletes it, and each
+client keeps one RESP3 connection on which Redis tracks that key
 (server-assisted client-side caching, CLIENT TRACKING): any write to it, its deletion, a
 FLUSHDB or the loss of the connection drops the memory before the next local answer.
 
 The bound on staleness. `bump_epoch` returns only after one more round trip than the write,
 so Redis has written every tracking client's invalidation before `forget` returns. A check
 that starts after `forget` returned in any process therefore sees it at once on the same host,
-and otherwise once the invalidation crossed the network from Redis to this client (one-way
-delay, far below the forgetting client's own round trip). A forget whose process died between
+and otherwise once the invalidation crossed the network from Redis to this client (the one-way
+delay from Redis to this client). A forget whose process died between
 its forget and its epoch write (forget returned to no one) may stay unseen by other clients'
 memories until the next epoch change. Without RESP3 tracking (Redis before 6, a Redis Cluster,
 the tracking connection down) nothing is answered locally.
