@@ -166,6 +166,11 @@ def test_shared_filter_claims_each_request_once(redis_url: str, redis_name: str)
         await one.add_requests(urls[:60])
         await two.add_requests(urls)
         assert await one.get_total_count() == 60 and await two.get_total_count() == 40
+        memory = one.handle.seen  # the requests it knows seen cost no round trip again
+        asked = (memory.asked, memory.batches)
+        await one.add_requests(urls[:60])
+        assert await one.get_total_count() == 60
+        assert (memory.hits, memory.asked, memory.batches) == (60, *asked)
         one.close()
         two.close()
 

@@ -32,6 +32,7 @@ from urlseen.integrations.scrapy import UrlseenDupeFilter
 from urlseen.shared.library import RedisLibrary
 
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
+PREFETCH = "urlseen.integrations.scrapy_prefetch.UrlseenPrefetchMiddleware"
 SCHEDULERS = {
     "scrapy_redis": "scrapy_redis.scheduler.Scheduler",
     "bloomfilter": "scrapy_redis_bloomfilter.scheduler.Scheduler",
@@ -262,8 +263,14 @@ def _redis_settings(redis_url: str, scheduler: str, persist: bool, **more: Any) 
         ("scrapy_redis", True, {"URLSEEN_REDIS_URL": "<redis>"}),
         ("scrapy_redis", False, {}),  # URLSEEN_REDIS_URL defaults to scrapy-redis's REDIS_URL
         ("bloomfilter", False, {"URLSEEN_FILTER": "bloom", "BLOOMFILTER_BIT": 20}),
+        ("scrapy_redis", True, {"SPIDER_MIDDLEWARES": {PREFETCH: 10}}),  # checked ahead
     ],
-    ids=["scrapy_redis-persist", "scrapy_redis-no-persist", "bloomfilter-no-persist"],
+    ids=[
+        "scrapy_redis-persist",
+        "scrapy_redis-no-persist",
+        "bloomfilter-no-persist",
+        "scrapy_redis-prefetch",
+    ],
 )
 def test_two_processes_fetch_every_page_exactlyfetched_once(
     server: Any,
@@ -302,6 +309,7 @@ def test_two_processes_fetch_every_page_exactlyfetched_once(
     both = [stats_one, stats_two]
     assert sum(s["urlseen/new"] for s in both) == len(pages)
     assert all(s["dupefilter/filtered"] > 0 for s in both)
+    assert all(s["urlseen/cache_hits"] > 0 for s in both)  # repeats answered from memory
     if scheduler == "bloomfilter":
         assert all(s["bloomfilter/filtered"] == s["dupefilter/filtered"] for s in both)
     client = redis.Redis.from_url(redis_url)

@@ -31,6 +31,7 @@ from urlseen.integrations._grouped import grouped
 from urlseen.job.expiry import EXACT_KINDS, Expiry, expiry_options, forget_keys
 from urlseen.protocol import SeenFilter
 from urlseen.shared.fleet import Fleet
+from urlseen.shared.seen_cache import DEFAULT_ENTRIES, EpochWatch, SeenCache
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,9 @@ class SeenHandle:
 
     Args: as kinds.open_filter; group: a local exact filter's grouped adds (new keys per
     commit; 0: none); keys: what the crawler's keys are, for the error when the kind reads
-    URLs' structure (a crawler's request keys are opaque); expire_after: job/expiry.py.
+    URLs' structure (a crawler's request keys are opaque); expire_after: job/expiry.py;
+    seen_cache: with redis, the keys this client remembers seen (shared/seen_cache.py: its
+    repeats cost no round trip; 0: none).
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class SeenHandle:
         group: int = 0,
         keys: str = "request keys",
         expire_after: float | None = None,
+        seen_cache: int = DEFAULT_ENTRIES,
         **options: Any,
     ) -> None:
         row = kinds.kind(kind, spell) if spell is not None else kinds.kind(kind)
@@ -115,6 +119,8 @@ class SeenHandle:
         self.state = None if state is None else Path(state)
         self.redis, self.name = redis, name
         self.group = group if kind == "exact" and redis is None else 0
+        self.cache_entries = seen_cache if redis is not None else 0
+        self.lease: float | None = options.get("lease")
         self._arguments: dict[str, Any] = dict(
             capacity=capacity,
             error_rate=error_rate,
@@ -154,6 +160,9 @@ class SeenHandle:
             seen = kinds.open_filter(self.kind, **self._arguments)
             if self.group:
                 seen = grouped(seen, self.group)
+            if self.cache_entries > 0 and self.redis is not None:
+                watch = EpochWatch(self.redis, self.name or "")
+                seen = SeenCache(seen, watch, self.cache_entries, self.lease)
             try:
                 fleet = Fleet(self.redis, self.name or "") if self.redis is not None else None
             except BaseException:

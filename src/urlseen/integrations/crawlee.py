@@ -223,7 +223,9 @@ class UrlseenRequestManager(RequestManager):
         key: "crawlee" (Crawlee's unique_key, the default), "canonical" (urlseen's canonical
             URL for keys Crawlee computed: see canonical_key), or a function of the request.
         expire_after: seconds after which a seen request is new again (job/expiry.py).
-        options: the kind's own options (urlseen.kinds.OPTIONS).
+        options: the kind's own options (urlseen.kinds.OPTIONS), and seen_cache: with
+            redis_url, the requests remembered seen and answered without asking Redis
+            (shared/seen_cache.py; default 200,000; 0: none).
 
     A request that failed after Crawlee's retries with no persistent frontier (no state nor
     share_work) is forgotten by the filter, so a later run fetches it again.

@@ -111,6 +111,7 @@ class UrlseenScheduler(BaseScheduler):
         idle_seconds: float = 0.0,
     ) -> None:
         self.df, self.frontier, self.crawler = dupefilter, frontier, crawler
+        dupefilter.batched = True  # admitted in batches: nothing to check ahead
         self.stats = None if crawler is None else crawler.stats
         self.persist, self.flush_on_start = persist, flush_on_start
         self.spider: Spider | None = None

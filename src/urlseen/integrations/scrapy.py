@@ -20,6 +20,8 @@ Settings (all optional)::
     URLSEEN_LEASE = None              # with Redis: seconds an answer stays claimed (default 10)
     URLSEEN_ALLOW_EVICTION = False    # with Redis: use a server that may evict keys (refused)
     URLSEEN_EXPIRE_AFTER = None       # seconds until a seen request is new (job/expiry.py)
+    URLSEEN_SEEN_CACHE = 200000       # with Redis: requests remembered seen, answered without a
+                                      # round trip (shared/seen_cache.py; 0: ask Redis each time)
     URLSEEN_LAYOUT = None             # any other kind option by its name (urlseen.kinds.OPTIONS):
                                       # LAYOUT, LEAF_BITS, GROUPS, GENERATIONS, WINDOW, ...
 
@@ -44,20 +46,31 @@ crawl went on, or hung.
 from __future__ import annotations
 
 import logging
-import math
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from urlseen import kinds
-from urlseen.errors import ConfigError, MissingDependencyError
+from urlseen.errors import MissingDependencyError
 from urlseen.frontier.admit import admit
 from urlseen.integrations._grouped import GroupedAdds
 from urlseen.integrations._handle import SeenHandle
+from urlseen.integrations._prefetched import PREFETCH_WAIT, PrefetchedAnswers
+from urlseen.integrations._scrapy_settings import (  # _warned: the warnings given once
+    _warned,  # noqa: F401
+    bloomfilter_in_use,
+    kind_settings,
+    scrapy_redis_url,
+    setting_name,
+    translate_bloomfilter,
+    typed,
+)
 from urlseen.integrations._stop import CrawlStopper
 from urlseen.job.expiry import expire_seconds
 from urlseen.protocol import SeenFilter
+from urlseen.shared.seen_cache import DEFAULT_ENTRIES, SeenCache
 
 try:
     from scrapy import signals
@@ -81,14 +94,12 @@ STATE_FOLDER = "urlseen"  # the filter's state inside JOBDIR
 EXPIRE = "URLSEEN_EXPIRE_AFTER"
 GROUP_SIZE = 8192  # exact filter, one writer: a library commit per this many new requests (or 1 s)
 FLUSH_SECONDS = 1.0
-BLOOM_KINDS = ("bloom", "dsbf")  # kinds sized by bits and hashes, as scrapy-redis-bloomfilter's
-BLOOMFILTER_DEFAULTS = (30, 6)  # scrapy-redis-bloomfilter's BLOOMFILTER_BIT, _HASH_NUMBER
+FILTERS: weakref.WeakKeyDictionary[Crawler, UrlseenDupeFilter] = weakref.WeakKeyDictionary()
 
 logger = logging.getLogger("scrapy.dupefilters")  # Scrapy's dupefilter logger, as RFPDupeFilter
-_warned: set[str] = set()
 
 
-class UrlseenDupeFilter(BaseDupeFilter):
+class UrlseenDupeFilter(PrefetchedAnswers, BaseDupeFilter):
     """Scrapy's duplicate filter on a urlseen filter: bounded memory, persistent, shareable.
 
     Build it with plain values (tests, scripts) or let Scrapy build it from the URLSEEN_*
@@ -134,9 +145,10 @@ class UrlseenDupeFilter(BaseDupeFilter):
         bloomfilter_stat: bool = False,
         flush_seconds: float = FLUSH_SECONDS,
         expire_after: float | None = None,
+        seen_cache: int = DEFAULT_ENTRIES,
     ) -> None:
         kind = filter or kinds.DEFAULT_KIND
-        row = kinds.kind(kind, _setting)
+        row = kinds.kind(kind, setting_name)
         if state is not None and row.state == "file" and Path(state).is_dir():
             state = kinds.state_in(state, kind)
         self.kind = kind
@@ -163,13 +175,15 @@ class UrlseenDupeFilter(BaseDupeFilter):
             state=state,
             redis=redis_url,
             name=redis_name,
-            spell=_setting,
+            spell=setting_name,
             group=GROUP_SIZE,
             keys="Scrapy's request fingerprints",
             expire_after=expire_after,
+            seen_cache=seen_cache,
             **(options or {}),
         )
         self._timer: LoopingCall | None = None
+        self.batched = False  # set by a scheduler that asks in batches (admit), not per request
         self._closed = False
         self._stop = CrawlStopper(None)
         self._audit: set[bytes] | None = None
@@ -241,16 +255,16 @@ class UrlseenDupeFilter(BaseDupeFilter):
             state = Path(jobdir, STATE_FOLDER)  # a file kind keeps its file in it
             state.mkdir(parents=True, exist_ok=True)
         if scrapy_redis and redis_url is None and state is None:
-            redis_url = _scrapy_redis_url(settings)
+            redis_url = scrapy_redis_url(settings)
         name = settings.get("URLSEEN_REDIS_NAME")
         if not name and scrapy_redis and settings.get("SCHEDULER_DUPEFILTER_KEY"):
             name = settings["SCHEDULER_DUPEFILTER_KEY"] % {"spider": spider_name}
         sizing = (
-            _typed(settings, "URLSEEN_CAPACITY", int),
-            _typed(settings, "URLSEEN_ERROR_RATE", float),
+            typed(settings, "URLSEEN_CAPACITY", int),
+            typed(settings, "URLSEEN_ERROR_RATE", float),
         )
-        capacity, rate, options = _translate_bloomfilter(settings, kind, *sizing)
-        options |= _kind_settings(settings)
+        capacity, rate, options = translate_bloomfilter(settings, kind, *sizing)
+        options |= kind_settings(settings)
         debug = settings.get("URLSEEN_DEBUG")
         return cls(
             kind,
@@ -264,15 +278,17 @@ class UrlseenDupeFilter(BaseDupeFilter):
             stats=None if crawler is None else crawler.stats,
             audit=settings.getbool("URLSEEN_AUDIT"),
             options=options,
-            bloomfilter_stat=_bloomfilter_in_use(settings),
+            bloomfilter_stat=bloomfilter_in_use(settings),
             flush_seconds=settings.getfloat("URLSEEN_FLUSH_SECONDS", FLUSH_SECONDS),
             expire_after=expire_seconds(settings.get(EXPIRE), EXPIRE),
+            seen_cache=settings.getint("URLSEEN_SEEN_CACHE", DEFAULT_ENTRIES),
         )
 
     def _connect(self, crawler: Crawler) -> None:
         """Durable and closed whoever drives the filter: Scrapy's scheduler opens and closes
         it, scrapy-redis's does neither. A failing filter closes the crawl."""
         self._stop = CrawlStopper(crawler)
+        FILTERS[crawler] = self  # where the prefetching middleware finds it
         crawler.signals.connect(self._start_timer, signal=signals.spider_opened)
         crawler.signals.connect(self.checkpoint, signal=signals.spider_idle)
         crawler.signals.connect(self.close, signal=signals.spider_closed)
@@ -292,7 +308,10 @@ class UrlseenDupeFilter(BaseDupeFilter):
         (counted as urlseen/unchecked): a page may be fetched twice, none is lost."""
         fp = self.fingerprinter.fingerprint(request)
         try:
-            new = self._stop.failure is None and self.seen.add(fp)
+            seen = self.seen if self._stop.failure is None else None
+            new = seen is not None and (
+                (isinstance(seen, SeenCache) and seen.take(fp)) or seen.add(fp)
+            )
         except Exception as exc:
             if not self._stop.fail(exc, f"request_seen({request.url})"):
                 raise  # no running crawl to close: the caller gets the error
@@ -402,6 +421,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
         if not self.handle.opened or self._stop.failure is not None:
             return
         try:
+            self.release(PREFETCH_WAIT)
             self.handle.checkpoint()
             self._report()
         except Exception as exc:
@@ -418,6 +438,7 @@ class UrlseenDupeFilter(BaseDupeFilter):
             self._timer.stop()
         if self._stop.failure is None:
             try:
+                self.release()
                 self._report()
                 self.handle.close()
                 return
@@ -455,6 +476,10 @@ class UrlseenDupeFilter(BaseDupeFilter):
         if self.handle.opened and self._stop.failure is None:  # not after clear() (a new
             # filter would open) nor after a failure (it would fail again)
             info["urlseen/filter_bits"] = self.seen.stats().bits
+            if isinstance(self.seen, SeenCache):
+                info["urlseen/cache_hits"] = self.seen.hits
+                info["urlseen/redis_checks"] = self.seen.asked
+                info["urlseen/redis_batches"] = self.seen.batches
         if self._audit is not None:
             info["urlseen/false_positives"] = self.false_positives
         for key, value in info.items():
@@ -462,116 +487,6 @@ class UrlseenDupeFilter(BaseDupeFilter):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.where}>"
-
-
-_SETTINGS = {"filter": "URLSEEN_FILTER", "redis": "URLSEEN_REDIS_URL", "name": "URLSEEN_REDIS_NAME"}
-
-
-def _kind_settings(settings: BaseSettings) -> dict[str, Any]:
-    """The kind options given as settings (URLSEEN_LAYOUT, URLSEEN_LEASE, ...), typed; a flag
-    set False counts as not given."""
-    given: dict[str, Any] = {}
-    for name, option in kinds.OPTIONS.items():
-        value = _typed(settings, _setting(name), option.type)
-        if value is not None and value is not False:
-            given[name] = value
-    return given
-
-
-_READERS: dict[type, tuple[str, str]] = {
-    bool: ("getbool", "true or false"),
-    int: ("getint", "a whole number"),
-    float: ("getfloat", "a number"),
-}
-
-
-def _typed(settings: BaseSettings, setting: str, kind: type) -> Any:
-    """A setting read as its type (None when not set); ConfigError naming the setting when
-    its value is not of that type."""
-    value = settings.get(setting)
-    if value is None or kind not in _READERS:
-        return value
-    method, noun = _READERS[kind]
-    try:
-        typed = getattr(settings, method)(setting)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{setting} must be {noun}, not {value!r}") from None
-    if kind is not bool and isinstance(value, bool):
-        raise ConfigError(f"{setting} must be {noun}, not {value!r}")
-    return typed
-
-
-def _setting(name: str) -> str:
-    """A filter parameter's name as a Scrapy setting, for messages."""
-    return _SETTINGS.get(name, f"URLSEEN_{name.upper()}")
-
-
-def _warn_once(message: str, *args: object) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        logger.warning(message, *args)
-
-
-def _scrapy_redis_url(settings: BaseSettings) -> str:
-    """The Redis that scrapy-redis's scheduler uses (REDIS_URL, else REDIS_HOST / REDIS_PORT /
-    REDIS_DB and REDIS_PARAMS' password), where its own dupefilter would keep its set."""
-    url = settings.get("REDIS_URL")
-    if url:
-        return str(url)
-    params = settings.getdict("REDIS_PARAMS")
-    password = params.get("password")
-    auth = f":{password}@" if password else ""
-    host = settings.get("REDIS_HOST") or params.get("host") or "localhost"
-    port = settings.get("REDIS_PORT") or params.get("port") or 6379
-    db = settings.get("REDIS_DB") or params.get("db") or 0
-    return f"redis://{auth}{host}:{port}/{db}"
-
-
-def _bloomfilter_in_use(settings: BaseSettings) -> bool:
-    """Whether the crawl was set up for scrapy-redis-bloomfilter (its scheduler, or its
-    BLOOMFILTER_* settings): then its users' stat, bloomfilter/filtered, is counted too."""
-    scheduler = settings.get("SCHEDULER")
-    path = scheduler if isinstance(scheduler, str) else getattr(scheduler, "__module__", "")
-    return str(path).startswith("scrapy_redis_bloomfilter") or any(
-        settings.get(name) is not None for name in ("BLOOMFILTER_BIT", "BLOOMFILTER_HASH_NUMBER")
-    )
-
-
-def _translate_bloomfilter(
-    settings: BaseSettings, kind: str, capacity: int | None, error_rate: float | None
-) -> tuple[int | None, float | None, dict[str, Any]]:
-    """scrapy-redis-bloomfilter's BLOOMFILTER_BIT (m = 2**bit bits) and BLOOMFILTER_HASH_NUMBER
-    (k hashes) as urlseen's sizing: for a Bloom kind, the capacity at which m bits and k hashes
-    are the optimum (m ln 2 / k) and that optimum's error rate (2**-k), in the standard layout:
-    the same bits and hashes. Other kinds have no bits to size: warned once, ignored."""
-    bit, hashes = settings.get("BLOOMFILTER_BIT"), settings.get("BLOOMFILTER_HASH_NUMBER")
-    if bit is None and hashes is None:
-        return capacity, error_rate, {}
-    bit = settings.getint("BLOOMFILTER_BIT", BLOOMFILTER_DEFAULTS[0])
-    hashes = settings.getint("BLOOMFILTER_HASH_NUMBER", BLOOMFILTER_DEFAULTS[1])
-    if kind not in BLOOM_KINDS:
-        _warn_once(
-            "BLOOMFILTER_BIT and BLOOMFILTER_HASH_NUMBER size scrapy-redis-bloomfilter's Bloom "
-            "filter; URLSEEN_FILTER %r never drops a request and has no bit array to size, so "
-            "they are ignored (URLSEEN_FILTER = 'bloom' translates them; URLSEEN_CAPACITY sizes "
-            "any filter)",
-            kind,
-        )
-        return capacity, error_rate, {}
-    if capacity is not None or error_rate is not None:
-        _warn_once(
-            "BLOOMFILTER_BIT and BLOOMFILTER_HASH_NUMBER ignored: URLSEEN_CAPACITY or "
-            "URLSEEN_ERROR_RATE is set, and sizes the filter"
-        )
-        return capacity, error_rate, {}
-    capacity = max(1, int((1 << bit) * math.log(2) / hashes))
-    error_rate = 0.5**hashes
-    logger.info(
-        "BLOOMFILTER_BIT %d and BLOOMFILTER_HASH_NUMBER %d translated: capacity %d at error "
-        "rate %g, standard layout (2**%d bits, %d hashes)",
-        bit, hashes, capacity, error_rate, bit, hashes,
-    )  # fmt: skip
-    return capacity, error_rate, {"layout": "standard"}
 
 
 __all__ = ["UrlseenDupeFilter"]

@@ -39,6 +39,7 @@ from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.protocol import check_given
 from urlseen.shared import client as redis_store
+from urlseen.shared import seen_cache
 from urlseen.shared.claims import ClaimedAnswers, Claims, ask_until_decided
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
 from urlseen.shared.marks import ForgetsMarks, WriteMarks, meta_number
@@ -315,12 +316,18 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
     def release(self, fps: Sequence[bytes]) -> list[bool]:
         """Drop one reference of each; a record at zero references is removed.
         True where the fingerprint was present."""
-        return self._run("release", fps)
+        answers = self._run("release", fps)
+        if any(answers):  # records went: the clients' memories of "seen" drop
+            seen_cache.bump_epoch(self._client, self.name)
+        return answers
 
     def forget(self, fps: Sequence[bytes]) -> list[bool]:
         """Remove each fingerprint whatever its references (it is new again). True where it was
         present."""
-        return self._run("forget", fps)
+        answers = self._run("forget", fps)
+        if any(answers):  # records went: the clients' memories of "seen" drop
+            seen_cache.bump_epoch(self._client, self.name)
+        return answers
 
     # -- reading the records ---------------------------------------------------------------
 
@@ -439,7 +446,8 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
             for key in keys:
                 pipe.delete(key)
             pipe.execute()
-            self._client.delete(self._meta, redis_store.key(self.name, "kind"))
+            kind, epoch = redis_store.key(self.name, "kind"), seen_cache.epoch_key(self.name)
+            self._client.delete(self._meta, kind, epoch)
 
         retrying(delete, f"{self._what}: destroy")
         self._claims.take()  # nothing left to release
