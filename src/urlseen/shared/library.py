@@ -8,19 +8,22 @@ Like the Bloom script it leaves a receipt: a batch resent after a lost reply get
 answer.
 
 Layout (the smallest in memory per URL of those benchmarks/redis/library.py compares):
-records are fields of bucket hashes small enough to stay listpack-encoded (about 48 per bucket
-at capacity; redis.conf's limit is 128), keyed by the top bits of the fingerprint, so the field
-keeps only the remaining 14 bytes and the value is 12 packed bytes (refs, first and last seen,
-in seconds). Buckets fall into `groups` hash tags: a Redis Cluster spreads the
-groups over its masters, and a batch costs one script call per group there (one call in all on
-a single server). Each URL's claim is atomic; on a Cluster a batch as a whole is not.
+records are fields of bucket hashes small enough to stay listpack-encoded, the field the
+whole fingerprint and the value 12 packed bytes (refs, first and last seen, in seconds).
+Fingerprints fall into `groups` hash tags (a Redis Cluster spreads the groups over its
+masters, and a batch costs one script call per group there; one call in all on a single
+server); each group's buckets grow by linear hashing, one bucket split at a time, so that a
+library holds about PER_BUCKET records per bucket whatever its size: a small crawl takes few
+keys, a large one stays compact. Each URL's claim is atomic; on a Cluster a batch as a whole
+is not.
 
-Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges
-it, so it reaches a caller even if this client dies first. The claim rides in the record's
-value, after its 12 bytes, written by the same HSET (one write per new URL, and a present
-URL's claim comes with its record). Each group holds
-the library's instance id, checked by every call, so a library whose keys vanished fails
-(FilterLostError) instead of starting again from empty.
+Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges it, so
+it reaches a caller even if this client dies first. Claims are fields of a hash per group,
+written before the records they cover and deleted by the acknowledgement, so a library whose
+clients acknowledge holds none, and a batch looks none up. A claim resent after a lost reply
+needs no receipt: its write mark says it ran already, and its answers come from its claims.
+Each group holds the library's instance id, checked by every call, so a library whose keys
+vanished fails (FilterLostError) instead of starting again from empty.
 
 Durability is Redis's: a server that fsyncs every write (appendonly yes, appendfsync always)
 and is killed comes back with every URL that claim() reported new.
@@ -44,20 +47,26 @@ from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
 from urlseen.shared.marks import ForgetsMarks, WriteMarks, meta_number
 from urlseen.shared.scripts import LIBRARY_BATCH, Answer, ClaimArgs, claim_fields
 
-FORMAT = "urlseen-redis-library/3"
+FORMAT = "urlseen-redis-library/4"
 KIND = "library"
 FP_BYTES = 16
-PER_BUCKET = 48  # records per bucket at capacity: under the listpack limit (128) up to ~2.5x
+PER_BUCKET = 40  # records per bucket on average: a bucket not yet split holds ~2x (limit 128)
 DEFAULT_GROUPS = 16
 CALL_KEYS = 8192  # fingerprints per script call: each call holds the server tens of ms at most
 _VALUE = 12  # refs, first_seen, last_seen: u32 little-endian each
 
 
-def bucket_bits(capacity: int, groups: int) -> int:
-    """Bits of the fingerprint that pick a bucket: about PER_BUCKET records per bucket at
-    capacity, at least one bucket per group."""
-    buckets = max(capacity // PER_BUCKET, groups, 1)
-    return min(max((buckets - 1).bit_length(), 1), 32)
+def group_of(fp: bytes, groups: int) -> int:
+    """The group of a fingerprint: its first 4 bytes (big-endian) mod groups."""
+    return int.from_bytes(fp[:4], "big") % groups
+
+
+def bucket_in(fp: bytes, level: int, split: int) -> int:
+    """The bucket of a fingerprint in a group at (level, split): linear hashing on its bytes
+    5-8 (library_batch.lua)."""
+    h = int.from_bytes(fp[4:8], "big")
+    b = h % (1 << level)
+    return h % (2 << level) if b < split else b
 
 
 class RedisLibrary(ForgetsMarks, ClaimedAnswers):
@@ -70,9 +79,8 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         name: the library's name (its keys are urlseen:{name}:kind, :library and
             urlseen:{name#g}:... for each group g, the name escaped in the hash tags);
             non-empty UTF-8, no braces, '#' or control characters.
-        capacity: distinct URLs it is sized for (sets the bucket count; more still work, at
-            more memory per URL once buckets outgrow Redis's compact encoding). Used when the
-            library does not exist yet; default 10,000,000.
+        capacity: distinct URLs it is planned for (its buckets grow with the URLs it holds,
+            whatever this says); kept with the library, default 10,000,000.
         fingerprint: "md5" (default, as in the IMP-CBFilter paper) or "xxh3_128"; an existing
             library keeps its own.
         groups: hash tags the buckets spread over (Redis Cluster slots); default 16.
@@ -129,12 +137,12 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         self.params = stored
         self.fingerprint: str = stored["fingerprint"]
         self.groups: int = stored["groups"]
-        self.bits: int = stored["bucket_bits"]
+        self.per_bucket: int = stored["per_bucket"]
         self._instance = stored["instance"]
         self._fields = dict(
             prefix=self._prefix,
             groups=self.groups,
-            bucket_bits=self.bits,
+            per_bucket=self.per_bucket,
             receipt_ttl=RECEIPT_SECONDS,
             instance=self._instance,
         )
@@ -176,17 +184,27 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
 
     # -- where a fingerprint lives ------------------------------------------------------
 
-    def _bucket(self, fp: bytes) -> int:
-        return int.from_bytes(fp[:4], "big") >> (32 - self.bits)
+    def _group(self, fp: bytes) -> int:
+        return group_of(fp, self.groups)
 
-    def _where(self, fp: bytes) -> tuple[str, bytes]:
-        bucket = self._bucket(fp)
-        return f"{self._prefix}{bucket % self.groups}}}:f:{bucket}", fp[self.bits // 8 :]
+    def _levels(self) -> list[tuple[int, int]]:
+        """Each group's (level, split): where its buckets stand."""
+        rows = self._counters("level", "split")
+        return [(int(level or 0), int(split or 0)) for level, split in rows]
 
-    def _fp(self, bucket: int, field: bytes) -> bytes:
-        drop = self.bits // 8
-        head = (bucket >> (self.bits - 8 * drop)).to_bytes(drop, "big") if drop else b""
-        return head + field
+    def _where(self, fp: bytes, levels: list[tuple[int, int]] | None = None) -> tuple[str, bytes]:
+        """The bucket key and field of a fingerprint (levels: _levels(), read if not given)."""
+        g = self._group(fp)
+        level, split = (levels or self._levels())[g]
+        return f"{self._prefix}{g}}}:f:{bucket_in(fp, level, split)}", fp
+
+    def _bucket_keys(self) -> list[str]:
+        """Every bucket's key, group by group."""
+        return [
+            f"{self._prefix}{g}}}:f:{b}"
+            for g, (level, split) in enumerate(self._levels())
+            for b in range((1 << level) + split)
+        ]
 
     # -- the batch script ----------------------------------------------------------------
 
@@ -206,7 +224,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         if self._cluster:
             parts: defaultdict[int, list[int]] = defaultdict(list)
             for pos, i in enumerate(idx):
-                parts[self._bucket(fps[i]) % self.groups].append(pos)
+                parts[self._group(fps[i])].append(pos)
             groups = [(f"{self._prefix}{g}}}:receipt:", p) for g, p in sorted(parts.items())]
         else:
             groups = [(redis_store.key(self.name, "receipt:"), list(range(len(idx))))]
@@ -231,7 +249,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         for receipt_prefix, positions in self._calls(fps, idx):
             receipt = receipt_prefix + uuid.uuid4().hex
             chunk = b"".join(fps[idx[p]] for p in positions)
-            touched = sorted({self._bucket(fps[idx[p]]) % self.groups for p in positions})
+            touched = sorted({self._group(fps[idx[p]]) for p in positions})
             markers = [f"{self._prefix}{g}}}:n" for g in touched]
             fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp}
             fields["marks"] = " ".join(
@@ -330,17 +348,21 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         wanted = list(dict.fromkeys(fps))
 
         def read() -> list[Any]:
-            pipe = self._client.pipeline(transaction=False)
-            for fp in wanted:
-                pipe.hget(*self._where(fp))
-            return list(pipe.execute())
+            while True:  # a split between reading the levels and the records: read again
+                levels = self._levels()
+                pipe = self._client.pipeline(transaction=False)
+                for fp in wanted:
+                    pipe.hget(*self._where(fp, levels))
+                values = list(pipe.execute())
+                if self._levels() == levels:
+                    return values
 
         values = retrying(read, "records") if wanted else []
         self.io.lookups += len(wanted)
         self.io.round_trips += 1
         return {fp: _record(v) for fp, v in zip(wanted, values, strict=True) if v is not None}
 
-    def _buckets(self) -> Iterator[list[tuple[int, dict[bytes, bytes]]]]:
+    def _buckets(self) -> Iterator[list[dict[bytes, bytes]]]:
         """Every non-empty bucket with its fields, a few hundred buckets at a time."""
         self._usable()
         pattern = f"{_glob_escape(self._prefix)}*}}:f:*"
@@ -355,17 +377,14 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
                 return list(pipe.execute())
 
             contents = retrying(read, "scan")
-            yield [
-                (int(key.rsplit(b":", 1)[1]), fields)
-                for key, fields in zip(part, contents, strict=True)
-            ]
+            yield contents
 
     def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
         """Every fingerprint, in chunks (a SCAN of the buckets: O(library))."""
         out: list[bytes] = []
         for buckets in self._buckets():
-            for bucket, fields in buckets:
-                out.extend(self._fp(bucket, field) for field in fields)
+            for fields in buckets:
+                out.extend(fields)
             while len(out) >= chunk:
                 yield out[:chunk]
                 out = out[chunk:]
@@ -375,12 +394,10 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
         """Fingerprints first reported new (or last seen) before timestamp (O(library))."""
         column = time_index(by)
-        old = []
+        old: list[bytes] = []
         for buckets in self._buckets():
-            for bucket, fields in buckets:
-                for field, value in fields.items():
-                    if _record(value)[column] < timestamp:
-                        old.append(self._fp(bucket, field))
+            for fields in buckets:
+                old.extend(fp for fp, value in fields.items() if _record(value)[column] < timestamp)
         return old
 
     def forget_older_than(self, timestamp: float, *, by: str = "first_seen") -> int:
@@ -410,10 +427,15 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return total
 
     def claims_held(self) -> int:
-        held = enumerate(self._counters("claims"))
-        return sum(
-            meta_number(self._what, f"{self._prefix}{g}}}:n", "claims", n) for g, (n,) in held
-        )
+        self._usable()
+
+        def read() -> int:
+            pipe = self._client.pipeline(transaction=False)
+            for g in range(self.groups):
+                pipe.hlen(f"{self._prefix}{g}}}:c")
+            return sum(pipe.execute())
+
+        return retrying(read, f"{self._what}: claims")
 
     def get_meta(self, name: str) -> str | None:
         value = self.params.get(name)
@@ -450,18 +472,17 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return f"redis library {self.name!r}"
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} groups={self.groups} bits={self.bits}>"
+        return f"<{type(self).__name__} {self.name!r} groups={self.groups}>"
 
 
 def _memory_usage(library: RedisLibrary, sample: int | None) -> int:
     """RedisLibrary.memory_usage."""
     client, prefix = library._client, library._prefix
-    nbuckets = 1 << library.bits
-    if sample is not None and sample < nbuckets:
-        step = nbuckets / max(sample, 1)
-        picked = sorted({int(i * step) for i in range(max(sample, 1))})
-        keys = [f"{prefix}{b % library.groups}}}:f:{b}" for b in picked]
-        scale = nbuckets / len(picked)
+    buckets = library._bucket_keys()
+    if sample is not None and sample < len(buckets):
+        step = len(buckets) / max(sample, 1)
+        keys = [buckets[i] for i in sorted({int(i * step) for i in range(max(sample, 1))})]
+        scale = len(buckets) / len(keys)
     else:
         pattern = f"{_glob_escape(prefix)}*"
         keys = retrying(lambda: list(client.scan_iter(match=pattern, count=1000)), "scan")
@@ -495,7 +516,7 @@ def _new_params(
         "fingerprint": fingerprint,
         "capacity": capacity,
         "groups": groups,
-        "bucket_bits": bucket_bits(capacity, groups),
+        "per_bucket": PER_BUCKET,
         "created": int(time.time()),
         "instance": redis_store.new_instance(),
     }
@@ -506,20 +527,20 @@ def _validator(meta: str, noun: str) -> Callable[[dict[str, Any]], None]:
 
     def validate(params: dict[str, Any]) -> None:
         ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
-            isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity")
+            isinstance(params.get(f), int) for f in ("groups", "per_bucket", "capacity")
         )
         if not ok:
             raise FormatError(f"Redis key {meta}: not a urlseen {noun}")
-        if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
+        if not (1 <= params["groups"] <= 1024 and 1 <= params["per_bucket"] <= 60):
             raise FormatError(f"Redis key {meta}: parameters out of range")
 
     return validate
 
 
 def _record(value: bytes) -> Record:
-    """A record's value: refs, first and last seen, then its claim while it has one."""
-    if len(value) < _VALUE:
-        raise FormatError(f"a library record is at least {_VALUE} bytes, not {len(value)}")
+    """A record's value: refs, first and last seen."""
+    if len(value) != _VALUE:
+        raise FormatError(f"a library record is {_VALUE} bytes, not {len(value)}")
     refs = int.from_bytes(value[0:4], "little")
     first = int.from_bytes(value[4:8], "little")
     last = int.from_bytes(value[8:12], "little")
@@ -535,7 +556,8 @@ def describe_redis_library(url: str, name: str) -> dict[str, object]:
     exact up to 4096 buckets, an estimate from 1024 of them beyond."""
     library = RedisLibrary(url, name, allow_eviction=True)  # read only: nothing to lose
     count = library.count()
-    used = library.memory_usage(sample=None if library.bits <= 12 else 1024)
+    buckets = len(library._bucket_keys())
+    used = library.memory_usage(sample=None if buckets <= 4096 else 1024)
     return {
         "redis": url,
         "name": name,
@@ -544,7 +566,7 @@ def describe_redis_library(url: str, name: str) -> dict[str, object]:
         "capacity": library.params["capacity"],
         "fingerprint": library.fingerprint,
         "groups": library.groups,
-        "buckets": 1 << library.bits,
+        "buckets": buckets,
         "redis_bytes": used,
         "bytes_per_url": used / count if count else None,
         "claims": library.claims_held(),

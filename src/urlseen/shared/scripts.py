@@ -108,7 +108,7 @@ LEAF_BATCH = Script(
 LIBRARY_BATCH = Script(
     "library_batch.lua",
     keys=_names("receipt"),
-    argv=_names("mode fps prefix groups bucket_bits now receipt_ttl instance", *CLAIMS, "marks"),
+    argv=_names("mode fps prefix groups per_bucket now receipt_ttl instance", *CLAIMS, "marks"),
     needs=("claims.lua", "mark.lua"),
 )
 SCRIPTS = {s.filename: s for s in (BLOOM_BATCH, LEAF_BATCH, LIBRARY_BATCH)}
