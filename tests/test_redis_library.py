@@ -22,6 +22,7 @@ from urlseen.exact.library_filter import FingerprintLibraryFilter
 from urlseen.shared import client as redis_store
 from urlseen.shared import library as redis_library
 from urlseen.shared.library import RedisLibrary
+from urlseen.shared.library_layout import group_of
 
 
 def fingerprints(n: int, seed: int = 0) -> list[bytes]:
@@ -114,9 +115,10 @@ def test_a_claim_rides_in_its_record_until_acknowledged(make):
 
 
 def test_claims_stay_apart_from_records_and_go_when_acknowledged(make):
-    """A claimed record is its 12 bytes, in a listpack bucket; its claim is a field of its
-    group's claims hash, whatever the call id (a client that made 10^15 calls), and the
-    acknowledgement deletes the claims: no key is left per call."""
+    """A claimed record is its 12 bytes, in a listpack bucket; a call's claims are one field
+    per group it touched (whatever the call id: a client that made 10^15 calls), expanded per
+    key when released otherwise than by the acknowledgement, which deletes them all: no key
+    is left per call."""
     lib = make(1000)
     lib.auto_acknowledge = False
     lib._claims._calls = itertools.count(10**15)
@@ -127,15 +129,17 @@ def test_claims_stay_apart_from_records_and_go_when_acknowledged(make):
         key, field = lib._where(fp)
         assert len(client.hget(key, field)) == 12
         assert client.object("encoding", key) == b"listpack"
-    claim_keys = set(client.scan_iter(match=f"{lib._prefix}*}}:c", count=1000))
-    assert sum(client.hlen(k) for k in claim_keys) == 20
+    records = list(client.scan_iter(match=f"{lib._prefix}*}}:r", count=1000))
+    assert {client.hlen(k) for k in records} == {1} and lib.claims_held() == 20
+    assert not list(client.scan_iter(match=f"{lib._prefix}*}}:c", count=1000))
     assert lib._release(fps[:5], "renew") == 0 and lib._release(fps[5:10], "abandon") == 0
     assert lib.claims_held() == 20
     other = make(name=lib.name)  # another client: the abandoned five are taken over at once
     assert other.claim(fps[5:10]) == [True] * 5
     assert lib.acknowledge() == 5 and lib.claims_held() == 0
     assert other.acknowledge() == 0 and other.claims_held() == 0
-    assert not list(client.scan_iter(match=f"{lib._prefix}*}}:c", count=1000))
+    for kind in ("c", "r"):
+        assert not list(client.scan_iter(match=f"{lib._prefix}*}}:{kind}", count=1000))
     assert not list(client.scan_iter(match=f"*{lib.name}*receipt*", count=1000))
 
 
@@ -371,7 +375,7 @@ def test_on_a_cluster_groups_spread_over_every_master(redis_cluster_url):
         assert len(nodes) == 3, nodes
         for fp in fps[:200]:  # a bucket lives in its group's slot
             key, _ = lib._where(fp)
-            group = lib._group(fp)
+            group = group_of(fp, lib.groups)
             assert client.keyslot(key) == client.keyslot(f"x{{cluster-lib#{group}}}")
         assert lib.forget(fps[:10]) == [True] * 10 and lib.count() == 7990
     finally:

@@ -18,10 +18,11 @@ keys, a large one stays compact. Each URL's claim is atomic; on a Cluster a batc
 is not.
 
 Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges it, so
-it reaches a caller even if this client dies first. Claims are fields of a hash per group,
-written before the records they cover and deleted by the acknowledgement, so a library whose
-clients acknowledge holds none, and a batch looks none up. A claim resent after a lost reply
-needs no receipt: its write mark says it ran already, and its answers come from its claims.
+it reaches a caller even if this client dies first. A call's new URLs in a group are claimed
+by one field of a hash per group (shared/lua/library_batch.lua), written before the records
+they cover and deleted by the acknowledgement: O(1) commands per call, and a library whose
+clients acknowledge holds no claim. A claim resent after a lost reply needs no receipt: its
+write mark says it ran already, and its answers come from its claims.
 Each group holds the library's instance id, checked by every call, so a library whose keys
 vanished fails (FilterLostError) instead of starting again from empty.
 
@@ -37,36 +38,28 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from urlseen import defaults
-from urlseen.errors import ConfigError, FilterLostError, FormatError
+from urlseen.errors import FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.protocol import check_given
 from urlseen.shared import client as redis_store
 from urlseen.shared.claims import ClaimedAnswers, Claims, ask_until_decided
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
+from urlseen.shared.library_layout import (
+    FORMAT,
+    FP_BYTES,
+    bucket_in,
+    glob_escape,
+    group_of,
+    held_claims,
+    new_params,
+    record_of,
+    validator,
+)
 from urlseen.shared.marks import ForgetsMarks, WriteMarks, meta_number
 from urlseen.shared.scripts import LIBRARY_BATCH, Answer, ClaimArgs, claim_fields
 
-FORMAT = "urlseen-redis-library/4"
 KIND = "library"
-FP_BYTES = 16
-PER_BUCKET = 40  # records per bucket on average: a bucket not yet split holds ~2x (limit 128)
-DEFAULT_GROUPS = 16
 CALL_KEYS = 8192  # fingerprints per script call: each call holds the server tens of ms at most
-_VALUE = 12  # refs, first_seen, last_seen: u32 little-endian each
-
-
-def group_of(fp: bytes, groups: int) -> int:
-    """The group of a fingerprint: its first 4 bytes (big-endian) mod groups."""
-    return int.from_bytes(fp[:4], "big") % groups
-
-
-def bucket_in(fp: bytes, level: int, split: int) -> int:
-    """The bucket of a fingerprint in a group at (level, split): linear hashing on its bytes
-    5-8 (library_batch.lua)."""
-    h = int.from_bytes(fp[4:8], "big")
-    b = h % (1 << level)
-    return h % (2 << level) if b < split else b
 
 
 class RedisLibrary(ForgetsMarks, ClaimedAnswers):
@@ -129,7 +122,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stored = self._load()
         if stored is None:
             # Of two processes creating it at once, one wins; both then use the winner's
-            stored = self._load(_new_params(capacity, fingerprint, groups))
+            stored = self._load(new_params(capacity, fingerprint, groups))
             assert stored is not None
         else:
             given = {"capacity": capacity, "fingerprint": fingerprint, "groups": groups}
@@ -145,8 +138,10 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
             per_bucket=self.per_bucket,
             receipt_ttl=RECEIPT_SECONDS,
             instance=self._instance,
+            calls="",
         )
         self._marks = WriteMarks()  # this client's write mark per group (shared/marks.py)
+        self._record_calls: list[int] = []  # calls whose claims records this client holds
         self._mark_groups()
 
     # -- parameters ---------------------------------------------------------------------
@@ -159,7 +154,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
     def _load(self, create: dict[str, Any] | None = None) -> dict[str, Any] | None:
         meta, noun = self._meta, "fingerprint library"
         return redis_store.record(
-            self._client, self.name, KIND, meta, FORMAT, noun, _validator(meta, noun), create
+            self._client, self.name, KIND, meta, FORMAT, noun, validator(meta, noun), create
         )
 
     def _mark_groups(self) -> None:
@@ -184,9 +179,6 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
 
     # -- where a fingerprint lives ------------------------------------------------------
 
-    def _group(self, fp: bytes) -> int:
-        return group_of(fp, self.groups)
-
     def _levels(self) -> list[tuple[int, int]]:
         """Each group's (level, split): where its buckets stand."""
         rows = self._counters("level", "split")
@@ -194,7 +186,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
 
     def _where(self, fp: bytes, levels: list[tuple[int, int]] | None = None) -> tuple[str, bytes]:
         """The bucket key and field of a fingerprint (levels: _levels(), read if not given)."""
-        g = self._group(fp)
+        g = group_of(fp, self.groups)
         level, split = (levels or self._levels())[g]
         return f"{self._prefix}{g}}}:f:{bucket_in(fp, level, split)}", fp
 
@@ -204,7 +196,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
             f"{self._prefix}{g}}}:f:{b}"
             for g, (level, split) in enumerate(self._levels())
             for b in range((1 << level) + split)
-        ]
+        ]  # group by group: a split adds its group's next bucket
 
     # -- the batch script ----------------------------------------------------------------
 
@@ -218,20 +210,22 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
                 raise TypeError(f"a fingerprint is 16 bytes, not {fp!r:.40}")
         return fps
 
-    def _calls(self, fps: Sequence[bytes], idx: Sequence[int]) -> list[tuple[str, list[int]]]:
+    def _calls(
+        self, fps: Sequence[bytes], idx: Sequence[int], most: int = CALL_KEYS
+    ) -> list[tuple[str, list[int]]]:
         """The script calls for fingerprints fps[i], i in idx: (receipt prefix, positions in
-        idx), CALL_KEYS at most each, one group per call on a cluster."""
+        idx), `most` at most each, one group per call on a cluster."""
         if self._cluster:
             parts: defaultdict[int, list[int]] = defaultdict(list)
             for pos, i in enumerate(idx):
-                parts[self._group(fps[i])].append(pos)
+                parts[group_of(fps[i], self.groups)].append(pos)
             groups = [(f"{self._prefix}{g}}}:receipt:", p) for g, p in sorted(parts.items())]
         else:
             groups = [(redis_store.key(self.name, "receipt:"), list(range(len(idx))))]
         return [
-            (prefix, positions[start : start + CALL_KEYS])
+            (prefix, positions[start : start + most])
             for prefix, positions in groups
-            for start in range(0, len(positions), CALL_KEYS)
+            for start in range(0, len(positions), most)
         ]
 
     def _send(
@@ -242,21 +236,25 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stamp: str,
         claim: Callable[[], ClaimArgs],
         hold: Callable[[list[bytes]], None] | None = None,
+        calls: str = "",
     ) -> bytes:
-        """One script call per part of _calls: one answer byte per fps[i], i in idx, in order.
-        hold gets the fingerprints each call answered new, as soon as it answers."""
+        """One script call per part of _calls: one answer byte per fps[i], i in idx, in order
+        (OWN as NEW). hold gets the fingerprints each call answered new, as soon as it answers.
+        calls: an ack's record calls (then all of idx in one call per group part)."""
         answers = bytearray(len(idx))
-        for receipt_prefix, positions in self._calls(fps, idx):
+        most = len(idx) if calls else CALL_KEYS
+        for receipt_prefix, positions in self._calls(fps, idx, max(most, 1)):
             receipt = receipt_prefix + uuid.uuid4().hex
             chunk = b"".join(fps[idx[p]] for p in positions)
-            touched = sorted({self._group(fps[idx[p]]) for p in positions})
+            touched = sorted({group_of(fps[idx[p]], self.groups) for p in positions})
             markers = [f"{self._prefix}{g}}}:n" for g in touched]
-            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp}
+            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp, "calls": calls}
             fields["marks"] = " ".join(
                 f"{g}:{self._marks.expected(m)}" for g, m in zip(touched, markers, strict=True)
             )
+            claimed = claim()
             keys, args = LIBRARY_BATCH.call(
-                {"receipt": receipt}, {**fields, **claim_fields(claim())}
+                {"receipt": receipt}, {**fields, **claim_fields(claimed)}
             )
 
             def call(keys: list[str] = keys, args: list[Any] = args) -> Any:
@@ -267,6 +265,9 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
                 self._marks.advanced(marker)
             if len(answer) != len(positions):
                 raise FormatError(f"library script answered {len(answer)} of {len(positions)}")
+            if mode == "claim" and Answer.NEW in answer:
+                self._record_calls.append(claimed.call)  # its new URLs' record
+            answer = answer.replace(bytes([Answer.OWN]), bytes([Answer.NEW]))
             for p, c in zip(positions, answer, strict=True):
                 answers[p] = c
             if hold is not None:
@@ -317,9 +318,14 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return answers
 
     def _release(self, fps: list[bytes], how: str) -> int:
+        """Release this client's claims of fps (ClaimedAnswers): an ack deletes the records of
+        the calls this client holds whole, anything else expands them into per-key claims."""
+        calls = " ".join(map(str, self._record_calls)) if how == "ack" else ""
+        self._record_calls = []
         if not fps:
             return 0
-        answer = self._send(how, fps, range(len(fps)), "0", lambda: self._claims.args(0))
+        args = lambda: self._claims.args(0)  # noqa: E731
+        answer = self._send(how, fps, range(len(fps)), "0", args, calls=calls)
         return answer.count(Answer.SEEN)
 
     def contains(self, fps: Sequence[bytes]) -> list[bool]:
@@ -360,29 +366,14 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         values = retrying(read, "records") if wanted else []
         self.io.lookups += len(wanted)
         self.io.round_trips += 1
-        return {fp: _record(v) for fp, v in zip(wanted, values, strict=True) if v is not None}
-
-    def _buckets(self) -> Iterator[list[dict[bytes, bytes]]]:
-        """Every non-empty bucket with its fields, a few hundred buckets at a time."""
-        self._usable()
-        pattern = f"{_glob_escape(self._prefix)}*}}:f:*"
-        keys = retrying(lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan")
-        for start in range(0, len(keys), 512):
-            part = keys[start : start + 512]
-
-            def read(part: list[Any] = part) -> list[Any]:
-                pipe = self._client.pipeline(transaction=False)
-                for key in part:
-                    pipe.hgetall(key)
-                return list(pipe.execute())
-
-            contents = retrying(read, "scan")
-            yield contents
+        return {fp: record_of(v) for fp, v in zip(wanted, values, strict=True) if v is not None}
 
     def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
-        """Every fingerprint, in chunks (a SCAN of the buckets: O(library))."""
+        """Every fingerprint, in chunks (O(library); a record moved by a split meanwhile may
+        come twice, none is missed)."""
+        self._usable()
         out: list[bytes] = []
-        for buckets in self._buckets():
+        for buckets in _read_buckets(self):
             for fields in buckets:
                 out.extend(fields)
             while len(out) >= chunk:
@@ -394,11 +385,14 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
         """Fingerprints first reported new (or last seen) before timestamp (O(library))."""
         column = time_index(by)
-        old: list[bytes] = []
-        for buckets in self._buckets():
-            for fields in buckets:
-                old.extend(fp for fp, value in fields.items() if _record(value)[column] < timestamp)
-        return old
+        self._usable()
+        return [
+            fp
+            for buckets in _read_buckets(self)
+            for fields in buckets
+            for fp, value in fields.items()
+            if record_of(value)[column] < timestamp
+        ]
 
     def forget_older_than(self, timestamp: float, *, by: str = "first_seen") -> int:
         """Forget every URL first reported new (or last seen) before timestamp; how many."""
@@ -428,14 +422,8 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
 
     def claims_held(self) -> int:
         self._usable()
-
-        def read() -> int:
-            pipe = self._client.pipeline(transaction=False)
-            for g in range(self.groups):
-                pipe.hlen(f"{self._prefix}{g}}}:c")
-            return sum(pipe.execute())
-
-        return retrying(read, f"{self._what}: claims")
+        read = lambda: held_claims(self._client, self._prefix, self.groups)  # noqa: E731
+        return int(retrying(read, f"{self._what}: claims"))
 
     def get_meta(self, name: str) -> str | None:
         value = self.params.get(name)
@@ -453,7 +441,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         that stops part way leaves a library that says it lost data, never one that looks
         whole)."""
         self._usable()
-        pattern = f"{_glob_escape(self._prefix)}*"
+        pattern = f"{glob_escape(self._prefix)}*"
 
         def delete() -> None:
             keys = list(self._client.scan_iter(match=pattern, count=1000))
@@ -475,6 +463,29 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return f"<{type(self).__name__} {self.name!r} groups={self.groups}>"
 
 
+def _read_buckets(library: RedisLibrary) -> Iterator[list[dict[bytes, bytes]]]:
+    """RedisLibrary._buckets: the buckets the groups' levels name, in order. A split meanwhile
+    moves records into a bucket not read yet (it did not exist), which is read too: a record
+    is never missed, and one moved during the read may come twice."""
+    levels = library._levels()
+    todo, done = library._bucket_keys(), set()
+    while todo:
+        part, todo = todo[:512], todo[512:]
+
+        def read(part: list[str] = part) -> list[Any]:
+            pipe = library._client.pipeline(transaction=False)
+            for key in part:
+                pipe.hgetall(key)
+            return list(pipe.execute())
+
+        contents = retrying(read, "scan")
+        done.update(part)
+        yield contents
+        if library._levels() != levels:
+            levels = library._levels()
+            todo = [key for key in library._bucket_keys() if key not in done]
+
+
 def _memory_usage(library: RedisLibrary, sample: int | None) -> int:
     """RedisLibrary.memory_usage."""
     client, prefix = library._client, library._prefix
@@ -484,7 +495,7 @@ def _memory_usage(library: RedisLibrary, sample: int | None) -> int:
         keys = [buckets[i] for i in sorted({int(i * step) for i in range(max(sample, 1))})]
         scale = len(buckets) / len(keys)
     else:
-        pattern = f"{_glob_escape(prefix)}*"
+        pattern = f"{glob_escape(prefix)}*"
         keys = retrying(lambda: list(client.scan_iter(match=pattern, count=1000)), "scan")
         scale = 1.0
 
@@ -496,59 +507,6 @@ def _memory_usage(library: RedisLibrary, sample: int | None) -> int:
         return meta + round(sum(rest) * scale)
 
     return retrying(usage, "memory usage")
-
-
-def _new_params(
-    capacity: int | None, fingerprint: str | None, groups: int | None
-) -> dict[str, Any]:
-    """A new library's parameters from the arguments given (checked), defaults for the rest."""
-    capacity = defaults.CAPACITY if capacity is None else capacity
-    fingerprint = "md5" if fingerprint is None else fingerprint
-    groups = DEFAULT_GROUPS if groups is None else groups
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ConfigError(f"capacity must be an int >= 1, not {capacity!r}")
-    if fingerprint not in ("md5", "xxh3_128"):
-        raise ConfigError(f"fingerprint must be 'md5' or 'xxh3_128', not {fingerprint!r}")
-    if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= 1024:
-        raise ConfigError(f"groups must be an int in [1, 1024], not {groups!r}")
-    return {
-        "format": FORMAT,
-        "fingerprint": fingerprint,
-        "capacity": capacity,
-        "groups": groups,
-        "per_bucket": PER_BUCKET,
-        "created": int(time.time()),
-        "instance": redis_store.new_instance(),
-    }
-
-
-def _validator(meta: str, noun: str) -> Callable[[dict[str, Any]], None]:
-    """The check of a stored library's parameters (FormatError naming the key `meta`)."""
-
-    def validate(params: dict[str, Any]) -> None:
-        ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
-            isinstance(params.get(f), int) for f in ("groups", "per_bucket", "capacity")
-        )
-        if not ok:
-            raise FormatError(f"Redis key {meta}: not a urlseen {noun}")
-        if not (1 <= params["groups"] <= 1024 and 1 <= params["per_bucket"] <= 60):
-            raise FormatError(f"Redis key {meta}: parameters out of range")
-
-    return validate
-
-
-def _record(value: bytes) -> Record:
-    """A record's value: refs, first and last seen."""
-    if len(value) != _VALUE:
-        raise FormatError(f"a library record is {_VALUE} bytes, not {len(value)}")
-    refs = int.from_bytes(value[0:4], "little")
-    first = int.from_bytes(value[4:8], "little")
-    last = int.from_bytes(value[8:12], "little")
-    return Record(refs, float(first), float(last))
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def describe_redis_library(url: str, name: str) -> dict[str, object]:

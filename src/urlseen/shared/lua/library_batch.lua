@@ -1,10 +1,10 @@
 -- library_batch.lua: one batch of fingerprints against urlseen's Redis fingerprint library
 -- (RedisLibrary), in one atomic step; claim mode also claims each fingerprint answered new
--- (claims.lua and mark.lua, put in front).
+-- (claims.lua, mark.lua, library_buckets.lua and library_claims.lua, put in front).
 --
 -- KEYS: receipt
 -- ARGV: mode fps prefix groups per_bucket now receipt_ttl instance
---       owner priority call lease_ms marks
+--       owner priority call lease_ms marks calls
 -- (urlseen.shared.scripts.LIBRARY_BATCH builds them)
 --
 -- Group g = the fingerprint's first 4 bytes (big-endian) mod groups; the group is the hash
@@ -16,10 +16,14 @@
 -- more than per_bucket records per bucket, bucket s splits into s and s + 2^L (s advances; at
 -- 2^L, L goes up and s is 0 again). The field is the whole 16-byte fingerprint, the value 12
 -- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds).
--- Claims (claims.lua) are fields of the group's hash prefix .. g .. "}:c", field = the
--- fingerprint, written before the records they cover and deleted on acknowledgement: a
--- client that acknowledges each batch leaves none, and a batch with none in its groups looks
--- none up.
+-- Claims (claims.lua) are written before the records they cover and deleted on
+-- acknowledgement. The URLs a call answers new in a group are claimed together, in one field
+-- of the group's hash prefix .. g .. "}:r" (claims_record: field "OWNER CALL", value the
+-- claim, a newline and the fingerprints), which the acknowledgement deletes: O(1) commands
+-- per call, and a client that acknowledges each batch leaves nothing behind. Whatever looks
+-- claims up or changes them one by one first expands those records into per-key claims, in
+-- the group's hash prefix .. g .. "}:c" (field = the fingerprint): a claim call (before its
+-- look-ups), a release or forget, an abandon or renew, an acknowledgement without `calls`.
 -- Each group has a hash prefix .. g .. "}:n" (fields "count": its records, "level",
 -- "split": its linear hashing, "instance": the library's random id, written when the library
 -- was made, and the clients' write marks).
@@ -36,8 +40,10 @@
 -- fps: the fingerprints, 16 bytes each, concatenated; now: Unix seconds; instance: the
 -- instance the client opened; owner, priority, call, lease_ms: the claims' (claims.lua);
 -- marks: "g:n ..." the caller's write mark in each group it touches, as it expects it
--- (mark.lua: a group that went back in time answers "URLSEEN-ROLLBACK ...")
--- Returns one character per fingerprint: claim: NEW, SEEN or PENDING (claims.lua); contains,
+-- (mark.lua: a group that went back in time answers "URLSEEN-ROLLBACK ..."); calls: an ack's
+-- call ids whose records the caller holds (space-separated), "" otherwise.
+-- Returns one character per fingerprint: claim: NEW, OWN (new, claimed per key, not in the
+-- call's record), SEEN or PENDING (claims.lua); contains,
 -- release, forget: NEW was present, SEEN not; ack, abandon, renew: NEW the claim was still
 -- the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
 -- anything is written.
@@ -52,17 +58,18 @@ if receipts then
   if done then return done end
 end
 
-local byte, sub, floor = string.byte, string.sub, math.floor
+local byte, sub = string.byte, string.sub
 local pack, unpack = struct.pack, struct.unpack
 local MAXREFS = 4294967295
+local OWN = 'T'
 local n = #data / 16
 
--- Each fingerprint's group, and each group's fingerprints (positions) in order.
-local group_at, members, touched = {}, {}, {}
+-- Each fingerprint's group and hash h (bytes 5-8), and each group's positions in order.
+local group_at, hash_at, members, touched = {}, {}, {}, {}
 for i = 1, n do
-  local b1, b2, b3, b4 = byte(data, 16 * i - 15, 16 * i - 12)
+  local b1, b2, b3, b4, b5, b6, b7, b8 = byte(data, 16 * i - 15, 16 * i - 8)
   local g = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) % groups
-  group_at[i] = g
+  group_at[i], hash_at[i] = g, ((b5 * 256 + b6) * 256 + b7) * 256 + b8
   local m = members[g]
   if not m then
     m = {}
@@ -100,176 +107,138 @@ for _, g in ipairs(touched) do
   if went_back then return redis.error_reply(went_back) end
 end
 
-local claims_keys = {}
-local function claims_of(g)
-  local key = claims_keys[g]
-  if not key then
-    key = prefix .. g .. '}:c'
-    claims_keys[g] = key
-  end
-  return key
-end
-local function fps_of(g)
-  local list = {}
-  for j, i in ipairs(members[g]) do list[j] = sub(data, 16 * i - 15, 16 * i) end
-  return list
+local function claims_of(g) return prefix .. g .. '}:c' end
+local function records_of(g) return prefix .. g .. '}:r' end
+local function fps_of(list)
+  local fps = {}
+  for j, i in ipairs(list) do fps[j] = sub(data, 16 * i - 15, 16 * i) end
+  return fps
 end
 
 local out = {}
+local claims
+if mode ~= 'contains' then claims = claims_context(owner, ARGV[10], ARGV[11], ARGV[12]) end
+
 if mode == 'ack' or mode == 'abandon' or mode == 'renew' then
-  local claims = claims_context(owner, ARGV[10], ARGV[11], ARGV[12])
   for _, g in ipairs(touched) do
-    local answers = claims_release(claims, claims_of(g), fps_of(g), mode)
-    for j, i in ipairs(members[g]) do out[i] = answers[j] end
+    local list = members[g]
+    local answers = library_release(claims, mode, ARGV[14], claims_of(g), records_of(g),
+                                    fps_of(list))
+    for j, i in ipairs(list) do out[i] = answers[j] end
   end
   return table.concat(out)
 end
 
-local claims, none = nil, {}
-if mode == 'claim' then
-  claims = claims_context(owner, ARGV[10], ARGV[11], ARGV[12])
+-- Claims looked up (claim) or deleted (release, forget) one by one: records expanded first.
+local none = {}
+if mode ~= 'contains' then
   for _, g in ipairs(touched) do
     local key = claims_of(g)
-    claims_lookup(claims, key, #members[g], function() return fps_of(g) end)
-    none[g] = claims_none(claims, key)
+    claims_expand(records_of(g), key, 16)
+    if mode == 'claim' then
+      claims_lookup(claims, key, #members[g], function() return fps_of(members[g]) end)
+      none[g] = claims_none(claims, key)
+    end
   end
 end
 
--- The bucket of a fingerprint (linear hashing, above), its key cached.
-local bucket_keys = {}
-local function bucket_key(g, b)
-  local cached = bucket_keys[g]
-  if not cached then
-    cached = {}
-    bucket_keys[g] = cached
-  end
-  local key = cached[b]
-  if not key then
-    key = prefix .. g .. '}:f:' .. b
-    cached[b] = key
-  end
-  return key
-end
-local function bucket_of(g, fp)
-  local b1, b2, b3, b4 = byte(fp, 5, 8)
-  local h = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
-  local span = 2 ^ level[g]
-  local b = h % span
-  if b < split[g] then b = h % (2 * span) end
-  return b
+local buckets = {}
+for _, g in ipairs(touched) do
+  buckets[g] = buckets_of(prefix .. g .. '}:f:', level[g], split[g])
 end
 
-local writes, w = {}, 0 -- group, field, value (false: delete) of each record written
-local pending = {} -- fingerprint -> where its value is in writes (read back by a repeat)
-local dropped = {} -- per group: fingerprints whose claim goes
-local function write(g, fp, value)
-  local at = pending[fp]
-  if at then
-    writes[at] = value
-    return
+local function append(lists, g, item) -- lists[g], made if needed, gets item
+  local list = lists[g]
+  if not list then
+    list = {}
+    lists[g] = list
   end
-  w = w + 3
-  writes[w - 2], writes[w - 1], writes[w] = g, fp, value
-  pending[fp] = w
+  list[#list + 1] = item
 end
+local fresh = pack('<I4I4I4', 1, now, now)
+local inserted = {} -- fingerprint -> its references, for the records this call inserts
+local adds, dropped, total = {}, {}, {} -- per group: positions inserted; claims to drop; count
+for _, g in ipairs(touched) do total[g] = count[g] end
 for i = 1, n do
   local g, pos = group_at[i], 16 * i - 15
+  local key = bucket_key(buckets[g], hash_at[i])
   local fp = sub(data, pos, pos + 15)
-  local value
-  local at = pending[fp]
-  if at then
-    value = writes[at]
-  else
-    value = redis.call('HGET', bucket_key(g, bucket_of(g, fp)), fp)
-  end
   local answer = SEEN
-  if mode == 'claim' then
-    if value then
-      if not none[g] or resent then answer = claim_present(claims, claims_of(g), fp) end
-      if answer ~= PENDING and not resent then
-        local refs, first, last = unpack('<I4I4I4', value)
-        if refs < MAXREFS then refs = refs + 1 end
-        if now > last then last = now end
-        write(g, fp, pack('<I4I4I4', refs, first, last))
+  local refs = inserted[fp]
+  if refs then
+    inserted[fp] = refs + 1 -- a repeat of a URL this call inserts: seen
+  else
+    local value = redis.call('HGET', key, fp)
+    if mode == 'claim' then
+      if value then
+        if not none[g] or resent then
+          answer = claim_present(claims, claims_of(g), fp)
+          if answer == NEW then answer = OWN end -- taken over, or this very call's: per key
+        end
+        if answer ~= PENDING and not resent then
+          local r, first, last = unpack('<I4I4I4', value)
+          if r < MAXREFS then r = r + 1 end
+          if now > last then last = now end
+          redis.call('HSET', key, fp, pack('<I4I4I4', r, first, last))
+        end
+      else
+        inserted[fp] = 1
+        append(adds, g, i)
+        answer = NEW
       end
-    else
-      claims_queue(claims, claims_of(g), fp)
-      write(g, fp, pack('<I4I4I4', 1, now, now))
+    elseif value then
       answer = NEW
-    end
-  elseif value then
-    answer = NEW
-    local refs = 0
-    if mode == 'release' then
-      local first, last
-      refs, first, last = unpack('<I4I4I4', value)
-      refs = refs - 1
-      if refs > 0 then write(g, fp, pack('<I4I4I4', refs, first, last)) end
-    end
-    if refs <= 0 and mode ~= 'contains' then
-      write(g, fp, false)
-      local d = dropped[g]
-      if not d then
-        d = {}
-        dropped[g] = d
+      local r = 0
+      if mode == 'release' then
+        local first, last
+        r, first, last = unpack('<I4I4I4', value)
+        r = r - 1
+        if r > 0 then redis.call('HSET', key, fp, pack('<I4I4I4', r, first, last)) end
       end
-      d[#d + 1] = fp
+      if r <= 0 and mode ~= 'contains' then
+        redis.call('HDEL', key, fp)
+        total[g] = total[g] - 1
+        append(dropped, g, fp)
+      end
     end
   end
   out[i] = answer
 end
+for g, list in pairs(dropped) do claims_each('HDEL', claims_of(g), list) end
 
--- Claims before the records they cover: a script stopped part way leaves claims without
--- records (harmless), never a record answered new without its claim.
-if claims then claims_write(claims) end
-
--- Split the group's next bucket (linear hashing, above): its records whose bit `level` of h
--- is set move to bucket split + 2^level.
-local function split_bucket(g)
-  local span = 2 ^ level[g]
-  local old = bucket_key(g, split[g])
-  local all = redis.call('HGETALL', old)
-  local moved, names = {}, {}
-  for j = 1, #all, 2 do
-    local b1, b2, b3, b4 = byte(all[j], 5, 8)
-    if floor((((b1 * 256 + b2) * 256 + b3) * 256 + b4) / span) % 2 == 1 then
-      moved[#moved + 1] = all[j]
-      moved[#moved + 1] = all[j + 1]
-      names[#names + 1] = all[j]
+-- The new URLs: their claims first (one record per group, or per key where this call's
+-- record exists already: a resent call's URLs forgotten meanwhile), then their records, in
+-- order, each group split as it grows past per_bucket records per bucket (so that no bucket
+-- outgrows its compact encoding within a large batch).
+for _, g in ipairs(touched) do
+  local a = adds[g]
+  if a and not claims_record(claims, records_of(g), table.concat(fps_of(a))) then
+    local q = claims_queued(claims, claims_of(g))
+    for _, i in ipairs(a) do
+      claim_new_into(claims, q, sub(data, 16 * i - 15, 16 * i), false)
+      out[i] = OWN
     end
   end
-  if #names > 0 then
-    claims_each('HSET', bucket_key(g, split[g] + span), moved)
-    claims_each('HDEL', old, names)
-  end
-  split[g] = split[g] + 1
-  if split[g] == span then level[g], split[g] = level[g] + 1, 0 end
 end
-
--- The records, in order, each group split as it grows past per_bucket records per bucket
--- (so no bucket outgrows its compact encoding within a large batch).
-local total, moved = {}, {}
-for _, g in ipairs(touched) do total[g] = count[g] end
-for j = 1, w, 3 do
-  local g, fp, value = writes[j], writes[j + 1], writes[j + 2]
-  local key = bucket_key(g, bucket_of(g, fp))
-  if value then
-    if redis.call('HSET', key, fp, value) == 1 then
+if claims then claims_write(claims) end
+for _, g in ipairs(touched) do
+  local b = buckets[g]
+  local limit = buckets_room(b, per_bucket)
+  for _, i in ipairs(adds[g] or {}) do
+    local fp = sub(data, 16 * i - 15, 16 * i)
+    local refs = inserted[fp]
+    local value = refs == 1 and fresh or pack('<I4I4I4', refs, now, now)
+    if redis.call('HSET', bucket_key(b, hash_at[i]), fp, value) == 1 then
       total[g] = total[g] + 1
-      while total[g] > per_bucket * (2 ^ level[g] + split[g]) do
-        split_bucket(g)
-        moved[g] = true
+      while total[g] > limit do
+        bucket_split(b)
+        limit = buckets_room(b, per_bucket)
       end
     end
-  elseif redis.call('HDEL', key, fp) == 1 then
-    total[g] = total[g] - 1
   end
-end
-for g, list in pairs(dropped) do claims_each('HDEL', claims_of(g), list) end
-for _, g in ipairs(touched) do
   local marker = prefix .. g .. '}:n'
   if total[g] ~= count[g] then redis.call('HINCRBY', marker, 'count', total[g] - count[g]) end
-  if moved[g] then redis.call('HSET', marker, 'level', level[g], 'split', split[g]) end
+  if b.moved then redis.call('HSET', marker, 'level', b.level, 'split', b.split) end
 end
 local answer = table.concat(out)
 if receipts and ttl > 0 then redis.call('SET', receipt_key, answer, 'EX', ttl) end
