@@ -225,11 +225,10 @@ def main() -> None:
             )
         return
     sizes = [int(n) for n in args.crawl_n.split(",")]
-    results = {"scrapy_redis": scrapy_redis(sizes)}
-    if args.crawlee_n:
+    stored = json.loads(RESULTS.read_text())["memory"] if RESULTS.exists() else {}
+    results = stored | {"scrapy_redis_crawl": scrapy_redis(sizes)}
+    if args.crawlee_n:  # --crawlee-n 0: the Crawlee part as results.json holds it
         results["crawlee"] = crawlee(args.crawlee_n)
-    else:  # --crawlee-n 0: the Crawlee part as results.json holds it
-        results["crawlee"] = json.loads(RESULTS.read_text())["memory"]["crawlee"]
     print(json.dumps(results, indent=2))
     if args.json:
         kept = json.loads(args.json.read_text()) if args.json.exists() else {}
