@@ -4,8 +4,8 @@ With several writers a local filter can prove a URL neither new (another process
 it) nor, once URLs can be forgotten, seen; so Redis decides every URL. A Lua script per batch
 (shared/lua/library_batch.lua) inserts each 16-byte fingerprint if it is absent and answers
 new/seen in the same atomic step, so among all processes each distinct URL is new exactly once.
-Like the Bloom script it leaves a receipt: a batch resent after a lost reply gets its first
-answer.
+A batch resent after a lost reply gets its first answer (a release or forget from a receipt
+kept two minutes, a claim from its write mark and its claims: below).
 
 Layout (the smallest in memory per URL of those benchmarks/redis/library.py compares):
 records are fields of bucket hashes small enough to stay listpack-encoded, the field the
