@@ -22,6 +22,7 @@ from urlseen.exact.library_filter import FingerprintLibraryFilter
 from urlseen.shared import client as redis_store
 from urlseen.shared import library as redis_library
 from urlseen.shared.library import RedisLibrary
+from urlseen.shared.library_layout import group_of
 
 
 def fingerprints(n: int, seed: int = 0) -> list[bytes]:
@@ -92,9 +93,8 @@ def test_a_repeat_within_a_batch_is_new_once_and_times_are_kept(make):
 
 
 def test_a_claim_rides_in_its_record_until_acknowledged(make):
-    """Unacknowledged answers are claims inside their records (counted per group); records
-    read the same with or without one; releasing, forgetting and acknowledging keep the count
-    of claimed records exact, and an acknowledged record is its 12 bytes again."""
+    """Unacknowledged answers are claims beside their records (a hash per group); releasing,
+    forgetting and acknowledging keep the claims exact, and records stay their 12 bytes."""
     lib = make(1000)
     lib.auto_acknowledge = False
     fps = fingerprints(50, seed=3)
@@ -114,52 +114,66 @@ def test_a_claim_rides_in_its_record_until_acknowledged(make):
     assert {len(v) for v in values} == {12}
 
 
-def test_claimed_records_stay_compact_however_long_the_client_runs(make):
-    """A claim adds a fixed 40 bytes to its record, whatever its call id and times, so a
-    bucket holding claimed records stays listpack-encoded (values up to 64 bytes): a text
-    claim of a long-running client would convert the bucket for good."""
+def test_claims_stay_apart_from_records_and_go_when_acknowledged(make):
+    """A claimed record is its 12 bytes, in a listpack bucket; a call's claims are one field
+    per group it touched (whatever the call id: a client that made 10^15 calls), expanded per
+    key when released otherwise than by the acknowledgement, which deletes them all: no key
+    is left per call."""
     lib = make(1000)
     lib.auto_acknowledge = False
-    lib._claims._calls = itertools.count(10**15)  # a client that has made 10^15 calls
+    lib._claims._calls = itertools.count(10**15)
     fps = fingerprints(20, seed=4)
     assert lib.claim(fps) == [True] * 20
     client = lib._client
     for fp in fps:
         key, field = lib._where(fp)
-        assert len(client.hget(key, field)) == 52
+        assert len(client.hget(key, field)) == 12
         assert client.object("encoding", key) == b"listpack"
+    records = list(client.scan_iter(match=f"{lib._prefix}*}}:r", count=1000))
+    assert {client.hlen(k) for k in records} == {1} and lib.claims_held() == 20
+    assert not list(client.scan_iter(match=f"{lib._prefix}*}}:c", count=1000))
     assert lib._release(fps[:5], "renew") == 0 and lib._release(fps[5:10], "abandon") == 0
     assert lib.claims_held() == 20
     other = make(name=lib.name)  # another client: the abandoned five are taken over at once
     assert other.claim(fps[5:10]) == [True] * 5
     assert lib.acknowledge() == 5 and lib.claims_held() == 0
+    assert other.acknowledge() == 0 and other.claims_held() == 0
+    for kind in ("c", "r"):
+        assert not list(client.scan_iter(match=f"{lib._prefix}*}}:{kind}", count=1000))
+    assert not list(client.scan_iter(match=f"*{lib.name}*receipt*", count=1000))
 
 
-def test_the_layout_stays_compact_at_capacity(make, redis_url, redis_name):
-    """At capacity every bucket is a listpack (Redis's compact encoding, default limit 128
-    entries), whatever the server's own limit; the field is the fingerprint minus the bytes its
-    bucket number holds."""
-    capacity = 30_000
-    lib = make(capacity)
-    fps = fingerprints(capacity, seed=5)
-    assert all(lib.claim(fps))
+def test_the_buckets_grow_with_the_library_and_stay_compact(make, redis_url, redis_name):
+    """Buckets split one at a time (linear hashing) as the library grows, so a small library
+    takes a few keys whatever its planned capacity, and a large one stays listpack-encoded
+    (Redis's compact encoding, default limit 128 entries) at about PER_BUCKET per bucket; every
+    fingerprint stays where the client looks for it."""
+    lib = make(10_000_000)
     client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"urlseen:{{{redis_name}#*}}:f:*", count=1000))
-    assert len(keys) == 1 << lib.bits
+    pattern = f"urlseen:{{{redis_name}#*}}:f:*"
+    assert all(lib.claim(fingerprints(500, seed=6)))
+    assert len(list(client.scan_iter(match=pattern, count=1000))) <= 2 * 500 // lib.per_bucket
+    n = 30_000
+    fps = fingerprints(n, seed=5)
+    assert all(lib.claim(fps))
+    keys = list(client.scan_iter(match=pattern, count=1000))
+    assert sorted(k.decode() for k in keys) == sorted(lib._bucket_keys())
+    assert n / lib.per_bucket <= len(keys) <= 1.3 * (n + 500) / lib.per_bucket
     sizes = [client.hlen(k) for k in keys]
-    assert max(sizes) <= 128 and sum(sizes) == capacity
-    assert {client.object("encoding", k) for k in keys[:50]} == {b"listpack"}
+    assert max(sizes) <= 128 and sum(sizes) == n + 500
+    assert {client.object("encoding", k) for k in keys} == {b"listpack"}
+    assert all(lib.contains(fps)) and len(lib.records(fps)) == n
     key, field = lib._where(fps[0])
-    assert len(field) == 16 - lib.bits // 8 and client.hexists(key, field)
+    assert field == fps[0] and client.hexists(key, field)
     exact, estimate = lib.memory_usage(), lib.memory_usage(sample=64)
-    assert 20 * capacity < exact < 60 * capacity and abs(estimate / exact - 1) < 0.1
+    assert 20 * n < exact < 45 * n and abs(estimate / exact - 1) < 0.1
 
 
 def test_reopen_keeps_parameters_and_refuses_others(make, redis_url, redis_name):
     first = make(1000, fingerprint="xxh3_128", groups=4)
     assert first.claim(fingerprints(1)) == [True]
     again = make()
-    assert (again.fingerprint, again.groups, again.bits) == ("xxh3_128", 4, first.bits)
+    assert (again.fingerprint, again.groups) == ("xxh3_128", 4)
     assert again.count() == 1
     with pytest.raises(ConfigError, match="capacity"):
         RedisLibrary(redis_url, redis_name, 2000)
@@ -182,9 +196,9 @@ def test_foreign_or_damaged_metadata_is_refused(redis_url, redis_name):
     for text, match in (
         ("{not json", "unreadable"),
         ('{"format": "something else"}', "not a urlseen"),
-        ('{"format": "urlseen-redis-library/2"}', "another version of urlseen"),
+        ('{"format": "urlseen-redis-library/3"}', "another version of urlseen"),
         (json.dumps({"format": redis_library.FORMAT, "fingerprint": "md5", "groups": 0,
-                     "bucket_bits": 3, "capacity": 10}), "out of range"),
+                     "per_bucket": 40, "capacity": 10}), "out of range"),
     ):  # fmt: skip
         client.hset(meta, "params", text)
         with pytest.raises(FormatError, match=match):
@@ -286,7 +300,7 @@ def test_info_describes_a_shared_library(make, redis_url, redis_name):
     assert result.exit_code == 0, result.stderr
     desc = json.loads(result.stdout)
     assert desc["kind"] == "redis-library" and desc["count"] == 250
-    assert desc["groups"] == 16 and desc["buckets"] == 1 << lib.bits
+    assert desc["groups"] == 16 and desc["buckets"] == len(lib._bucket_keys()) >= 16
     assert 16 * 250 < desc["redis_bytes"] < 200 * 250
 
 
@@ -361,7 +375,7 @@ def test_on_a_cluster_groups_spread_over_every_master(redis_cluster_url):
         assert len(nodes) == 3, nodes
         for fp in fps[:200]:  # a bucket lives in its group's slot
             key, _ = lib._where(fp)
-            group = lib._bucket(fp) % lib.groups
+            group = group_of(fp, lib.groups)
             assert client.keyslot(key) == client.keyslot(f"x{{cluster-lib#{group}}}")
         assert lib.forget(fps[:10]) == [True] * 10 and lib.count() == 7990
     finally:

@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
 """Memory of urlseen in a crawler framework against the framework's own default seen-test.
 
-scrapy-redis (Redis memory, MEMORY USAGE summed over the keys, receipts deleted first: they
-expire on their own within two minutes): N requests of real URLs go through
+scrapy-redis, as a crawl meets it (Redis memory of the dupefilter's keys, MEMORY USAGE summed
+over every key it has, nothing deleted before measuring): the dev set's lines in order, as a
+crawl's links come (repeats included), until N distinct URLs, each enqueued by scrapy-redis's
+Scheduler one request at a time (enqueue_request: its dupefilter's request_seen, then the
+queue), through
 
 1. scrapy-redis's RFPDupeFilter (its own request_fingerprint, a 40-character SHA1 hex per
    request in one Redis set, `<spider>:dupefilter`);
-2. scrapy-redis-bloomfilter's RFPDupeFilter at its defaults (BLOOMFILTER_BIT 30, 6 hashes: a
-   2**30-bit string, fixed; 1,000 requests suffice to see its size);
-3. UrlseenDupeFilter as scrapy-redis builds it (from_spider; shared exact filter, the default
-   under scrapy-redis; fingerprints added in batches, as request_seen would one by one);
-4. the same with URLSEEN_FILTER = "bloom" sized for N at error rate 1e-6.
+2. UrlseenDupeFilter as scrapy-redis builds it (from_spider; the shared exact filter, the
+   default under scrapy-redis), at its defaults (capacity 10M: what a crawl that sets nothing
+   gets);
+3. the same with URLSEEN_FILTER = "bloom" (its defaults too).
+
+The dupefilter's memory is sampled every N/50 requests and after the last: its peak, and at
+rest (after the crawl, its queue drained, with no key deleted and nothing waited for). Each
+N is its own crawl (--crawl-n, default 527 and 20,000: the size of the python3-doc crawl of
+tests/test_scrapy_redis.py, and a larger one). scrapy-redis-bloomfilter's default filter is a
+2**30-bit string whatever the crawl (1,000 requests of its own RFPDupeFilter show its size).
 
 Crawlee (memory of the crawler process: resident set growth, VmRSS after minus before, in a
 fresh subprocess per way; and the bytes left on disk): N requests added in batches of 100 (as
@@ -27,7 +35,7 @@ unique name, deleted at the end).
 Usage (from the repository root):
 
     python benchmarks/integrations/memory.py    # writes key memory of results.json here
-    python benchmarks/integrations/memory.py --scrapy-n 20000 --crawlee-n 5000     # quick
+    python benchmarks/integrations/memory.py --crawl-n 527 --crawlee-n 5000     # quick
 """
 
 from __future__ import annotations
@@ -63,57 +71,91 @@ def urls(n: int) -> list[str]:
 
 
 def redis_bytes(client: Any, pattern: str) -> int:
-    for receipt in client.scan_iter(match=pattern + "*receipt*", count=1000):
-        client.delete(receipt)
+    """MEMORY USAGE summed over every key matching pattern (none deleted)."""
     keys = list(client.scan_iter(match=pattern, count=1000))
     return sum(int(client.memory_usage(k, samples=0) or 0) for k in keys)
 
 
-def scrapy_redis(n: int) -> dict[str, Any]:
-    import redis
+def crawl_lines(n: int) -> list[str]:
+    """The dev set's http(s) lines in order, repeats kept, until n distinct."""
+    out: list[str] = []
+    seen: set[str] = set()
+    with gzip.open(DEV_URLS, "rt", encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            url = line.strip()
+            if url.startswith(("http://", "https://")):
+                out.append(url)
+                seen.add(url)
+                if len(seen) == n:
+                    break
+    return out
+
+
+def crawl(client: Any, way: str, name: str, lines: list[str]) -> dict[str, Any]:
+    """One crawl through scrapy-redis's scheduler with `way`'s dupefilter: the dupefilter's
+    Redis memory at its peak and at rest."""
     from scrapy import Request, Spider
+    from scrapy.utils.misc import load_object
     from scrapy.utils.test import get_crawler
-    from scrapy_redis.dupefilter import RFPDupeFilter as SetDupeFilter
+
+    settings: dict[str, Any] = {
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "REDIS_URL": REDIS_URL,
+        "SCHEDULER_PERSIST": True,  # the filter stays after the crawl: measured at rest
+    }
+    if way == "scrapy_redis_set":
+        settings["DUPEFILTER_CLASS"] = "scrapy_redis.dupefilter.RFPDupeFilter"
+        pattern = f"{name}:dupefilter"
+    else:
+        settings["DUPEFILTER_CLASS"] = "urlseen.integrations.scrapy.UrlseenDupeFilter"
+        settings["URLSEEN_FILTER"] = way.removeprefix("urlseen_")
+        pattern = f"urlseen:{{*{name}*"  # its name holds the spider's, escaped
+    crawler = get_crawler(type("S", (Spider,), {"name": name}), settings)
+    crawler.spider = crawler._create_spider()
+    scheduler = load_object(settings["SCHEDULER"]).from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    every = max(1, len(lines) // 50)
+    peak = enqueued = 0
+    for i, url in enumerate(lines, 1):
+        enqueued += scheduler.enqueue_request(Request(url))
+        if i % every == 0:
+            peak = max(peak, redis_bytes(client, pattern))
+    while scheduler.next_request() is not None:  # the crawl fetches its queue
+        pass
+    scheduler.close("finished")
+    rest = redis_bytes(client, pattern)
+    return {"enqueued": enqueued, "peak": max(peak, rest), "rest": rest}
+
+
+def scrapy_redis(sizes: list[int]) -> dict[str, Any]:
+    import redis
+    from scrapy import Request
     from scrapy_redis_bloomfilter.dupefilter import RFPDupeFilter as BitDupeFilter
 
-    from urlseen.integrations.scrapy import UrlseenDupeFilter
-
     client = redis.Redis.from_url(REDIS_URL)
-    requests = [Request(u) for u in urls(n)]
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    results: dict[str, Any] = {"requests": len(requests)}
+    results: dict[str, Any] = {"crawls": []}
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
     try:
-        own = SetDupeFilter(client, key=f"{name}:dupefilter")
-        pipe = client.pipeline(transaction=False)
-        for request in requests:
-            pipe.sadd(own.key, own.request_fingerprint(request))
-        pipe.execute()
-        results["scrapy_redis_set"] = redis_bytes(client, f"{name}:dupefilter")
-        bits = BitDupeFilter(client, f"{name}:bloomfilter", False, 30, 6)
-        for request in requests[:1000]:
-            bits.request_seen(request)
-        results["scrapy_redis_bloomfilter_default"] = redis_bytes(client, f"{name}:bloomfilter")
-        for kind, extra in (("exact", {}), ("bloom", {"URLSEEN_ERROR_RATE": 1e-6})):
-            settings = {
-                "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-                "REDIS_URL": REDIS_URL,
-                "URLSEEN_FILTER": kind,
-                "URLSEEN_CAPACITY": len(requests),
-                **extra,
-            }
-            crawler = get_crawler(type("S", (Spider,), {"name": f"{name}-{kind}"}), settings)
-            crawler.spider = crawler._create_spider()
-            df = UrlseenDupeFilter.from_spider(crawler.spider)
-            fps = [df.fingerprinter.fingerprint(r) for r in requests]
-            for start in range(0, len(fps), 8192):
-                df.seen.add_many(fps[start : start + 8192])
-            results[f"urlseen_{kind}"] = redis_bytes(client, f"urlseen:{{scrapy:{name}-{kind}*")
-            df.clear()
+        bits = BitDupeFilter(client, f"{prefix}:bloomfilter", False, 30, 6)
+        for url in urls(1000):
+            bits.request_seen(Request(url))
+        results["scrapy_redis_bloomfilter_default"] = redis_bytes(client, f"{prefix}:bloomfilter")
+        for n in sizes:
+            lines = crawl_lines(n)
+            one: dict[str, Any] = {"distinct": n, "requests": len(lines)}
+            for way in ("scrapy_redis_set", "urlseen_exact", "urlseen_bloom"):
+                # enqueued: distinct requests to Scrapy (its fingerprint canonicalizes URLs)
+                one[way] = crawl(client, way, f"{prefix}-{n}-{way}", lines)
+            base = one["scrapy_redis_set"]
+            for way in ("urlseen_exact", "urlseen_bloom"):
+                for when in ("peak", "rest"):
+                    one[way][f"{when}_vs_scrapy_redis"] = round(one[way][when] / base[when], 3)
+            for way in ("scrapy_redis_set", "urlseen_exact", "urlseen_bloom"):
+                one[way]["rest_bytes_per_url"] = round(one[way]["rest"] / one[way]["enqueued"], 1)
+            results["crawls"].append(one)
     finally:
-        for key in client.scan_iter(match=f"*{name}*", count=1000):
+        for key in client.scan_iter(match=f"*{prefix}*", count=1000):
             client.delete(key)
-    for way in ("scrapy_redis_set", "urlseen_exact", "urlseen_bloom"):
-        results[f"{way}_bytes_per_request"] = round(results[way] / len(requests), 1)
     return results
 
 
@@ -171,7 +213,7 @@ def crawlee(n: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scrapy-n", type=int, default=200_000)
+    parser.add_argument("--crawl-n", default="527,20000", help="distinct URLs per crawl")
     parser.add_argument("--crawlee-n", type=int, default=50_000)
     parser.add_argument("--crawlee-way", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=RESULTS)
@@ -182,7 +224,11 @@ def main() -> None:
                 json.dumps(asyncio.run(crawlee_way(args.crawlee_way, args.crawlee_n, Path(folder))))
             )
         return
-    results = {"scrapy_redis": scrapy_redis(args.scrapy_n), "crawlee": crawlee(args.crawlee_n)}
+    sizes = [int(n) for n in args.crawl_n.split(",")]
+    stored = json.loads(RESULTS.read_text())["memory"] if RESULTS.exists() else {}
+    results = stored | {"scrapy_redis_crawl": scrapy_redis(sizes)}
+    if args.crawlee_n:  # --crawlee-n 0: the Crawlee part as results.json holds it
+        results["crawlee"] = crawlee(args.crawlee_n)
     print(json.dumps(results, indent=2))
     if args.json:
         kept = json.loads(args.json.read_text()) if args.json.exists() else {}

@@ -15,8 +15,8 @@ INFO cpu see nothing but the way being measured:
   have no wrong answer at all).
 * memory: INFO ``used_memory`` after the run minus before (scripts already loaded; the way's
   connection closed, so its query buffer is not counted), per distinct URL; for urlseen also
-  after its receipts are deleted (a receipt, one per script call, keeps the batch's answer
-  RECEIPT_SECONDS so a resent batch gets the same answer), then also after SCRIPT FLUSH (a
+  after any receipts are deleted (since format urlseen-redis-library/4 only a release or
+  forget leaves one, for RECEIPT_SECONDS; a claim leaves none), then also after SCRIPT FLUSH (a
   check: Redis 7 keeps the Lua heap out of used_memory, so this changes nothing), and the sum
   of MEMORY USAGE over the library's keys (which leaves out allocator rounding).
 * server CPU: INFO cpu used_cpu_sys + used_cpu_user, seconds per million URLs checked.
@@ -25,7 +25,8 @@ Ways:
 
 1. urlseen: FingerprintLibraryFilter on a RedisLibrary (`urlseen dedup --filter exact
    --redis`), add_many in batches of 1000 and 8192; MD5 fingerprints; one library_batch.lua
-   call per batch (per 8192 keys). Capacity = the distinct URLs of the data.
+   call per batch (per 8192 keys) and one acknowledging call. Capacity = the distinct URLs of
+   the data (since format 4 the buckets grow with the URLs whatever it says).
 2. the scrapy-redis way: SADD of the SHA1 hex digest (40 characters) of each URL, pipelined in
    batches of 1000 (no MULTI); new = SADD returned 1.
 3. the naive compact reference: SADD of the 16 raw MD5 bytes, pipelined likewise.
@@ -139,7 +140,7 @@ def measure(
                 row["memory_usage_bytes_per_distinct_url"] = library.memory_usage() / distinct
                 library._client.connection_pool.disconnect()
                 row["records"] = library.count()
-                row["buckets"] = 1 << library.bits
+                row["buckets"] = len(library._bucket_keys())
                 row["groups"] = library.groups
                 encodings = {
                     server.client.object("encoding", key)

@@ -4,23 +4,27 @@ With several writers a local filter can prove a URL neither new (another process
 it) nor, once URLs can be forgotten, seen; so Redis decides every URL. A Lua script per batch
 (shared/lua/library_batch.lua) inserts each 16-byte fingerprint if it is absent and answers
 new/seen in the same atomic step, so among all processes each distinct URL is new exactly once.
-Like the Bloom script it leaves a receipt: a batch resent after a lost reply gets its first
-answer.
+A batch resent after a lost reply gets its first answer (a release or forget from a receipt
+kept two minutes, a claim from its write mark and its claims: below).
 
 Layout (the smallest in memory per URL of those benchmarks/redis/library.py compares):
-records are fields of bucket hashes small enough to stay listpack-encoded (about 48 per bucket
-at capacity; redis.conf's limit is 128), keyed by the top bits of the fingerprint, so the field
-keeps only the remaining 14 bytes and the value is 12 packed bytes (refs, first and last seen,
-in seconds). Buckets fall into `groups` hash tags: a Redis Cluster spreads the
-groups over its masters, and a batch costs one script call per group there (one call in all on
-a single server). Each URL's claim is atomic; on a Cluster a batch as a whole is not.
+records are fields of bucket hashes small enough to stay listpack-encoded, the field the
+whole fingerprint and the value 12 packed bytes (refs, first and last seen, in seconds).
+Fingerprints fall into `groups` hash tags (a Redis Cluster spreads the groups over its
+masters, and a batch costs one script call per group there; one call in all on a single
+server); each group's buckets grow by linear hashing, one bucket split at a time, so that a
+library holds about PER_BUCKET records per bucket whatever its size: a small crawl takes few
+keys, a large one stays compact. Each URL's claim is atomic; on a Cluster a batch as a whole
+is not.
 
-Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges
-it, so it reaches a caller even if this client dies first. The claim rides in the record's
-value, after its 12 bytes, written by the same HSET (one write per new URL, and a present
-URL's claim comes with its record). Each group holds
-the library's instance id, checked by every call, so a library whose keys vanished fails
-(FilterLostError) instead of starting again from empty.
+Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges it, so
+it reaches a caller even if this client dies first. A call's new URLs in a group are claimed
+by one field of a hash per group (shared/lua/library_batch.lua), written before the records
+they cover and deleted by the acknowledgement: O(1) commands per call, and a library whose
+clients acknowledge holds no claim. A claim resent after a lost reply needs no receipt: its
+write mark says it ran already, and its answers come from its claims.
+Each group holds the library's instance id, checked by every call, so a library whose keys
+vanished fails (FilterLostError) instead of starting again from empty.
 
 Durability is Redis's: a server that fsyncs every write (appendonly yes, appendfsync always)
 and is killed comes back with every URL that claim() reported new.
@@ -34,31 +38,29 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from urlseen import defaults
-from urlseen.errors import ConfigError, FilterLostError, FormatError
+from urlseen.errors import FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
 from urlseen.protocol import check_given
 from urlseen.shared import client as redis_store
 from urlseen.shared import seen_cache
 from urlseen.shared.claims import ClaimedAnswers, Claims, ask_until_decided
 from urlseen.shared.client import LOST_HELP, RECEIPT_SECONDS, retrying
+from urlseen.shared.library_layout import (
+    FORMAT,
+    FP_BYTES,
+    bucket_in,
+    glob_escape,
+    group_of,
+    held_claims,
+    new_params,
+    record_of,
+    validator,
+)
 from urlseen.shared.marks import ForgetsMarks, WriteMarks, meta_number
 from urlseen.shared.scripts import LIBRARY_BATCH, Answer, ClaimArgs, claim_fields
 
-FORMAT = "urlseen-redis-library/3"
 KIND = "library"
-FP_BYTES = 16
-PER_BUCKET = 48  # records per bucket at capacity: under the listpack limit (128) up to ~2.5x
-DEFAULT_GROUPS = 16
 CALL_KEYS = 8192  # fingerprints per script call: each call holds the server tens of ms at most
-_VALUE = 12  # refs, first_seen, last_seen: u32 little-endian each
-
-
-def bucket_bits(capacity: int, groups: int) -> int:
-    """Bits of the fingerprint that pick a bucket: about PER_BUCKET records per bucket at
-    capacity, at least one bucket per group."""
-    buckets = max(capacity // PER_BUCKET, groups, 1)
-    return min(max((buckets - 1).bit_length(), 1), 32)
 
 
 class RedisLibrary(ForgetsMarks, ClaimedAnswers):
@@ -71,9 +73,8 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         name: the library's name (its keys are urlseen:{name}:kind, :library and
             urlseen:{name#g}:... for each group g, the name escaped in the hash tags);
             non-empty UTF-8, no braces, '#' or control characters.
-        capacity: distinct URLs it is sized for (sets the bucket count; more still work, at
-            more memory per URL once buckets outgrow Redis's compact encoding). Used when the
-            library does not exist yet; default 10,000,000.
+        capacity: distinct URLs it is planned for (its buckets grow with the URLs it holds,
+            whatever this says); kept with the library, default 10,000,000.
         fingerprint: "md5" (default, as in the IMP-CBFilter paper) or "xxh3_128"; an existing
             library keeps its own.
         groups: hash tags the buckets spread over (Redis Cluster slots); default 16.
@@ -122,7 +123,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stored = self._load()
         if stored is None:
             # Of two processes creating it at once, one wins; both then use the winner's
-            stored = self._load(_new_params(capacity, fingerprint, groups))
+            stored = self._load(new_params(capacity, fingerprint, groups))
             assert stored is not None
         else:
             given = {"capacity": capacity, "fingerprint": fingerprint, "groups": groups}
@@ -130,16 +131,18 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         self.params = stored
         self.fingerprint: str = stored["fingerprint"]
         self.groups: int = stored["groups"]
-        self.bits: int = stored["bucket_bits"]
+        self.per_bucket: int = stored["per_bucket"]
         self._instance = stored["instance"]
         self._fields = dict(
             prefix=self._prefix,
             groups=self.groups,
-            bucket_bits=self.bits,
+            per_bucket=self.per_bucket,
             receipt_ttl=RECEIPT_SECONDS,
             instance=self._instance,
+            calls="",
         )
         self._marks = WriteMarks()  # this client's write mark per group (shared/marks.py)
+        self._record_calls: list[int] = []  # calls whose claims records this client holds
         self._mark_groups()
 
     # -- parameters ---------------------------------------------------------------------
@@ -152,7 +155,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
     def _load(self, create: dict[str, Any] | None = None) -> dict[str, Any] | None:
         meta, noun = self._meta, "fingerprint library"
         return redis_store.record(
-            self._client, self.name, KIND, meta, FORMAT, noun, _validator(meta, noun), create
+            self._client, self.name, KIND, meta, FORMAT, noun, validator(meta, noun), create
         )
 
     def _mark_groups(self) -> None:
@@ -177,17 +180,24 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
 
     # -- where a fingerprint lives ------------------------------------------------------
 
-    def _bucket(self, fp: bytes) -> int:
-        return int.from_bytes(fp[:4], "big") >> (32 - self.bits)
+    def _levels(self) -> list[tuple[int, int]]:
+        """Each group's (level, split): where its buckets stand."""
+        rows = self._counters("level", "split")
+        return [(int(level or 0), int(split or 0)) for level, split in rows]
 
-    def _where(self, fp: bytes) -> tuple[str, bytes]:
-        bucket = self._bucket(fp)
-        return f"{self._prefix}{bucket % self.groups}}}:f:{bucket}", fp[self.bits // 8 :]
+    def _where(self, fp: bytes, levels: list[tuple[int, int]] | None = None) -> tuple[str, bytes]:
+        """The bucket key and field of a fingerprint (levels: _levels(), read if not given)."""
+        g = group_of(fp, self.groups)
+        level, split = (levels or self._levels())[g]
+        return f"{self._prefix}{g}}}:f:{bucket_in(fp, level, split)}", fp
 
-    def _fp(self, bucket: int, field: bytes) -> bytes:
-        drop = self.bits // 8
-        head = (bucket >> (self.bits - 8 * drop)).to_bytes(drop, "big") if drop else b""
-        return head + field
+    def _bucket_keys(self) -> list[str]:
+        """Every bucket's key, group by group."""
+        return [
+            f"{self._prefix}{g}}}:f:{b}"
+            for g, (level, split) in enumerate(self._levels())
+            for b in range((1 << level) + split)
+        ]  # group by group: a split adds its group's next bucket
 
     # -- the batch script ----------------------------------------------------------------
 
@@ -201,20 +211,22 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
                 raise TypeError(f"a fingerprint is 16 bytes, not {fp!r:.40}")
         return fps
 
-    def _calls(self, fps: Sequence[bytes], idx: Sequence[int]) -> list[tuple[str, list[int]]]:
+    def _calls(
+        self, fps: Sequence[bytes], idx: Sequence[int], most: int = CALL_KEYS
+    ) -> list[tuple[str, list[int]]]:
         """The script calls for fingerprints fps[i], i in idx: (receipt prefix, positions in
-        idx), CALL_KEYS at most each, one group per call on a cluster."""
+        idx), `most` at most each, one group per call on a cluster."""
         if self._cluster:
             parts: defaultdict[int, list[int]] = defaultdict(list)
             for pos, i in enumerate(idx):
-                parts[self._bucket(fps[i]) % self.groups].append(pos)
+                parts[group_of(fps[i], self.groups)].append(pos)
             groups = [(f"{self._prefix}{g}}}:receipt:", p) for g, p in sorted(parts.items())]
         else:
             groups = [(redis_store.key(self.name, "receipt:"), list(range(len(idx))))]
         return [
-            (prefix, positions[start : start + CALL_KEYS])
+            (prefix, positions[start : start + most])
             for prefix, positions in groups
-            for start in range(0, len(positions), CALL_KEYS)
+            for start in range(0, len(positions), most)
         ]
 
     def _send(
@@ -225,21 +237,25 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stamp: str,
         claim: Callable[[], ClaimArgs],
         hold: Callable[[list[bytes]], None] | None = None,
+        calls: str = "",
     ) -> bytes:
-        """One script call per part of _calls: one answer byte per fps[i], i in idx, in order.
-        hold gets the fingerprints each call answered new, as soon as it answers."""
+        """One script call per part of _calls: one answer byte per fps[i], i in idx, in order
+        (OWN as NEW). hold gets the fingerprints each call answered new, as soon as it answers.
+        calls: an ack's record calls (then all of idx in one call per group part)."""
         answers = bytearray(len(idx))
-        for receipt_prefix, positions in self._calls(fps, idx):
+        most = len(idx) if calls else CALL_KEYS
+        for receipt_prefix, positions in self._calls(fps, idx, max(most, 1)):
             receipt = receipt_prefix + uuid.uuid4().hex
             chunk = b"".join(fps[idx[p]] for p in positions)
-            touched = sorted({self._bucket(fps[idx[p]]) % self.groups for p in positions})
+            touched = sorted({group_of(fps[idx[p]], self.groups) for p in positions})
             markers = [f"{self._prefix}{g}}}:n" for g in touched]
-            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp}
+            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp, "calls": calls}
             fields["marks"] = " ".join(
                 f"{g}:{self._marks.expected(m)}" for g, m in zip(touched, markers, strict=True)
             )
+            claimed = claim()
             keys, args = LIBRARY_BATCH.call(
-                {"receipt": receipt}, {**fields, **claim_fields(claim())}
+                {"receipt": receipt}, {**fields, **claim_fields(claimed)}
             )
 
             def call(keys: list[str] = keys, args: list[Any] = args) -> Any:
@@ -250,6 +266,9 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
                 self._marks.advanced(marker)
             if len(answer) != len(positions):
                 raise FormatError(f"library script answered {len(answer)} of {len(positions)}")
+            if mode == "claim" and Answer.NEW in answer:
+                self._record_calls.append(claimed.call)  # its new URLs' record
+            answer = answer.replace(bytes([Answer.OWN]), bytes([Answer.NEW]))
             for p, c in zip(positions, answer, strict=True):
                 answers[p] = c
             if hold is not None:
@@ -300,9 +319,14 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return answers
 
     def _release(self, fps: list[bytes], how: str) -> int:
+        """Release this client's claims of fps (ClaimedAnswers): an ack deletes the records of
+        the calls this client holds whole, anything else expands them into per-key claims."""
+        calls = " ".join(map(str, self._record_calls)) if how == "ack" else ""
+        self._record_calls = []
         if not fps:
             return 0
-        answer = self._send(how, fps, range(len(fps)), "0", lambda: self._claims.args(0))
+        args = lambda: self._claims.args(0)  # noqa: E731
+        answer = self._send(how, fps, range(len(fps)), "0", args, calls=calls)
         return answer.count(Answer.SEEN)
 
     def contains(self, fps: Sequence[bytes]) -> list[bool]:
@@ -337,42 +361,28 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         wanted = list(dict.fromkeys(fps))
 
         def read() -> list[Any]:
-            pipe = self._client.pipeline(transaction=False)
-            for fp in wanted:
-                pipe.hget(*self._where(fp))
-            return list(pipe.execute())
+            while True:  # a split between reading the levels and the records: read again
+                levels = self._levels()
+                pipe = self._client.pipeline(transaction=False)
+                for fp in wanted:
+                    pipe.hget(*self._where(fp, levels))
+                values = list(pipe.execute())
+                if self._levels() == levels:
+                    return values
 
         values = retrying(read, "records") if wanted else []
         self.io.lookups += len(wanted)
         self.io.round_trips += 1
-        return {fp: _record(v) for fp, v in zip(wanted, values, strict=True) if v is not None}
-
-    def _buckets(self) -> Iterator[list[tuple[int, dict[bytes, bytes]]]]:
-        """Every non-empty bucket with its fields, a few hundred buckets at a time."""
-        self._usable()
-        pattern = f"{_glob_escape(self._prefix)}*}}:f:*"
-        keys = retrying(lambda: list(self._client.scan_iter(match=pattern, count=1000)), "scan")
-        for start in range(0, len(keys), 512):
-            part = keys[start : start + 512]
-
-            def read(part: list[Any] = part) -> list[Any]:
-                pipe = self._client.pipeline(transaction=False)
-                for key in part:
-                    pipe.hgetall(key)
-                return list(pipe.execute())
-
-            contents = retrying(read, "scan")
-            yield [
-                (int(key.rsplit(b":", 1)[1]), fields)
-                for key, fields in zip(part, contents, strict=True)
-            ]
+        return {fp: record_of(v) for fp, v in zip(wanted, values, strict=True) if v is not None}
 
     def fingerprints(self, chunk: int = 65536) -> Iterator[list[bytes]]:
-        """Every fingerprint, in chunks (a SCAN of the buckets: O(library))."""
+        """Every fingerprint, in chunks (O(library); a record moved by a split meanwhile may
+        come twice, none is missed)."""
+        self._usable()
         out: list[bytes] = []
-        for buckets in self._buckets():
-            for bucket, fields in buckets:
-                out.extend(self._fp(bucket, field) for field in fields)
+        for buckets in _read_buckets(self):
+            for fields in buckets:
+                out.extend(fields)
             while len(out) >= chunk:
                 yield out[:chunk]
                 out = out[chunk:]
@@ -382,13 +392,14 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
     def older_than(self, timestamp: float, *, by: str = "first_seen") -> list[bytes]:
         """Fingerprints first reported new (or last seen) before timestamp (O(library))."""
         column = time_index(by)
-        old = []
-        for buckets in self._buckets():
-            for bucket, fields in buckets:
-                for field, value in fields.items():
-                    if _record(value)[column] < timestamp:
-                        old.append(self._fp(bucket, field))
-        return old
+        self._usable()
+        return [
+            fp
+            for buckets in _read_buckets(self)
+            for fields in buckets
+            for fp, value in fields.items()
+            if record_of(value)[column] < timestamp
+        ]
 
     def forget_older_than(self, timestamp: float, *, by: str = "first_seen") -> int:
         """Forget every URL first reported new (or last seen) before timestamp; how many."""
@@ -417,10 +428,9 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return total
 
     def claims_held(self) -> int:
-        held = enumerate(self._counters("claims"))
-        return sum(
-            meta_number(self._what, f"{self._prefix}{g}}}:n", "claims", n) for g, (n,) in held
-        )
+        self._usable()
+        read = lambda: held_claims(self._client, self._prefix, self.groups)  # noqa: E731
+        return int(retrying(read, f"{self._what}: claims"))
 
     def get_meta(self, name: str) -> str | None:
         value = self.params.get(name)
@@ -438,18 +448,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         that stops part way leaves a library that says it lost data, never one that looks
         whole)."""
         self._usable()
-        pattern = f"{_glob_escape(self._prefix)}*"
-
-        def delete() -> None:
-            keys = list(self._client.scan_iter(match=pattern, count=1000))
-            pipe = self._client.pipeline(transaction=False)
-            for key in keys:
-                pipe.delete(key)
-            pipe.execute()
-            kind, epoch = redis_store.key(self.name, "kind"), seen_cache.epoch_key(self.name)
-            self._client.delete(self._meta, kind, epoch)
-
-        retrying(delete, f"{self._what}: destroy")
+        retrying(lambda: _delete_keys(self), f"{self._what}: destroy")
         self._claims.take()  # nothing left to release
         self.close()
 
@@ -458,20 +457,54 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return f"redis library {self.name!r}"
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} groups={self.groups} bits={self.bits}>"
+        return f"<{type(self).__name__} {self.name!r} groups={self.groups}>"
+
+
+def _delete_keys(library: RedisLibrary) -> None:
+    """RedisLibrary.destroy: the groups' keys, then the record, its kind and its epoch."""
+    client = library._client
+    keys = list(client.scan_iter(match=f"{glob_escape(library._prefix)}*", count=1000))
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.delete(key)
+    pipe.execute()
+    kind, epoch = redis_store.key(library.name, "kind"), seen_cache.epoch_key(library.name)
+    client.delete(library._meta, kind, epoch)
+
+
+def _read_buckets(library: RedisLibrary) -> Iterator[list[dict[bytes, bytes]]]:
+    """RedisLibrary._buckets: the buckets the groups' levels name, in order. A split meanwhile
+    moves records into a bucket not read yet (it did not exist), which is read too: a record
+    is never missed, and one moved during the read may come twice."""
+    levels = library._levels()
+    todo, done = library._bucket_keys(), set()
+    while todo:
+        part, todo = todo[:512], todo[512:]
+
+        def read(part: list[str] = part) -> list[Any]:
+            pipe = library._client.pipeline(transaction=False)
+            for key in part:
+                pipe.hgetall(key)
+            return list(pipe.execute())
+
+        contents = retrying(read, "scan")
+        done.update(part)
+        yield contents
+        if library._levels() != levels:
+            levels = library._levels()
+            todo = [key for key in library._bucket_keys() if key not in done]
 
 
 def _memory_usage(library: RedisLibrary, sample: int | None) -> int:
     """RedisLibrary.memory_usage."""
     client, prefix = library._client, library._prefix
-    nbuckets = 1 << library.bits
-    if sample is not None and sample < nbuckets:
-        step = nbuckets / max(sample, 1)
-        picked = sorted({int(i * step) for i in range(max(sample, 1))})
-        keys = [f"{prefix}{b % library.groups}}}:f:{b}" for b in picked]
-        scale = nbuckets / len(picked)
+    buckets = library._bucket_keys()
+    if sample is not None and sample < len(buckets):
+        step = len(buckets) / max(sample, 1)
+        keys = [buckets[i] for i in sorted({int(i * step) for i in range(max(sample, 1))})]
+        scale = len(buckets) / len(keys)
     else:
-        pattern = f"{_glob_escape(prefix)}*"
+        pattern = f"{glob_escape(prefix)}*"
         keys = retrying(lambda: list(client.scan_iter(match=pattern, count=1000)), "scan")
         scale = 1.0
 
@@ -485,65 +518,13 @@ def _memory_usage(library: RedisLibrary, sample: int | None) -> int:
     return retrying(usage, "memory usage")
 
 
-def _new_params(
-    capacity: int | None, fingerprint: str | None, groups: int | None
-) -> dict[str, Any]:
-    """A new library's parameters from the arguments given (checked), defaults for the rest."""
-    capacity = defaults.CAPACITY if capacity is None else capacity
-    fingerprint = "md5" if fingerprint is None else fingerprint
-    groups = DEFAULT_GROUPS if groups is None else groups
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ConfigError(f"capacity must be an int >= 1, not {capacity!r}")
-    if fingerprint not in ("md5", "xxh3_128"):
-        raise ConfigError(f"fingerprint must be 'md5' or 'xxh3_128', not {fingerprint!r}")
-    if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= 1024:
-        raise ConfigError(f"groups must be an int in [1, 1024], not {groups!r}")
-    return {
-        "format": FORMAT,
-        "fingerprint": fingerprint,
-        "capacity": capacity,
-        "groups": groups,
-        "bucket_bits": bucket_bits(capacity, groups),
-        "created": int(time.time()),
-        "instance": redis_store.new_instance(),
-    }
-
-
-def _validator(meta: str, noun: str) -> Callable[[dict[str, Any]], None]:
-    """The check of a stored library's parameters (FormatError naming the key `meta`)."""
-
-    def validate(params: dict[str, Any]) -> None:
-        ok = params.get("fingerprint") in ("md5", "xxh3_128") and all(
-            isinstance(params.get(f), int) for f in ("groups", "bucket_bits", "capacity")
-        )
-        if not ok:
-            raise FormatError(f"Redis key {meta}: not a urlseen {noun}")
-        if not (1 <= params["groups"] <= 1024 and 1 <= params["bucket_bits"] <= 32):
-            raise FormatError(f"Redis key {meta}: parameters out of range")
-
-    return validate
-
-
-def _record(value: bytes) -> Record:
-    """A record's value: refs, first and last seen, then its claim while it has one."""
-    if len(value) < _VALUE:
-        raise FormatError(f"a library record is at least {_VALUE} bytes, not {len(value)}")
-    refs = int.from_bytes(value[0:4], "little")
-    first = int.from_bytes(value[4:8], "little")
-    last = int.from_bytes(value[8:12], "little")
-    return Record(refs, float(first), float(last))
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
 def describe_redis_library(url: str, name: str) -> dict[str, object]:
     """What `urlseen info --redis URL --name NAME` prints for a shared library; the memory is
     exact up to 4096 buckets, an estimate from 1024 of them beyond."""
     library = RedisLibrary(url, name, allow_eviction=True)  # read only: nothing to lose
     count = library.count()
-    used = library.memory_usage(sample=None if library.bits <= 12 else 1024)
+    buckets = len(library._bucket_keys())
+    used = library.memory_usage(sample=None if buckets <= 4096 else 1024)
     return {
         "redis": url,
         "name": name,
@@ -552,7 +533,7 @@ def describe_redis_library(url: str, name: str) -> dict[str, object]:
         "capacity": library.params["capacity"],
         "fingerprint": library.fingerprint,
         "groups": library.groups,
-        "buckets": 1 << library.bits,
+        "buckets": buckets,
         "redis_bytes": used,
         "bytes_per_url": used / count if count else None,
         "claims": library.claims_held(),
