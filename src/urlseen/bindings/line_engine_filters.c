@@ -54,23 +54,18 @@ static int hash_keys(LineEngine *self, PyObject *filter)
         memset(self->bloom.known, 0, KNOWN_SLOTS * sizeof(us_hash128));
         self->bloom.known_bits = bits;
     }
+    /* the worker's digests where it made them (it leaves a batch to this thread when this
+     * thread would wait for it), the rest hashed here */
     int made = made_with(self, hash_id, seed);
-    if (made) { /* the worker's digests, and the few keys Python gave: no GIL hand-off */
-        for (size_t k = 0; k < self->keys.n; k++) {
-            size_t i = self->keys.line[k];
-            const us_line *line = &self->batch.lines[i];
-            self->keys.digests[k] = line->hashed ? self->work.ldig[i]
-                                            : us_digest(hash_id, us_engine_key_ptr(self, line),
-                                                        line->key_len, seed);
-        }
-        return 0;
-    }
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     for (size_t k = 0; k < self->keys.n; k++) {
-        const us_line *line = &self->batch.lines[self->keys.line[k]];
+        size_t i = self->keys.line[k];
+        const us_line *line = &self->batch.lines[i];
         self->keys.digests[k] =
-            us_digest(hash_id, us_engine_key_ptr(self, line), line->key_len, seed);
+            made && line->hashed
+                ? self->work.ldig[i]
+                : us_digest(hash_id, us_engine_key_ptr(self, line), line->key_len, seed);
     }
     Py_END_ALLOW_THREADS
     self->busy = 0;

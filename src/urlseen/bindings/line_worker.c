@@ -81,6 +81,19 @@ static int hash_batch(us_worker *w, us_batch *b)
     return 0;
 }
 
+/* 1 if the main thread has taken every batch built: it waits for this one, so the keys are
+ * left for it to hash (line->hashed stays 0; the filter step hashes them without the GIL) while
+ * this thread builds the next. The split follows the load: with a slow filter step (the exact
+ * filter's) batches wait and this thread hashes them all; with the Bloom filter's fast probes
+ * the two threads share the hashing instead of the main thread idling. */
+static int main_waits(us_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int waits = w->built == w->taken;
+    pthread_mutex_unlock(&w->mu);
+    return waits;
+}
+
 /* Key (and hash) the batch's lines, as LineEngine.next_batch does for the serial engine. */
 static int finish_batch(us_worker *w, us_batch *b)
 {
@@ -106,7 +119,7 @@ static int finish_batch(us_worker *w, us_batch *b)
     b->arena_used = used;
     b->empty = empty;
     b->deferred = deferred;
-    return w->hashing ? hash_batch(w, b) : 0;
+    return w->hashing && !main_waits(w) ? hash_batch(w, b) : 0;
 }
 
 /* The next free slot, emptied (NULL: stopped). */
