@@ -618,6 +618,19 @@ def test_entries_round_up_to_whole_buckets():
             _core.FingerprintCache(bad)
 
 
+def test_memory_grows_with_what_the_cache_holds():
+    c = _core.FingerprintCache(1 << 17)
+    start = c.nbytes
+    assert start < (1 << 17) * 32 // 100, "a new cache is small, not its 4 MiB"
+    for i in range(5000):
+        c.insert(random_fp(i), pending=1)
+    assert start < c.nbytes <= (1 << 17) * 37 and c.entries == 1 << 17
+    assert len(c) == 5000 and all(c.hit(random_fp(i)) for i in range(5000)), "none evicted"
+    assert len(c.drain()) == 5000
+    c.clear()
+    assert c.nbytes == start and len(c) == 0
+
+
 def test_hit_insert_take_drain_commit():
     c = _core.FingerprintCache(64)
     a, b = random_fp(1), random_fp(2)

@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import gzip
+import itertools
 import json
 import os
 import platform
@@ -151,10 +152,10 @@ def make_startup(path: Path) -> None:
     path.write_text("https://example.com/\n", encoding="ascii")
 
 
-def compile_urlseen() -> str:
+def compile_urlseen(python: str = sys.executable) -> str:
     """Compile urlseen's bytecode where Python looks for it; the package's folder."""
     where = subprocess.run(
-        [sys.executable, "-c", "import urlseen, os; print(os.path.dirname(urlseen.__file__))"],
+        [python, "-c", "import urlseen, os; print(os.path.dirname(urlseen.__file__))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     if not compileall.compile_dir(where, quiet=1):
@@ -222,17 +223,21 @@ def run_set(
     serial: bool = False,
     modes: list[tuple[str, str]] | None = None,
     dedupers: bool = False,
+    base: Path | None = None,
 ) -> list[Row]:
     """Every tool on one set; each row is the fastest of `repeat` runs (one for rows slower
     than REPEAT_UNDER seconds). `modes`: (kind, "raw" or "canonical") rows instead of every
-    kind both ways; `dedupers`: also the installed line de-duplicators (pydeduplines)."""
+    kind both ways; `dedupers`: also the installed line de-duplicators (pydeduplines); `base`:
+    another urlseen executable (main's), each urlseen row run with it too ("base ...")."""
     lines = count_lines(path)
     gz = path.suffix == ".gz"
     cat = f"zcat {shlex.quote(str(path))}" if gz else f"cat {shlex.quote(str(path))}"
     src = shlex.quote(str(path))
     out = work / f"{name}.out"
     o = shlex.quote(str(out))
-    urlseen = shlex.quote(str(Path(sys.executable).parent / "urlseen"))
+    builds = [("", shlex.quote(str(Path(sys.executable).parent / "urlseen")))]
+    if base is not None:
+        builds.append(("base ", shlex.quote(str(base))))
     extra = " --capacity 20000000" if name == "synthetic" else ""
     commands = [
         ("awk '!seen[$0]++'", f"{cat} | awk '!seen[$0]++' > {o}"),
@@ -249,12 +254,12 @@ def run_set(
     pairs = modes or [(k, m) for k in kinds for m in ("raw", "canonical")]
     states: dict[str, Path] = {}
     engines = (("", ""), (" serial", "URLSEEN_LINE_WORKER=0 ")) if serial else (("", ""),)
-    for kind, mode in pairs:
+    for (kind, mode), (build, urlseen) in itertools.product(pairs, builds):
         flag = " --no-canonicalize" if mode == "raw" else ""
         for suffix, env in engines:
-            tool, state = f"urlseen {kind} {mode}{suffix}", ""
+            tool, state = f"{build}urlseen {kind} {mode}{suffix}", ""
             if kind in ("exact", "library", "rotating"):  # folder kinds keep a library on disk
-                states[tool] = work / f"state-{name}-{kind}-{mode}{suffix.strip()}"
+                states[tool] = work / f"state-{name}-{build.strip()}{kind}-{mode}{suffix.strip()}"
                 state = f" --state {shlex.quote(str(states[tool]))}"
             commands.append((
                 tool,
@@ -342,6 +347,13 @@ def main() -> None:
         default=None,
         help=f"urlseen rows as kind:mode (raw or canonical) [--by-size: {BY_SIZE_URLSEEN}]",
     )
+    parser.add_argument(
+        "--base",
+        type=Path,
+        default=None,
+        help="another urlseen executable (e.g. main's, in its own venv): every urlseen row is "
+        "run with it too, interleaved, as 'base urlseen ...' (its bytecode compiled first)",
+    )
     args = parser.parse_args()
     args.by_size = args.by_size or args.quick
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -357,6 +369,8 @@ def main() -> None:
     started = time.time()
     rows: list[Row] = []
     package = compile_urlseen()
+    if args.base is not None:
+        compile_urlseen(str(args.base.parent / "python"))
     for name in sets:
         kinds = args.kinds.split(",")
         synthetic = None
@@ -380,7 +394,7 @@ def main() -> None:
         repeat = repeats_for(name, count_lines(path), args.repeat) if args.by_size else args.repeat
         rows += run_set(
             name, path, kinds, args.workdir, args.timeout, repeat, args.serial_engine,
-            modes, dedupers,
+            modes, dedupers, args.base,
         )  # fmt: skip
         if synthetic is not None and args.by_size:  # 1.2 GB: not kept between runs
             synthetic.unlink()

@@ -57,12 +57,15 @@ def dedup_by_size() -> Path:
     rows = [r for r in result["rows"] if r["ok"]]
     tools = list(dict.fromkeys(r["tool"] for r in rows))
     fig, (speed, memory) = plt.subplots(1, 2, figsize=(13, 5.2))
-    for index, tool in enumerate(tools):
-        color = f"C{index}"
+    own = [tool for tool in tools if not tool.startswith("base ")]
+    for tool in tools:  # a base build's row (pipeline.py --base): dashed, its branch row's color
+        color = f"C{own.index(tool.removeprefix('base '))}" if tool not in own else ""
+        color = color or f"C{own.index(tool)}"
+        style = "o--" if tool not in own else "o-"
         mine = {r["set"]: r for r in rows if r["tool"] == tool}
         line = [mine[s] for s in SERIES if s in mine]
         for axis, value in ((speed, "lines_per_second"), (memory, "rss_mib")):
-            axis.plot([r["lines"] for r in line], [max(r[value], 1e-3) for r in line], "o-",
+            axis.plot([r["lines"] for r in line], [max(r[value], 1e-3) for r in line], style,
                       color=color, label=tool)  # fmt: skip
             for name, (marker, _) in ALONE.items():
                 if name in mine:

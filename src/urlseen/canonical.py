@@ -37,15 +37,22 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from urlseen.errors import ConfigError, InvalidKeyError
+
+if TYPE_CHECKING:
+    from urlseen import _core
+    from urlseen.protocol import SeenFilter
 
 __all__ = [
     "DEFAULT_MEMO_SIZE",
     "DEFAULT_PROFILE",
     "PROFILES",
     "Canonicalizer",
+    "add_urls",
     "canonicalize",
     "get_canonicalizer",
 ]
@@ -223,3 +230,81 @@ def get_canonicalizer(profile: str = DEFAULT_PROFILE, *, memo_size: int = 0) -> 
     if memo_size == 0:
         return canonicalize
     return _memoize(canonicalize, memo_size)
+
+
+# Lines per engine batch in add_urls: a few MB of joined text at a time, not the whole list.
+_ADD_BATCH = 1 << 16
+
+
+def add_urls(
+    seen: SeenFilter, urls: Iterable[str | bytes], *, canonicalize: bool = True
+) -> list[bool]:
+    """Canonicalize and check-and-add a batch of URLs; return which were new, in order.
+
+    The same answers as ``seen.add_many([canonicalize(url) for url in urls])`` (with
+    ``canonicalize=False``: ``seen.add_many(urls)``), at the speed of ``urlseen dedup``: the
+    URLs are joined into lines that the dedup job's C line engine keys (its canonicalizer in
+    C, this module for the URLs it defers) and, for the Bloom and exact filters, hashes and
+    probes without a Python object per URL. A bytes URL is read as UTF-8; one that is not
+    UTF-8 is keyed by its bytes, as a line of ``urlseen dedup`` is.
+
+    Raises:
+        InvalidKeyError: a URL has no key (blank, lone surrogates, neither str nor bytes).
+    """
+    from urlseen import _core
+
+    items = urls if isinstance(urls, Sequence) else list(urls)
+    if not canonicalize:  # the filter's own add_many hashes the text as it is, in C
+        return seen.add_many(items)
+    engine = _core.LineEngine(True, sys.maxsize)  # no length limit, as canonicalize
+    memo = get_canonicalizer(memo_size=DEFAULT_MEMO_SIZE)
+    new: list[bool] = []
+    for start in range(0, len(items), _ADD_BATCH):
+        chunk = items[start : start + _ADD_BATCH]
+        flags = _engine_add(seen, engine, chunk, memo)
+        if flags is None:  # what the lines cannot say exactly: URL by URL
+            flags = seen.add_many([_url_key(url) for url in chunk])
+        new += flags
+    return new
+
+
+def _engine_add(
+    seen: SeenFilter,
+    engine: _core.LineEngine,
+    chunk: Sequence[str | bytes],
+    memo: Canonicalizer,
+) -> list[bool] | None:
+    """add_urls for one chunk through the engine, or None (nothing added) when its lines would
+    not key every URL as _url_key does: a URL with a newline, or a blank one."""
+    try:
+        data = "\n".join(chunk).encode() if isinstance(chunk[0], str) else b"\n".join(chunk)  # type: ignore[arg-type]
+    except (TypeError, UnicodeEncodeError):  # mixed types, lone surrogates: _url_key decides
+        return None
+    engine.feed(data)
+    engine.end_input()
+    if engine.next_batch(len(chunk) + 1, final=True) != len(chunk) or engine.empty:
+        while engine.next_batch(len(chunk), final=True):  # the rest of the input, unused
+            pass
+        return None  # a URL of several lines, or a blank one (an error)
+    if engine.ndeferred:
+        engine.set_deferred([_url_key(line, memo) for line in engine.deferred()])
+    step = getattr(seen, "dedup_step", None)
+
+    def write(flags: list[bool] | None) -> None:
+        if flags is not None:
+            engine.set_flags(flags)
+
+    if step is not None and step(engine, write, False) is not None:
+        return engine.flags()
+    return seen.add_many(engine.keys())
+
+
+def _url_key(url: str | bytes, key: Canonicalizer = canonicalize) -> str | bytes:
+    """add_urls' key for one URL (the reference its engine path matches)."""
+    if isinstance(url, bytes):
+        try:
+            text = url.decode("utf-8")
+        except UnicodeDecodeError:  # keyed as a line of `urlseen dedup`: without its "\r"
+            return url[:-1] if url.endswith(b"\r") else url
+        return key(text)
+    return key(url)

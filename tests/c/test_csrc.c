@@ -360,19 +360,22 @@ static void fp_of(uint8_t fp[16], uint64_t a, uint64_t b)
     }
 }
 
-/* A cache of nbuckets buckets, its arrays on the heap (free with cache_free). */
+/* A cache of nbuckets buckets from the start (it never grows), its arrays on the heap (free
+ * with us_fpcache_free). */
 static us_fpcache cache_new(uint64_t nbuckets)
 {
-    us_fpcache c = {calloc(nbuckets * US_FPCACHE_WAYS, sizeof(us_fp_entry)), nbuckets,
-                    calloc(nbuckets, 1), calloc(nbuckets, sizeof(uint32_t)), 0};
+    us_fpcache c;
+    memset(&c, 0, sizeof c);
+    c.entries = calloc(nbuckets * US_FPCACHE_WAYS, sizeof(us_fp_entry));
+    c.nbuckets = c.max_buckets = nbuckets;
+    c.dirty = calloc(nbuckets, 1);
+    c.dirty_list = calloc(nbuckets, sizeof(uint32_t));
     return c;
 }
 
 static void cache_free(us_fpcache *c)
 {
-    free(c->entries);
-    free(c->dirty);
-    free(c->dirty_list);
+    us_fpcache_free(c);
 }
 
 static void test_fpcache_lru(void)
@@ -470,6 +473,56 @@ static void test_fpcache_buckets(void)
     cache_free(&c);
 }
 
+/* A cache that starts small and grows answers, spills and holds exactly what one of its full
+ * size from the start does, through hits, inserts, takes, commits and rollbacks. */
+static void test_fpcache_grows_as_a_full_one(void)
+{
+    enum { BUCKETS = 1024, N = 40000 };
+    us_fpcache full = cache_new(BUCKETS), grown;
+    CHECK(us_fpcache_init(&grown, BUCKETS) == 0 && grown.nbuckets == 64);
+    static us_fp_entry over_full[BUCKETS * US_FPCACHE_WAYS], over_grown[BUCKETS * US_FPCACHE_WAYS];
+    us_fp_entry s1, s2;
+    uint8_t fp[16];
+    uint64_t spills = 0;
+    for (int i = 0; i < N; i++) {
+        us_hash128 h = us_murmur3_x64_128(&i, sizeof i, 3);
+        uint64_t which = h.h1 % 12000; /* more fingerprints than the 8192 ways: evictions */
+        us_hash128 f = us_murmur3_x64_128(&which, sizeof which, 4);
+        fp_of(fp, f.h1, f.h2);
+        if (h.h2 % 50 == 0) {
+            CHECK(us_fpcache_take(&full, fp, &s1) == us_fpcache_take(&grown, fp, &s2));
+        } else {
+            int a = us_fpcache_hit(&full, fp, (uint32_t)i), b = us_fpcache_hit(&grown, fp, (uint32_t)i);
+            CHECK(a == b);
+            if (!a) {
+                memset(&s1, 0, sizeof s1);
+                memset(&s2, 0, sizeof s2);
+                a = us_fpcache_insert(&full, fp, 0, 1, (uint32_t)i, &s1);
+                b = us_fpcache_insert(&grown, fp, 0, 1, (uint32_t)i, &s2);
+                CHECK(a == b && memcmp(&s1, &s2, sizeof s1) == 0);
+                spills += a == US_FP_SPILLED;
+            }
+        }
+        if (i % 97 == 96) {
+            size_t n1 = 0, n2 = 0;
+            if (h.h2 % 3 == 0) {
+                us_fpcache_rollback(&full);
+                us_fpcache_rollback(&grown);
+            } else {
+                us_fpcache_commit(&full, over_full, &n1);
+                us_fpcache_commit(&grown, over_grown, &n2);
+            }
+            CHECK(n1 == n2 && full.ndirty == 0 && grown.ndirty == 0);
+        }
+    }
+    CHECK(grown.nbuckets == BUCKETS && spills > 0);
+    CHECK(memcmp(full.entries, grown.entries, BUCKETS * US_FPCACHE_WAYS * sizeof(us_fp_entry)) == 0);
+    us_fpcache_clear(&grown);
+    CHECK(grown.nbuckets == 64 && !grown.entries[0].used);
+    cache_free(&full);
+    us_fpcache_free(&grown);
+}
+
 int main(void)
 {
     test_verification_value();
@@ -486,6 +539,7 @@ int main(void)
     test_counters_random();
     test_fpcache_lru();
     test_fpcache_buckets();
+    test_fpcache_grows_as_a_full_one();
     if (failures) {
         fprintf(stderr, "%d failed\n", failures);
         return 1;

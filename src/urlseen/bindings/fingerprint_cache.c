@@ -9,8 +9,8 @@
 
 typedef struct {
     PyObject_HEAD
-    us_fpcache cache;
-    uint64_t entries; /* nbuckets * US_FPCACHE_WAYS */
+    us_fpcache cache; /* its arrays grow with what it holds (csrc/fpcache.h) */
+    uint64_t entries; /* at most: max_buckets * US_FPCACHE_WAYS */
 } FingerprintCache;
 
 static PyObject *FingerprintCache_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -26,12 +26,8 @@ static PyObject *FingerprintCache_new(PyTypeObject *type, PyObject *args, PyObje
     FingerprintCache *self = (FingerprintCache *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     uint64_t nbuckets = (want + US_FPCACHE_WAYS - 1) / US_FPCACHE_WAYS;
-    self->cache.nbuckets = nbuckets;
     self->entries = nbuckets * US_FPCACHE_WAYS;
-    self->cache.entries = PyMem_RawCalloc((size_t)self->entries, sizeof(us_fp_entry));
-    self->cache.dirty = PyMem_RawCalloc((size_t)nbuckets, 1);
-    self->cache.dirty_list = PyMem_RawMalloc((size_t)nbuckets * sizeof(uint32_t));
-    if (!self->cache.entries || !self->cache.dirty || !self->cache.dirty_list) {
+    if (us_fpcache_init(&self->cache, nbuckets) < 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
@@ -40,9 +36,7 @@ static PyObject *FingerprintCache_new(PyTypeObject *type, PyObject *args, PyObje
 
 static void FingerprintCache_dealloc(FingerprintCache *self)
 {
-    PyMem_RawFree(self->cache.entries);
-    PyMem_RawFree(self->cache.dirty);
-    PyMem_RawFree(self->cache.dirty_list);
+    us_fpcache_free(&self->cache);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -142,7 +136,7 @@ static PyObject *FingerprintCache_drain(FingerprintCache *self, PyObject *unused
 {
     PyObject *list = PyList_New(0);
     if (list == NULL) return NULL;
-    for (uint64_t i = 0; i < self->entries; i++) {
+    for (uint64_t i = 0; i < self->cache.nbuckets * US_FPCACHE_WAYS; i++) {
         us_fp_entry *e = &self->cache.entries[i];
         if (!e->used || !e->pending) continue;
         if (us_fingerprint_cache_append(list, e) < 0) {
@@ -158,16 +152,15 @@ PyDoc_STRVAR(cache_clear_doc, "clear()\n\nForget every entry (pending increments
 
 static PyObject *FingerprintCache_clear(FingerprintCache *self, PyObject *unused)
 {
-    memset(self->cache.entries, 0, (size_t)self->entries * sizeof(us_fp_entry));
-    memset(self->cache.dirty, 0, (size_t)self->cache.nbuckets);
-    self->cache.ndirty = 0;
+    us_fpcache_clear(&self->cache);
     Py_RETURN_NONE;
 }
 
 static Py_ssize_t FingerprintCache_len(FingerprintCache *self)
 {
     Py_ssize_t used = 0;
-    for (uint64_t i = 0; i < self->entries; i++) used += self->cache.entries[i].used != 0;
+    for (uint64_t i = 0; i < self->cache.nbuckets * US_FPCACHE_WAYS; i++)
+        used += self->cache.entries[i].used != 0;
     return used;
 }
 
@@ -179,12 +172,13 @@ static PyObject *cache_get_entries(FingerprintCache *self, void *c)
 static PyObject *cache_get_nbytes(FingerprintCache *self, void *c)
 {
     uint64_t n = self->cache.nbuckets;
-    return PyLong_FromUnsignedLongLong(self->entries * sizeof(us_fp_entry) + n * 5);
+    return PyLong_FromUnsignedLongLong(n * (US_FPCACHE_WAYS * sizeof(us_fp_entry) + 5));
 }
 
 static PyGetSetDef FingerprintCache_getset[] = {
     {"entries", (getter)cache_get_entries, NULL, "Entries the cache holds at most.", NULL},
-    {"nbytes", (getter)cache_get_nbytes, NULL, "Memory of the cache, in bytes.", NULL},
+    {"nbytes", (getter)cache_get_nbytes, NULL, "Memory of the cache now, in bytes (it grows).",
+     NULL},
     {NULL},
 };
 

@@ -237,17 +237,42 @@ static PyObject *LineEngine_set_flags(LineEngine *self, PyObject *flags)
     return PyLong_FromSize_t(fresh);
 }
 
+/* RuntimeError unless the current batch has its answers (a filter step or set_flags). */
+static int need_answers(LineEngine *self)
+{
+    if (us_engine_need_batch(self, 1) < 0) return -1;
+    if (!self->keys.flagged) {
+        PyErr_SetString(PyExc_RuntimeError, "the batch has no answers yet");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(flags_doc,
+             "flags() -> list[bool]\n\n"
+             "The batch's answers, one per key in order (True: new), once a filter step or\n"
+             "set_flags gave them.");
+
+static PyObject *LineEngine_flags(LineEngine *self, PyObject *unused)
+{
+    if (need_answers(self) < 0) return NULL;
+    PyObject *list = PyList_New((Py_ssize_t)self->keys.n);
+    if (list == NULL) return NULL;
+    for (size_t k = 0; k < self->keys.n; k++) {
+        PyObject *b = self->keys.flags[k] ? Py_True : Py_False;
+        Py_INCREF(b);
+        PyList_SET_ITEM(list, (Py_ssize_t)k, b);
+    }
+    return list;
+}
+
 PyDoc_STRVAR(output_doc,
              "output() -> bytes\n\n"
              "The batch's new lines, each as read plus b\"\\n\", in order (b\"\" if none).");
 
 static PyObject *LineEngine_output(LineEngine *self, PyObject *unused)
 {
-    if (us_engine_need_batch(self, 1) < 0) return NULL;
-    if (!self->keys.flagged) {
-        PyErr_SetString(PyExc_RuntimeError, "the batch has no answers yet");
-        return NULL;
-    }
+    if (need_answers(self) < 0) return NULL;
     size_t total = 0;
     for (size_t k = 0; k < self->keys.n; k++)
         if (self->keys.flags[k]) total += self->batch.lines[self->keys.line[k]].len + 1;
@@ -313,6 +338,7 @@ static PyMethodDef LineEngine_methods[] = {
     {"bloom_add_layers", (PyCFunction)us_engine_bloom_add_layers, METH_VARARGS,
      us_engine_bloom_add_layers_doc},
     {"exact_step", (PyCFunction)us_engine_exact_step, METH_VARARGS, us_engine_exact_step_doc},
+    {"flags", (PyCFunction)LineEngine_flags, METH_NOARGS, flags_doc},
     {"output", (PyCFunction)LineEngine_output, METH_NOARGS, output_doc},
     {"stats", (PyCFunction)stats_of, METH_NOARGS, "stats() -> dict: the batch's counts."},
     {NULL},

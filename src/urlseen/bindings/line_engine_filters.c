@@ -54,23 +54,18 @@ static int hash_keys(LineEngine *self, PyObject *filter)
         memset(self->bloom.known, 0, KNOWN_SLOTS * sizeof(us_hash128));
         self->bloom.known_bits = bits;
     }
+    /* the worker's digests where it made them (it leaves a batch to this thread when this
+     * thread would wait for it), the rest hashed here */
     int made = made_with(self, hash_id, seed);
-    if (made) { /* the worker's digests, and the few keys Python gave: no GIL hand-off */
-        for (size_t k = 0; k < self->keys.n; k++) {
-            size_t i = self->keys.line[k];
-            const us_line *line = &self->batch.lines[i];
-            self->keys.digests[k] = line->hashed ? self->work.ldig[i]
-                                            : us_digest(hash_id, us_engine_key_ptr(self, line),
-                                                        line->key_len, seed);
-        }
-        return 0;
-    }
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     for (size_t k = 0; k < self->keys.n; k++) {
-        const us_line *line = &self->batch.lines[self->keys.line[k]];
+        size_t i = self->keys.line[k];
+        const us_line *line = &self->batch.lines[i];
         self->keys.digests[k] =
-            us_digest(hash_id, us_engine_key_ptr(self, line), line->key_len, seed);
+            made && line->hashed
+                ? self->work.ldig[i]
+                : us_digest(hash_id, us_engine_key_ptr(self, line), line->key_len, seed);
     }
     Py_END_ALLOW_THREADS
     self->busy = 0;
@@ -83,21 +78,32 @@ static inline size_t known_slot(us_hash128 h)
 }
 
 /* The batch's keys that are not known to be in the filter: miss_key / miss_digest[0 .. m).
- * Known keys get flag `known_flag` (0: a duplicate for test-and-set; 1: present for a test). */
+ * Known keys get flag `known_flag` (0: a duplicate for test-and-set; 1: present for a test).
+ * For a test-and-set (known_flag 0) a miss is known from here on: the probe will add it before
+ * any later key of the batch is answered, so a repeat within the batch is a duplicate without a
+ * probe of its own (a polled feed repeats most of its URLs within a batch); a failed probe
+ * forgets the known digests (forget_known). */
 static size_t gather_misses(LineEngine *self, uint8_t known_flag)
 {
     size_t m = 0;
     for (size_t k = 0; k < self->keys.n; k++) {
         us_hash128 h = self->keys.digests[k];
-        const us_hash128 *slot = &self->bloom.known[known_slot(h)];
+        us_hash128 *slot = &self->bloom.known[known_slot(h)];
         if (slot->h1 == h.h1 && slot->h2 == h.h2) {
             self->keys.flags[k] = known_flag;
             continue;
         }
+        if (known_flag == 0) *slot = h;
         self->bloom.miss_key[m] = k;
         self->bloom.miss_digest[m++] = h;
     }
     return m;
+}
+
+/* After a failed probe: the known digests may name keys never added. */
+static void forget_known(LineEngine *self)
+{
+    memset(self->bloom.known, 0, KNOWN_SLOTS * sizeof(us_hash128));
 }
 
 /* Probe the misses (write: test-and-set, else test), put their answers in flags, and remember
@@ -127,7 +133,7 @@ PyObject *us_engine_bloom_add(LineEngine *self, PyObject *filter)
 {
     if (us_engine_need_batch(self, 1) < 0 || hash_keys(self, filter) < 0) return NULL;
     Py_ssize_t fresh = probe_misses(self, filter, gather_misses(self, 0), 1);
-    if (fresh < 0) return NULL;
+    if (fresh < 0) return forget_known(self), NULL;
     self->keys.flagged = 1;
     self->bloom.tested = 0;
     self->batch.fresh = (size_t)fresh;
@@ -218,10 +224,13 @@ PyObject *us_engine_bloom_add_layers(LineEngine *self, PyObject *args)
     size_t m = gather_misses(self, 0);
     for (Py_ssize_t i = PyTuple_GET_SIZE(older) - 1; i >= 0 && m; i--) {
         PyObject *layer = PyTuple_GET_ITEM(older, i);
-        if (layer_of(layer) < 0 || drop_older(self, layer, &m) < 0) return NULL;
+        if (layer_of(layer) < 0 || drop_older(self, layer, &m) < 0) {
+            forget_known(self);
+            return NULL;
+        }
     }
     Py_ssize_t fresh = probe_misses(self, newest, m, 1);
-    if (fresh < 0) return NULL;
+    if (fresh < 0) return forget_known(self), NULL;
     self->keys.flagged = 1;
     self->bloom.tested = 0;
     self->batch.fresh = (size_t)fresh;

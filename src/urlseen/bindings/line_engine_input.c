@@ -128,6 +128,37 @@ static int recall(LineEngine *self, size_t *deferred)
     return 0;
 }
 
+/* Key the batch's lines (batch.nlines of them, in `bytes` bytes of in.buf) without the GIL:
+ * sets batch.arena_used and batch.empty, and *deferred to the lines left to Python. */
+static int key_lines(LineEngine *self, size_t bytes, size_t *deferred)
+{
+    us_engine_batch *b = &self->batch;
+    size_t n = b->nlines;
+    if (self->canonicalize) {
+        size_t longest = us_longest_line(b->lines, n, self->max_canonical);
+        /* a canonical key is at most 3 bytes per byte of its line (escapes), plus "/" */
+        if (US_ENGINE_GROW(b->arena, b->arena_cap, 3 * bytes + 2 * n + 16) < 0 ||
+            US_ENGINE_GROW(b->scratch, b->scratch_cap, longest + 1) < 0)
+            return -1;
+    }
+    size_t empty = 0, left = 0, used = 0;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < n; i++) {
+        us_line *line = &b->lines[i];
+        us_line_key(self->in.buf, line, self->canonicalize, self->max_canonical, b->arena,
+                    b->arena_cap, &used, b->scratch);
+        empty += line->kind == US_LINE_EMPTY;
+        left += line->kind == US_LINE_DEFER;
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    b->arena_used = used;
+    b->empty = empty;
+    *deferred = left;
+    return 0;
+}
+
 #define SWAP(type, a, b) \
     do {                   \
         type t_ = (a);     \
@@ -157,7 +188,8 @@ static PyObject *next_batch_threaded(LineEngine *self, size_t max_lines)
     SWAP(size_t, self->batch.arena_cap, b->arena_cap);
     SWAP(us_hash128 *, self->work.ldig, b->ldig);
     SWAP(size_t, self->work.ldig_cap, b->ldig_cap);
-    size_t n = b->nlines, deferred = b->deferred;
+    size_t n = b->nlines, deferred = b->deferred, len = b->len;
+    int keyed = b->keyed;
     self->batch.nlines = n;
     self->batch.arena_used = b->arena_used;
     self->batch.bytes = b->bytes;
@@ -166,6 +198,10 @@ static PyObject *next_batch_threaded(LineEngine *self, size_t max_lines)
     self->work.valid = self->work.thread.hashing;
     self->work.hash_id = self->work.thread.hash_id;
     self->work.seed = self->work.thread.seed;
+    if (!keyed && key_lines(self, len, &deferred) < 0) {
+        self->batch.nlines = 0;
+        return NULL;
+    }
     if (deferred && recall(self, &deferred) < 0) {
         self->batch.nlines = 0;
         return NULL;
@@ -289,42 +325,21 @@ PyObject *us_engine_next_batch(LineEngine *self, PyObject *args, PyObject *kwarg
     size_t n = self->in.nscan < (size_t)max_lines ? self->in.nscan : (size_t)max_lines;
     size_t start = self->in.pos;
     size_t end = n < self->in.nscan ? self->batch.lines[n].off : self->in.scan;
-    size_t bytes = end - start;
-    if (self->canonicalize) {
-        size_t longest = 0;
-        for (size_t i = 0; i < n; i++)
-            if (self->batch.lines[i].len > longest) longest = self->batch.lines[i].len;
-        if (longest > self->max_canonical) longest = self->max_canonical;
-        /* a canonical key is at most 3 bytes per byte of its line (escapes), plus "/" */
-        if (US_ENGINE_GROW(self->batch.arena, self->batch.arena_cap, 3 * bytes + 2 * n + 16) < 0 ||
-            US_ENGINE_GROW(self->batch.scratch, self->batch.scratch_cap, longest + 1) < 0)
-            return NULL;
-    }
-
-    size_t empty = 0, deferred = 0, used = 0, synth = 0;
-    self->busy = 1;
-    Py_BEGIN_ALLOW_THREADS
-    for (size_t i = 0; i < n; i++) {
-        us_line *line = &self->batch.lines[i];
-        us_line_key(self->in.buf, line, self->canonicalize, self->max_canonical, self->batch.arena,
-                    self->batch.arena_cap, &used, self->batch.scratch);
-        empty += line->kind == US_LINE_EMPTY;
-        deferred += line->kind == US_LINE_DEFER;
+    size_t bytes = end - start, deferred, synth = 0;
+    self->batch.nlines = n;
+    if (key_lines(self, bytes, &deferred) < 0) {
+        self->batch.nlines = 0;
+        return NULL;
     }
     while (synth < self->in.nsynth && self->in.synth[synth] < end) synth++;
-    Py_END_ALLOW_THREADS
-    self->busy = 0;
     /* the added newlines of this batch were never read */
     memmove(self->in.synth, self->in.synth + synth, (self->in.nsynth - synth) * sizeof(size_t));
     self->in.nsynth -= synth;
-    self->batch.arena_used = used;
-    self->batch.nlines = n;
     if (deferred && recall(self, &deferred) < 0) {
         self->batch.nlines = 0; /* nothing consumed: the next call splits again */
         return NULL;
     }
     self->batch.bytes = bytes - synth;
-    self->batch.empty = empty;
     self->batch.deferred = deferred;
     self->batch.deferred_done = deferred == 0;
     self->in.pos = end;

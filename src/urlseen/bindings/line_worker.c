@@ -81,15 +81,28 @@ static int hash_batch(us_worker *w, us_batch *b)
     return 0;
 }
 
+/* 1 if the main thread has taken every batch built: it waits for this one, so the batch goes
+ * to it split only (keyed 0: next_batch keys it, and the filter step hashes it, without the
+ * GIL) while this thread builds the next. The split follows the load: with a slow filter step
+ * (the exact filter's) batches wait and this thread keys and hashes them all; with the Bloom
+ * filter's fast probes the two threads share the keying (canonicalization) and hashing instead
+ * of the main thread idling. */
+static int main_waits(us_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int waits = w->built == w->taken;
+    pthread_mutex_unlock(&w->mu);
+    return waits;
+}
+
 /* Key (and hash) the batch's lines, as LineEngine.next_batch does for the serial engine. */
 static int finish_batch(us_worker *w, us_batch *b)
 {
+    b->keyed = !main_waits(w);
+    if (!b->keyed) return 0;
     size_t n = b->nlines;
     if (w->canonicalize) {
-        size_t longest = 0;
-        for (size_t i = 0; i < n; i++)
-            if (b->lines[i].len > longest) longest = b->lines[i].len;
-        if (longest > w->max_canonical) longest = w->max_canonical;
+        size_t longest = us_longest_line(b->lines, n, w->max_canonical);
         /* a canonical key is at most 3 bytes per byte of its line (escapes), plus "/" */
         if (wgrow((void **)&b->arena, &b->arena_cap, 3 * b->len + 2 * n + 16, 1) < 0 ||
             wgrow((void **)&w->scratch, &w->scratch_cap, longest + 1, 1) < 0)

@@ -44,6 +44,7 @@ typedef struct {
     us_hash128 *ldig; /* per line: the digest of its key, where line->hashed */
     size_t ldig_cap;
     size_t bytes, empty, deferred;
+    int keyed; /* keyed (and hashed) here; else split only, for the main thread to key */
     int ready;
 } us_batch;
 

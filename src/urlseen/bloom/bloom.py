@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from urlseen import _core, defaults
 from urlseen.bloom import sizing
+from urlseen.canonical import add_urls
 from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.hashes import BLOOM_HASH, HASHES, check_hash, check_seed
 from urlseen.protocol import Batch, FilterStats, creator
@@ -98,6 +99,11 @@ class BloomFilter(StoreBacked, _core.BitFilter):
         """Add every key; how many were new."""
         self._live_store().check()
         return super().update(keys)
+
+    def add_urls(self, urls: Iterable[str | bytes], *, canonicalize: bool = True) -> list[bool]:
+        """Canonicalize and check-and-add URLs in one call, keyed and probed in C: the answers
+        of add_many on their canonical forms (urlseen.canonical.add_urls)."""
+        return add_urls(self, urls, canonicalize=canonicalize)
 
     # -- combination and inspection ------------------------------------------------------
 

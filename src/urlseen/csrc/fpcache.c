@@ -4,7 +4,67 @@
 #include "bloom.h"
 #include "bytes.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+/* The fewest buckets a cache starts with (16 KiB of entries), when max_buckets allows. */
+#define START_BUCKETS 64u
+
+static uint64_t start_buckets(uint64_t max_buckets)
+{
+    uint64_t n = max_buckets;
+    while (n % 4 == 0 && n / 4 >= START_BUCKETS) n /= 4;
+    return n;
+}
+
+/* Arrays for n buckets, all zero; -1 out of memory (c unchanged). */
+static int alloc_arrays(us_fpcache *c, uint64_t n)
+{
+    us_fp_entry *entries = calloc((size_t)n * US_FPCACHE_WAYS, sizeof *entries);
+    uint8_t *dirty = calloc((size_t)n, 1);
+    uint32_t *dirty_list = malloc((size_t)n * sizeof *dirty_list);
+    if (entries == NULL || dirty == NULL || dirty_list == NULL) {
+        free(entries);
+        free(dirty);
+        free(dirty_list);
+        return -1;
+    }
+    c->entries = entries;
+    c->dirty = dirty;
+    c->dirty_list = dirty_list;
+    c->nbuckets = n;
+    c->ndirty = 0;
+    return 0;
+}
+
+int us_fpcache_init(us_fpcache *c, uint64_t max_buckets)
+{
+    memset(c, 0, sizeof *c);
+    c->max_buckets = max_buckets;
+    return alloc_arrays(c, start_buckets(max_buckets));
+}
+
+void us_fpcache_free(us_fpcache *c)
+{
+    free(c->entries);
+    free(c->dirty);
+    free(c->dirty_list);
+    c->entries = NULL;
+    c->dirty = NULL;
+    c->dirty_list = NULL;
+}
+
+void us_fpcache_clear(us_fpcache *c)
+{
+    us_fpcache old = *c;
+    if (alloc_arrays(c, start_buckets(c->max_buckets)) == 0) {
+        us_fpcache_free(&old);
+        return;
+    }
+    memset(c->entries, 0, (size_t)c->nbuckets * US_FPCACHE_WAYS * sizeof *c->entries);
+    memset(c->dirty, 0, (size_t)c->nbuckets);
+    c->ndirty = 0;
+}
 
 static inline uint64_t bucket_number(const us_fpcache *c, uint64_t b)
 {
@@ -43,11 +103,34 @@ int us_fpcache_hit(us_fpcache *c, const uint8_t fp[16], uint32_t now)
     return US_FP_FOUND;
 }
 
+/* 4 times the buckets: each entry goes to its bucket among 4n .. 4n+3 in its order, and one
+ * with uncommitted increments marks its bucket dirty. -1 out of memory (c unchanged). */
+static int grow(us_fpcache *c)
+{
+    us_fpcache old = *c;
+    if (alloc_arrays(c, old.nbuckets * 4) < 0) return -1;
+    for (uint64_t n = 0; n < old.nbuckets; n++) {
+        const us_fp_entry *from = old.entries + n * US_FPCACHE_WAYS;
+        unsigned fill[4] = {0, 0, 0, 0};
+        for (unsigned i = 0; i < US_FPCACHE_WAYS && from[i].used; i++) {
+            uint64_t m = bucket_number(c, from[i].b);
+            c->entries[m * US_FPCACHE_WAYS + fill[m - 4 * n]++] = from[i];
+            if (from[i].batch) mark(c, m);
+        }
+    }
+    us_fpcache_free(&old);
+    return 0;
+}
+
 int us_fpcache_insert(us_fpcache *c, const uint8_t fp[16], uint32_t pending, uint32_t batch,
                       uint32_t now, us_fp_entry *spill)
 {
     uint64_t a = us_load64_le(fp), b = us_load64_le(fp + 8);
     uint64_t n = bucket_number(c, b);
+    /* a full bucket: grow rather than evict while the cache may (a failed grow evicts) */
+    while (c->entries[(n + 1) * US_FPCACHE_WAYS - 1].used && c->nbuckets < c->max_buckets &&
+           grow(c) == 0)
+        n = bucket_number(c, b);
     us_fp_entry *bucket = c->entries + n * US_FPCACHE_WAYS;
     int result = 0;
     us_fp_entry *last = &bucket[US_FPCACHE_WAYS - 1];

@@ -16,7 +16,11 @@
  * most-recently-used order; a full bucket evicts its least recently used entry. 32 bytes per
  * entry, no load-factor slack. (benchmarks/exact/REPORT.md, part c: with 2^17 entries the whole dev
  * file leaves 0.0105 library look-ups per URL.)
- * Pure C: the caller owns the arrays (see us_fpcache).
+ *
+ * Memory follows what the cache holds: it starts with max_buckets / 4^j buckets (a few KiB) and
+ * an insert that would evict first grows it 4-fold, up to max_buckets. Bucket n's fingerprints
+ * go to buckets 4n .. 4n+3 (us_reduce), in the same order, so the cache holds and evicts
+ * exactly what one of max_buckets from the start would; only its memory differs.
  */
 #ifndef URLSEEN_FPCACHE_H
 #define URLSEEN_FPCACHE_H
@@ -36,11 +40,22 @@ typedef struct {
 
 typedef struct {
     us_fp_entry *entries;  /* nbuckets * US_FPCACHE_WAYS, zeroed */
-    uint64_t nbuckets;     /* at most 2^32 */
+    uint64_t nbuckets;     /* now; max_buckets / 4^j */
     uint8_t *dirty;        /* nbuckets flags, zeroed */
     uint32_t *dirty_list;  /* room for nbuckets bucket numbers */
     uint64_t ndirty;
+    uint64_t max_buckets;  /* at most 2^32 */
 } us_fpcache;
+
+/* A cache of at most max_buckets buckets (>= 1), its arrays allocated small: 0, or -1 out of
+ * memory (nothing to free). */
+int us_fpcache_init(us_fpcache *c, uint64_t max_buckets);
+
+/* Free the arrays. */
+void us_fpcache_free(us_fpcache *c);
+
+/* Forget every entry (and shrink to the starting size). */
+void us_fpcache_clear(us_fpcache *c);
 
 /* Results of hit / insert: US_FP_FOUND if the fingerprint was there; US_FP_SPILLED if *spill
  * received an evicted entry with increments the caller must write back (pending + batch). */

@@ -41,6 +41,16 @@ typedef struct {
     uint8_t hashed;     /* its key's digest is already made (the line engine's worker) */
 } us_line;
 
+/* The length of the longest of n lines, at most max (the canonicalizer's scratch: one byte
+ * more). */
+static inline size_t us_longest_line(const us_line *lines, size_t n, size_t max)
+{
+    size_t longest = 0;
+    for (size_t i = 0; i < n; i++)
+        if (lines[i].len > longest) longest = lines[i].len;
+    return longest < max ? longest : max;
+}
+
 /* Split up to max_lines complete lines of buf[*pos, len) into out[]; *pos moves past them.
  * A line is complete when its "\n" is in the buffer, or, with at_end, when the buffer ends
  * (the last line of an input without a newline). Returns the number of lines. */
