@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
 
 from urlseen import _core, defaults
 from urlseen.bloom import sizing
@@ -13,10 +12,13 @@ from urlseen.errors import ConfigError, FormatError, IncompatibleFiltersError
 from urlseen.hashes import BLOOM_HASH, HASHES, check_hash, check_seed
 from urlseen.protocol import Batch, FilterStats, creator
 from urlseen.state.persistent import StoreBacked, stored_params
-from urlseen.state.store import BufferStore
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from urlseen.state import format
+    from urlseen.state.store import BufferStore
 
 __all__ = ["DEFAULT_HASH", "HASHES", "BloomFilter"]
 
