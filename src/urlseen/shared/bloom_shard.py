@@ -42,13 +42,15 @@ def shard_of(fp: bytes, shards: int) -> int:
 class _Snapshot(NamedTuple):
     """A native read of a batch's bits: per key 1 if its bits were all set; the claims held;
     the bits read (the whole string, or 64-byte blocks placed by `number`: block offset ->
-    its place); the shard's count (bloom_batch.lua adds to it whenever it writes bits)."""
+    its place); the shard's count (bloom_batch.lua adds to it whenever it writes bits); the
+    per-key claims held (the others are in records)."""
 
     present: bytes
     held: int
     bits: bytes
     number: dict[int, int] | None
     count_read: bytes
+    per_key: int
 
 
 class BloomShard:
@@ -113,9 +115,15 @@ class BloomShard:
             todo = self._undecided(snapshot, fps, priority)
         snapshots = [snapshot] if send and snapshot is not None else []
 
+        asked: list[bool] = []  # the script was asked once: a re-ask polls natively first
+
         def ask(idx: list[int]) -> bytes:
+            part_fps = [fps[i] for i in idx]
+            if asked and self._still_pending(part_fps, priority):
+                return bytes([Answer.PENDING]) * len(idx)  # as the script would say
+            asked.append(True)
             part = masks if len(idx) == len(keys) else self._masks([keys[i] for i in idx])
-            return self._ask(part, [fps[i] for i in idx], priority, snapshots)
+            return self._ask(part, part_fps, priority, snapshots)
 
         if todo:
             got = ask_until_decided(
@@ -230,7 +238,8 @@ class BloomShard:
         count = count or b""
         self._sole_writer = count == self._count_after
         bits = last[1] if last is not None else plan.bits(data)
-        return _Snapshot(plan.present(bits), int(held) + int(records), bits, plan.number, count)
+        held = int(held)
+        return _Snapshot(plan.present(bits), held + int(records), bits, plan.number, count, held)
 
     def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> list[int]:
         """The keys a native read cannot answer seen, for the script to decide: those with a
@@ -241,20 +250,46 @@ class BloomShard:
         found = [i for i, bit in enumerate(snapshot.present) if bit]
         if snapshot.held and found:
             wanted = [fps[i] for i in found]
-            claims = ClaimsRead(self.claims_key, self.records_key, wanted, not f._cluster)
+            per_key = snapshot.per_key > 0  # else records only, unless some came since
+            while True:
+                claims = ClaimsRead(
+                    self.claims_key, self.records_key, wanted, not f._cluster, per_key
+                )
 
-            def read() -> list[Any]:
-                pipe = f._client.pipeline(transaction=True)
-                pipe.hget(self.meta, "instance")
-                pipe.strlen(self.bits)
-                claims.queue(pipe)
-                return pipe.execute()  # type: ignore[no-any-return]
+                def read(claims: ClaimsRead = claims) -> list[Any]:
+                    pipe = f._client.pipeline(transaction=True)
+                    pipe.hget(self.meta, "instance")
+                    pipe.strlen(self.bits)
+                    pipe.hlen(self.claims_key)
+                    claims.queue(pipe)
+                    return pipe.execute()  # type: ignore[no-any-return]
 
-            replies = retrying(read, f"{f._what}: read claims")
-            self.alive(replies[0], replies[1])
-            found = claims.seen(found, replies[2:], f._claims.owner, priority, FP_BYTES)
+                replies = retrying(read, f"{f._what}: read claims")
+                self.alive(replies[0], replies[1])
+                if per_key or not int(replies[2]):
+                    break
+                per_key = True
+            found = claims.seen(found, replies[3:], f._claims.owner, priority, FP_BYTES)
         seen = set(found)
         return [i for i in range(len(fps)) if i not in seen]
+
+    def _still_pending(self, fps: list[bytes], priority: int) -> bool:
+        """Whether every key of fps (answered pending) is still held by another client's live
+        claim from an older batch, read natively (MULTI/EXEC with the server's time; never on
+        a Cluster, whose transactions take no TIME): then asking the script again would answer
+        them all pending, so a batch that waits polls without the script's work per call."""
+        f = self._f
+        if f._cluster:
+            return False
+        claims = ClaimsRead(self.claims_key, self.records_key, fps, True)
+
+        def read() -> list[Any]:
+            pipe = f._client.pipeline(transaction=True)
+            claims.queue(pipe)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        now, values = claims.values(retrying(read, f"{f._what}: read claims"), FP_BYTES)
+        return all(_pending(v, f._claims.owner, priority, now) for v in values)
 
     def contains(self, keys: Sequence[Any]) -> list[bool]:
         """Whether each key is in the shard (read only: claims do not matter)."""
@@ -299,6 +334,17 @@ class BloomShard:
         longer its."""
         answer = self._call(op, b"", b"".join(fps), self._f._claims.args(0), how)
         return int(answer.count(Answer.SEEN))
+
+
+def _pending(value: bytes | None, owner: str, priority: int, now_ms: int | None) -> bool:
+    """Whether claims.lua answers pending for a URL present whose claim is `value`: another
+    client's claim, live at now_ms, from an older batch than the asker's (`priority`)."""
+    parts = (value or b"").split(b" ")
+    if now_ms is None or len(parts) != 4 or not (parts[1].isdigit() and parts[3].isdigit()):
+        return False
+    holder, prio, deadline = parts[0].decode("ascii", "replace"), int(parts[1]), int(parts[3])
+    older = prio < priority or (prio == priority and holder < owner)
+    return holder != owner and deadline > now_ms and older
 
 
 def _count_after(count: bytes, said: bytes) -> bytes:
