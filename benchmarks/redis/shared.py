@@ -40,7 +40,14 @@ Then the splittable filter's memory when small (capacity 10^8 holding 1,000 URLs
 in this process) and the fleet: 1, 4 and 16 client processes against one private server and
 against a 3-primary Redis Cluster started here, each way checking the first --fleet-lines lines
 split among the clients (SADD spreads its set over 16 keys by the fingerprint's first hex digit,
-so that a Cluster can spread it). The targets of issue 17 are checked and printed.
+so that a Cluster can spread it; a RedisBloomFilter created on the Cluster has one shard per
+primary), with the server CPU per node, the commands called, and the memory per distinct URL at
+the end of the run (used_memory), at rest (clients gone, script caches flushed, expiring keys
+deleted) and of the keys that stay (MEMORY USAGE). The targets of issues 17 and 27 are checked
+and printed (27: on the Cluster the busiest primary does <= 40% of the servers' CPU and all of
+them <= 1.15x one server's; 16 clients cost <= 1.5x one client's server CPU per URL).
+
+`--kinds bloom --no-table` measures the fleet of one kind alone (with SADD, its peer).
 
 Usage (from the repository root; needs redis-server and redis-cli on PATH):
 
