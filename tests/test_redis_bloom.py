@@ -669,7 +669,7 @@ def test_a_call_claims_its_new_keys_in_one_record(redis_url, redis_name):
         if polls:
             break
         asking.join(0.01)
-    assert polls[0] and asking.is_alive(), "pending on the older claims"
+    assert all(polls[0]) and asking.is_alive(), "pending on the older claims"
     assert client.hlen(claims) == 0 and client.hlen(records) == 1, "the record read in place"
     assert first.acknowledge() == 0
     assert client.hlen(records) == 0, "the record deleted whole"

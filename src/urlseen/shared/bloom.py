@@ -29,6 +29,7 @@ one by one (then the records are expanded into per-key claims first).
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,7 +42,13 @@ from urlseen.shared import client as redis_store
 from urlseen.shared import marks
 from urlseen.shared.bits import NATIVE_FROM
 from urlseen.shared.bloom_shard import FP_BYTES, BloomShard, shard_of
-from urlseen.shared.claims import RELEASE_CHUNK, ClaimedAnswers, Claims, record_size
+from urlseen.shared.claims import (
+    RELEASE_CHUNK,
+    ClaimedAnswers,
+    Claims,
+    ask_until_decided,
+    record_size,
+)
 from urlseen.shared.client import LOST_HELP, retrying
 from urlseen.shared.marks import ForgetsMarks, WriteMarks
 from urlseen.shared.scripts import Op
@@ -131,6 +138,9 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
         self._shards = [BloomShard(self, tag, int(stored["shard_bits"])) for tag in tags]
         self.shards = len(self._shards)
         self.nbits = self.shards * int(stored["shard_bits"])
+        # Where a batch starts among its shards, in turn from a random one: the first shard's
+        # claims are held while the others are asked, so other clients wait on it longest
+        self._turn = random.randrange(MAX_SHARDS)
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -171,13 +181,31 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
         fps = _core.digests(keys, self._hash, self.seed)
         claims = self._claims
         answers = [False] * len(keys)
+        groups = self._split(fps)
+        self._turn += 1
+        start = self._turn % len(groups)
         with claims.batch(self._abandon, fps) as priority:
-            for shard, idx in self._split(fps):
+            waits: list[tuple[int, Any]] = []  # pending keys: (place in the batch, ask again)
+            for shard, idx in groups[start:] + groups[:start]:
                 if idx is None:
-                    answers = shard.add(keys, fps, priority)
+                    got, pending, again = shard.start(keys, fps, priority)
+                    answers = got
+                    waits += [(i, (again, i)) for i in pending]
                     continue
-                got = shard.add([keys[i] for i in idx], [fps[i] for i in idx], priority)
+                got, pending, again = shard.start(
+                    [keys[i] for i in idx], [fps[i] for i in idx], priority
+                )
                 for i, answer in zip(idx, got, strict=True):
+                    answers[i] = answer
+                waits += [(idx[i], (again, i)) for i in pending]
+            if waits:  # every shard asked once before any waiting: no claim held meanwhile
+                got = ask_until_decided(
+                    lambda pos: _ask_again([waits[p][1] for p in pos]),
+                    [fps[i] for i, _ in waits],
+                    claims,
+                    self._renew,
+                )
+                for (i, _), answer in zip(waits, got, strict=True):
                     answers[i] = answer
         if claims.auto:
             self.acknowledge()
@@ -316,6 +344,21 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
             f"<{type(self).__name__} {self.name!r} nbits={self.nbits} k={self.k} "
             f"shards={self.shards}>"
         )
+
+
+def _ask_again(asks: list[tuple[Any, int]]) -> bytes:
+    """The answers to asking again about pending keys, each (its shard's ask, its place in the
+    shard's part), one call per shard."""
+    by: dict[int, tuple[Any, list[int], list[int]]] = {}
+    for n, (again, i) in enumerate(asks):
+        entry = by.setdefault(id(again), (again, [], []))
+        entry[1].append(i)
+        entry[2].append(n)
+    out = bytearray(len(asks))
+    for again, places, ns in by.values():
+        for n, c in zip(ns, again(places), strict=True):
+            out[n] = c
+    return bytes(out)
 
 
 def _delete(client: Any, keys: list[str], what: str) -> None:

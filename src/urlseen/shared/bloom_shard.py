@@ -16,14 +16,21 @@ filter never write the same shard keys).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from urlseen import _core
 from urlseen.shared import client as redis_store
 from urlseen.shared import marks
-from urlseen.shared.bits import BitsRead, ClaimsRead, NativeReads, fell_back, optimistic_args
-from urlseen.shared.claims import ask_each_once, ask_until_decided
+from urlseen.shared.bits import (
+    BitsRead,
+    ClaimsRead,
+    NativeReads,
+    fell_back,
+    optimistic_args,
+    server_ms,
+)
+from urlseen.shared.claims import ask_each_once
 from urlseen.shared.client import retrying
 from urlseen.shared.marks import marked_ack
 from urlseen.shared.scripts import BLOOM_BATCH, STAGED, Answer, Op, claim_fields
@@ -103,8 +110,13 @@ class BloomShard:
 
     # -- check-and-add ----------------------------------------------------------------------
 
-    def add(self, keys: Sequence[Any], fps: list[bytes], priority: int) -> list[bool]:
-        """Check-and-add this shard's keys of a batch (fps: their digests): True where new."""
+    def start(
+        self, keys: Sequence[Any], fps: list[bytes], priority: int
+    ) -> tuple[list[bool], list[int], Callable[[list[int]], bytes]]:
+        """Check-and-add this shard's keys of a batch (fps: their digests) up to the keys
+        another client's older claim holds: the answers (True where new), the places of those
+        pending keys, and how to ask about some of them again (by their places: the script,
+        unless a native read finds them all still pending)."""
         f = self._f
         masks = self._masks(keys)
         answers = [False] * len(keys)
@@ -114,28 +126,28 @@ class BloomShard:
         if snapshot is not None:
             todo = self._undecided(snapshot, fps, priority)
         snapshots = [snapshot] if send and snapshot is not None else []
-
         asked: list[bool] = []  # the script was asked once: a re-ask polls natively first
 
         def ask(idx: list[int]) -> bytes:
-            part_fps = [fps[i] for i in idx]
-            if asked and self._still_pending(part_fps, priority):
-                return bytes([Answer.PENDING]) * len(idx)  # as the script would say
+            if asked:  # the keys still pending, as the script would say, are not sent to it
+                still = self._still_pending([fps[i] for i in idx], priority)
+                if any(still):
+                    rest = [i for i, p in zip(idx, still, strict=True) if not p]
+                    said = iter(ask(rest) if rest else b"")
+                    return bytes(Answer.PENDING if p else next(said) for p in still)
             asked.append(True)
             part = masks if len(idx) == len(keys) else self._masks([keys[i] for i in idx])
-            return self._ask(part, part_fps, priority, snapshots)
+            return self._ask(part, [fps[i] for i in idx], priority, snapshots)
 
+        pending = []
         if todo:
-            got = ask_until_decided(
-                lambda idx: ask_each_once([todo[j] for j in idx], fps, ask),
-                [fps[i] for i in todo],
-                f._claims,
-                f._renew,
-            )
-            for i, answer in zip(todo, got, strict=True):
-                answers[i] = answer
+            for i, c in zip(todo, ask_each_once(todo, fps, ask), strict=True):
+                if c == Answer.PENDING:
+                    pending.append(i)
+                else:
+                    answers[i] = c == Answer.NEW
         self._reads.answered(answers.count(False), len(keys))
-        return answers
+        return answers, pending, lambda idx: ask_each_once(idx, fps, ask)
 
     def _call(
         self, op: Op, masks: bytes, fps: bytes, claim: Sequence[Any], what: str, extra: Any = ()
@@ -273,15 +285,20 @@ class BloomShard:
         seen = set(found)
         return [i for i in range(len(fps)) if i not in seen]
 
-    def _still_pending(self, fps: list[bytes], priority: int) -> bool:
-        """Whether every key of fps (answered pending) is still held by another client's live
-        claim from an older batch, read natively (MULTI/EXEC with the server's time; never on
-        a Cluster, whose transactions take no TIME): then asking the script again would answer
-        them all pending, so a batch that waits polls without the script's work per call."""
+    def _still_pending(self, fps: list[bytes], priority: int) -> list[bool]:
+        """Per key of fps (answered pending), whether it is still held by another client's
+        live claim from an older batch, read natively (MULTI/EXEC with the server's time; on a
+        Cluster, whose transactions take no TIME, the node's time is read first): the script
+        would answer those pending again, so a batch that waits asks it about the others only,
+        and polls without the script's work per call."""
         f = self._f
-        if f._cluster:
-            return False
-        claims = ClaimsRead(self.claims_key, self.records_key, fps, True)
+        claims = ClaimsRead(self.claims_key, self.records_key, fps, not f._cluster)
+        clock = None
+        if f._cluster:  # the time of the shard's node, read just before (a claim found live
+            # that ends meanwhile is only asked about at the next poll)
+            node = f._client.get_node_from_key(self.meta)
+            reply = retrying(lambda: f._client.time(target_nodes=node), f"{f._what}: time")
+            clock = server_ms(reply)
 
         def read() -> list[Any]:
             pipe = f._client.pipeline(transaction=True)
@@ -289,7 +306,8 @@ class BloomShard:
             return pipe.execute()  # type: ignore[no-any-return]
 
         now, values = claims.values(retrying(read, f"{f._what}: read claims"), FP_BYTES)
-        return all(_pending(v, f._claims.owner, priority, now) for v in values)
+        now = now if clock is None else clock
+        return [_pending(v, f._claims.owner, priority, now) for v in values]
 
     def contains(self, keys: Sequence[Any]) -> list[bool]:
         """Whether each key is in the shard (read only: claims do not matter)."""

@@ -129,11 +129,13 @@ if op == OP_ADD and layout == 'blocked' and ARGV[TAIL + 4] then
     end
     if not new then redis.call('DEL', stage_key) end
   else
-    local agreed = bits_agreed(bits_key, whole, n, meta[2] or '', count, said, blocks, olds)
-    if agreed then
-      new, fresh = bits_said(said, n)
-      write = function() bits_write_blocks(bits_key, blocks) end
-    elseif agreed == false then -- blocks changed: only their new keys are decided again
+    if count == (meta[2] or '') then -- no bits written since the read (bits_agreed)
+      if bits_agreed(bits_key, whole, n, count, count, said, blocks, olds) then
+        new, fresh = bits_said(said, n)
+        write = function() bits_write_blocks(bits_key, blocks) end
+      end
+    elseif #said == n and #olds % 64 == 0 and #blocks == 68 * (#olds / 64) then
+      -- some may have changed: each block is compared once, its new keys decided again
       new, fresh, write = bits_merge(bits_key, masks, whole, n, said, blocks, olds)
       fell_back = not new
     end
