@@ -139,7 +139,7 @@ BUDGETS = {
     "bloom": 2100,  # with the growing filter (growing.py) and the dropped-URL estimate (sizing)
     "exact": 2900,  # with the counters that grow from the library (growth.py)
     "splittable": 1800,
-    "shared": 5650,  # with the write marks (marks.py), the lease accounting (claims.py), the
+    "shared": 5700,  # with the write marks (marks.py), the lease accounting (claims.py), the
     # Bloom filter's shards (bloom_shard.py)
     "similarity": 1100,
     "frontier": 800,
