@@ -111,10 +111,12 @@ def _claim(args: tuple[str, str, list[str]]) -> list[str]:
     return won
 
 
-def test_concurrent_processes_claim_each_url_exactly_once(redis_url, redis_name):
+@pytest.mark.parametrize("shards", [1, 4])
+def test_concurrent_processes_claim_each_url_exactly_once(redis_url, redis_name, shards):
     """Four processes submit overlapping streams at once: every distinct URL is reported new
-    to exactly one of them (the filter is sized so that false positives are ~1e-9)."""
-    RedisBloomFilter(redis_url, redis_name, capacity=200_000, error_rate=1e-9)
+    to exactly one of them (the filter is sized so that false positives are ~1e-9), whether
+    its bits are in one string or split in shards."""
+    RedisBloomFilter(redis_url, redis_name, capacity=200_000, error_rate=1e-9, shards=shards)
     pool_keys = urls(20_000, seed=3)
     streams = []
     for worker in range(4):
@@ -131,14 +133,14 @@ def test_concurrent_processes_claim_each_url_exactly_once(redis_url, redis_name)
 def _script_keys(seen: RedisBloomFilter, monkeypatch) -> list[int]:
     """Spy on the script: the number of keys each check-and-add call sends it."""
     sent: list[int] = []
-    real = seen._call
+    real = seen._shards[0]._call
 
     def call(op, masks, fps, claim, what, *extra):
         if op == Op.ADD:
             sent.append(len(fps) // 16)
         return real(op, masks, fps, claim, what, *extra)
 
-    monkeypatch.setattr(seen, "_call", call)
+    monkeypatch.setattr(seen._shards[0], "_call", call)
     return sent
 
 
@@ -167,8 +169,8 @@ def test_a_stream_of_new_keys_skips_the_native_read(redis_url, redis_name, monke
     seen = RedisBloomFilter(redis_url, redis_name, capacity=10_000, error_rate=1e-9)
     seen.optimistic = False  # it reads before every batch
     reads = []
-    real = seen._present
-    monkeypatch.setattr(seen, "_present", lambda m, n: reads.append(n) or real(m, n))
+    real = seen._shards[0]._present
+    monkeypatch.setattr(seen._shards[0], "_present", lambda m, n: reads.append(n) or real(m, n))
     try:
         seen.add_many(urls(100, seed=1))  # the first batch reads: nothing is known yet
         seen.add_many(urls(100, seed=2))  # the last was all new: no read
@@ -310,11 +312,13 @@ def test_dedup_redis_refuses_other_filters_and_state(redis_url, redis_name, tmp_
 # ---- Redis Cluster (3 masters started by the test session) ------------------------------------
 
 
-def test_on_a_cluster_a_filter_lives_in_one_slot_and_filters_spread(redis_cluster_url):
+def test_on_a_cluster_a_filter_of_one_shard_lives_in_one_slot_and_filters_spread(
+    redis_cluster_url,
+):
     client = redis_store.connect(redis_cluster_url)
     keys = urls(3000) + urls(500)
     local = BloomFilter(10_000)
-    shared = RedisBloomFilter(redis_cluster_url, "cluster-bytes", capacity=10_000)
+    shared = RedisBloomFilter(redis_cluster_url, "cluster-bytes", capacity=10_000, shards=1)
     try:
         assert shared.add_many(keys) == local.add_many(keys)
         assert shared.contains_many(urls(1000, seed=5)) == local.contains_many(urls(1000, seed=5))
@@ -326,7 +330,7 @@ def test_on_a_cluster_a_filter_lives_in_one_slot_and_filters_spread(redis_cluste
     nodes = set()
     for i in range(24):
         name = f"spread-{i}"
-        f = RedisBloomFilter(redis_cluster_url, name, capacity=100)
+        f = RedisBloomFilter(redis_cluster_url, name, capacity=100, shards=1)
         f.add("https://x.example/")
         nodes.add(client.get_node_from_key(redis_store.key(name, "bits")).name)
         assert client.keyslot(redis_store.key(name, "bits")) == client.keyslot(
@@ -339,7 +343,7 @@ def test_on_a_cluster_a_filter_lives_in_one_slot_and_filters_spread(redis_cluste
 def test_on_a_cluster_a_client_alone_stages_its_rewrites(redis_cluster_url, monkeypatch):
     """A Cluster pipeline refuses EVALSHA: the stage is set first, then the script takes it."""
     client = redis_store.connect(redis_cluster_url)
-    seen = RedisBloomFilter(redis_cluster_url, "cluster-stage", capacity=3000)
+    seen = RedisBloomFilter(redis_cluster_url, "cluster-stage", capacity=3000, shards=1)
     local = BloomFilter(3000)
     staged, real_set = [], seen._client.set
     monkeypatch.setattr(seen._client, "set", lambda key, *a, **kw: staged.append(key) or
@@ -348,11 +352,11 @@ def test_on_a_cluster_a_client_alone_stages_its_rewrites(redis_cluster_url, monk
         for i in range(4):
             batch = urls(400, seed=60 + i)
             assert seen.add_many(batch) == local.add_many(batch)
-        assert staged == [seen._stage] * 3, "alone from the second batch on: staged"
+        assert staged == [seen._shards[0]._stage] * 3, "alone from the second batch on: staged"
         bits = client.get(redis_store.key("cluster-stage", "bits"))
         assert bits == filter_bits(local)
         assert client.ttl(redis_store.key("cluster-stage", "bits")) == -1
-        assert client.exists(seen._stage) == 0
+        assert client.exists(seen._shards[0]._stage) == 0
     finally:
         seen.destroy()
 
@@ -360,7 +364,7 @@ def test_on_a_cluster_a_client_alone_stages_its_rewrites(redis_cluster_url, monk
 def test_on_a_cluster_repeats_are_answered_by_a_native_transaction(redis_cluster_url, monkeypatch):
     """MULTI/EXEC works there (the keys share a slot); without TIME in a Cluster transaction,
     another client's live claim goes to the script, which says it is pending or seen."""
-    seen = RedisBloomFilter(redis_cluster_url, "cluster-native", capacity=10_000)
+    seen = RedisBloomFilter(redis_cluster_url, "cluster-native", capacity=10_000, shards=1)
     other = RedisBloomFilter(redis_cluster_url, "cluster-native")
     seen.native_from = other.native_from = 0.0
     sent = _script_keys(seen, monkeypatch)
@@ -500,7 +504,7 @@ def test_an_optimistic_batch_sends_its_answers_and_blocks(redis_url, redis_name,
         (extra,) = sent
         assert extra[0] == b"0" and extra[1] == b"1" * 100  # the count read; each key new
         blocks, olds = extra[2], extra[3]
-        offsets = {seen._masks([k])[1:5] for k in urls(100)}
+        offsets = {seen._shards[0]._masks([k])[1:5] for k in urls(100)}
         assert len(blocks) == 68 * len(offsets) and len(olds) == 64 * len(offsets)
         sent_offsets = [blocks[j : j + 4] for j in range(0, len(blocks), 68)]
         assert set(sent_offsets) == offsets and len(sent_offsets) == len(offsets)
@@ -526,14 +530,14 @@ def test_a_block_written_after_the_read_sends_the_batch_to_the_script(
     local = BloomFilter(capacity)
     batch = urls(200)
     theirs = batch[::7] if overlap else urls(30, seed=11)
-    real = seen._present
+    real = seen._shards[0]._present
 
     def read_then_other_writes(masks, n):
         snapshot = real(masks, n)
         assert all(other.add_many(theirs))
         return snapshot
 
-    monkeypatch.setattr(seen, "_present", read_then_other_writes)
+    monkeypatch.setattr(seen._shards[0], "_present", read_then_other_writes)
     try:
         answers = seen.add_many(batch)
         assert answers == [k not in set(theirs) for k in batch]
@@ -573,18 +577,19 @@ def test_masks_apply_is_the_scripts_rule_on_a_snapshot():
         _core.masks_apply(masks, bytearray(64))
 
 
-def test_fallbacks_in_a_row_pause_the_optimistic_path_for_a_while(
+def test_blocks_written_after_the_read_are_merged_not_decided_again(
     redis_url, redis_name, monkeypatch
 ):
-    """A script that could not take a batch's answers (a block written after the read) says so
-    in its reply; after STREAK such batches in a row the next PAUSE_FIRST go without the
-    optimistic arguments (the read still answers repeats), then one tries again and, agreeing,
-    keeps it."""
-    streak, pause = native_bits.STREAK, native_bits.PAUSE_FIRST
+    """A block another client wrote between a batch's read and its script is merged: the keys
+    said new in it are decided again from the block as it is now (those the other client
+    added are seen), the other keys keep the client's answers, and the bits are the union
+    (a local filter's); the optimistic path goes on without a pause."""
+    client = redis.Redis.from_url(redis_url)
     seen = RedisBloomFilter(redis_url, redis_name, capacity=1000)
     other = RedisBloomFilter(redis_url, redis_name)
-    sent, real_call, real_present = [], seen._call, seen._present
-    batches = [urls(50, seed=200 + i) for i in range(streak)]
+    local = BloomFilter(1000)
+    sent, real_call, real_present = [], seen._shards[0]._call, seen._shards[0]._present
+    batches = [urls(50, seed=200 + i) for i in range(4)]
     interfere = list(batches)
 
     def spy(op, masks, fps, claim, what, extra=()):
@@ -598,18 +603,15 @@ def test_fallbacks_in_a_row_pause_the_optimistic_path_for_a_while(
             assert all(other.add_many(interfere.pop(0)[::5]))
         return snapshot
 
-    monkeypatch.setattr(seen, "_call", spy)
-    monkeypatch.setattr(seen, "_present", read_then_other_writes)
+    monkeypatch.setattr(seen._shards[0], "_call", spy)
+    monkeypatch.setattr(seen._shards[0], "_present", read_then_other_writes)
     try:
         for batch in batches:
             assert seen.add_many(batch) == [i % 5 != 0 for i in range(50)]
-        assert sent == [4] * streak and seen._reads.backoff.fallbacks == streak
-        assert seen._reads.backoff.skip == pause
-        for n in range(pause + 2):
-            assert all(seen.add_many(urls(20, seed=100 + n)))
-        assert sent[streak:] == [0] * pause + [4, 4]
-        assert seen._reads.backoff.skip == 0 and seen._reads.backoff.fallbacks == streak
-        assert seen.claims_held() == 0
+            local.add_many(batch)
+        assert sent == [4] * 4 and seen._shards[0]._reads.backoff.skip == 0
+        assert client.get(redis_store.key(redis_name, "bits")) == filter_bits(local)
+        assert seen.claims_held() == 0 and len(seen) == 200
     finally:
         seen.destroy()
 
@@ -641,9 +643,9 @@ def test_the_backoff_pauses_after_fallbacks_in_a_row_and_longer_each_time():
 
 def test_a_call_claims_its_new_keys_in_one_record(redis_url, redis_name):
     """A script call claims its new keys in one record (one field, not one per key), deleted
-    by the acknowledgement; another client that meets those keys reads the record's claims
-    (natively, and in its script, which expands the record into per-key claims first), waits
-    on the older claims until acknowledged, and the acknowledgement still finds them all."""
+    by the acknowledgement; another client that meets those keys reads the record's claims in
+    place (natively, and in its script: no per-key claims are written), waits on the older
+    claims until acknowledged, and the acknowledgement still deletes the record whole."""
     client = redis.Redis.from_url(redis_url)
     claims, records = (redis_store.key(redis_name, part) for part in ("claims", "records"))
     first = RedisBloomFilter(redis_url, redis_name, capacity=10_000, error_rate=1e-9, lease=5)
@@ -657,16 +659,20 @@ def test_a_call_claims_its_new_keys_in_one_record(redis_url, redis_name):
 
     assert all(first.add_many(others))
     second = RedisBloomFilter(redis_url, redis_name, lease=5)
+    polls: list[bool] = []
+    shard, real = second._shards[0], second._shards[0]._still_pending
+    shard._still_pending = lambda *a: polls.append(real(*a)) or polls[-1]  # type: ignore[method-assign]
     answers: list[list[bool]] = []
     asking = threading.Thread(target=lambda: answers.append(second.add_many(others[:50] + keys)))
     asking.start()
-    for _ in range(500):  # its script met first's claims: the record is expanded, per key
-        if client.hlen(claims):
+    for _ in range(500):  # its script met first's claims: it polls them natively, pending
+        if polls:
             break
         asking.join(0.01)
-    assert client.hlen(claims) == 100 and client.hlen(records) == 0
-    assert asking.is_alive(), "pending on the older claims"
-    assert first.acknowledge() == 0, "the expanded record's claims were found and deleted"
+    assert all(polls[0]) and asking.is_alive(), "pending on the older claims"
+    assert client.hlen(claims) == 0 and client.hlen(records) == 1, "the record read in place"
+    assert first.acknowledge() == 0
+    assert client.hlen(records) == 0, "the record deleted whole"
     asking.join()
     assert answers == [[False] * 250]
     assert first.claims_held() == 0 and client.hlen(claims) + client.hlen(records) == 0
@@ -702,7 +708,7 @@ def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, mon
     seen = RedisBloomFilter(redis_url, redis_name, capacity=2000)
     other = RedisBloomFilter(redis_url, redis_name)
     local = BloomFilter(2000)
-    sent, real = [], seen._call
+    sent, real = [], seen._shards[0]._call
 
     def spy(op, masks, fps, claim, what, extra=()):
         if op == Op.ADD and extra:
@@ -712,7 +718,7 @@ def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, mon
     def left_over() -> list[bytes]:
         return [k for k in client.keys(f"*{redis_name}*") if b":stage:" in k]
 
-    monkeypatch.setattr(seen, "_call", spy)
+    monkeypatch.setattr(seen._shards[0], "_call", spy)
     first, second, third, theirs = urls(500, 1), urls(500, 2), urls(500, 3), urls(100, 4)
     assert seen.add_many(first) == local.add_many(first)
     assert sent[-1][2] != STAGED, "no count expected yet: blocks"
@@ -720,17 +726,17 @@ def test_a_client_alone_rewrites_a_small_filter_whole(redis_url, redis_name, mon
     assert sent[-1][2] == STAGED and sent[-1][3] == b"", "alone: the whole bits"
     bits = redis_store.key(redis_name, "bits")
     assert client.ttl(bits) == -1 and left_over() == []
-    real_present = seen._present
+    real_present = seen._shards[0]._present
 
     def read_then_other_writes(masks, n):
         snapshot = real_present(masks, n)
         other.add_many(theirs)
         return snapshot
 
-    monkeypatch.setattr(seen, "_present", read_then_other_writes)
+    monkeypatch.setattr(seen._shards[0], "_present", read_then_other_writes)
     local.add_many(theirs)
     assert seen.add_many(third) == local.add_many(third)
-    assert sent[-1][2] == STAGED and seen._reads.backoff.fallbacks == 1, "count moved"
+    assert sent[-1][2] == STAGED and seen._shards[0]._reads.backoff.fallbacks == 1, "count moved"
     assert left_over() == [], "the stage not taken is deleted"
     stored = client.get(bits)
     assert stored == filter_bits(local)

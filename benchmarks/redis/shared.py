@@ -40,7 +40,14 @@ Then the splittable filter's memory when small (capacity 10^8 holding 1,000 URLs
 in this process) and the fleet: 1, 4 and 16 client processes against one private server and
 against a 3-primary Redis Cluster started here, each way checking the first --fleet-lines lines
 split among the clients (SADD spreads its set over 16 keys by the fingerprint's first hex digit,
-so that a Cluster can spread it). The targets of issue 17 are checked and printed.
+so that a Cluster can spread it; a RedisBloomFilter created on the Cluster has one shard per
+primary), with the server CPU per node, the commands called, and the memory per distinct URL at
+the end of the run (used_memory), at rest (clients gone, script caches flushed, expiring keys
+deleted) and of the keys that stay (MEMORY USAGE). The targets of issues 17 and 27 are checked
+and printed (27: on the Cluster the busiest primary does <= 40% of the servers' CPU and all of
+them <= 1.15x one server's; 16 clients cost <= 1.5x one client's server CPU per URL).
+
+`--kinds bloom --no-table` measures the fleet of one kind alone (with SADD, its peer).
 
 Usage (from the repository root; needs redis-server and redis-cli on PATH):
 
@@ -109,6 +116,9 @@ TARGETS = {
     "grown_bits": 48.0,  # grown 10x: <= 48 bits per distinct URL, FP <= f
     "bloom_memory": 1 / 40,  # RedisBloomFilter <= 1/40 of SADD's memory
     "cluster": 2.5,  # 16 clients on the cluster >= 2.5x one server's
+    "cluster_busiest": 0.40,  # the busiest primary's share of the cluster's server CPU
+    "cluster_sum": 1.15,  # the cluster's server CPU <= 1.15x one server's, same clients
+    "fleet_growth": 1.5,  # 16 clients' server CPU per URL <= 1.5x one client's
 }
 
 # --------------------------------------------------------------------------- data
@@ -629,6 +639,8 @@ def fleet_cell(
     """`clients` processes share the lines (client i checks lines i, i + clients, ...); URLs/s
     from the first start to the last finish; server CPU per node over the same window."""
     target.flush()
+    used0 = sum(n.used() for n in target.nodes)
+    cs0 = [n.commandstats() for n in target.nodes]
     way.create(target.url, distinct)
     ctx = multiprocessing.get_context("fork")
     barrier, out = ctx.Barrier(clients + 1), ctx.Queue()
@@ -652,6 +664,13 @@ def fleet_cell(
     for p in procs:
         p.join(timeout=60)
     cpu = [n.cpu() - c for n, c in zip(target.nodes, cpu0, strict=True)]
+    commands: Counter[str] = Counter()
+    usec: Counter[str] = Counter()
+    for n, before in zip(target.nodes, cs0, strict=True):
+        for c, (calls, us) in _delta(n.commandstats(), before).items():
+            commands[c] += calls
+            usec[c] += us
+    memory = at_rest(target, used0)
     errors += [str(r[4]) for r in replies if r[4]]
     ok = [r for r in replies if r[4] is None]
     claims = Counter(lines[i + j * clients] for i, _, _, new, _ in ok for j in new)
@@ -673,7 +692,30 @@ def fleet_cell(
         "server_cpu_s_per_million": sum(cpu) / len(lines) * 1e6,
         "busiest_server_cpu_seconds": busiest,
         "urls_per_busiest_server_cpu_s": len(lines) / busiest if busiest > 0 else math.inf,
+        "command_calls": dict(sorted(commands.items())),
+        "command_usec": dict(sorted(usec.items())),
+        **memory,
         "errors": errors,
+    }
+
+
+def at_rest(target: Server | Cluster, used0: int) -> dict[str, int]:
+    """used_memory over the servers minus `used0` at the end of a fleet run, then at rest (the
+    clients' connections closed, the script caches flushed, the keys that expire on their own
+    deleted), and the MEMORY USAGE of the keys that stay."""
+    end = sum(n.used() for n in target.nodes) - used0
+    for n in target.nodes:
+        n.drop_clients()
+        n.client.script_flush()
+        pipe = n.client.pipeline(transaction=False)
+        for k in expiring_keys(n):  # one by one: a Cluster node refuses keys of two slots
+            pipe.delete(k)
+        pipe.execute()
+    rest = sum(n.used() for n in target.nodes) - used0
+    return {
+        "memory_end_bytes": end,
+        "memory_rest_bytes": rest,
+        "key_bytes": sum(key_bytes(n) for n in target.nodes),
     }
 
 
@@ -721,6 +763,9 @@ def targets(
 
     def add(target: str, value: float, limit: float, met: bool, detail: str) -> None:
         out.append({"target": target, "value": value, "limit": limit, "met": met, "detail": detail})
+
+    def at_most(target: str, value: float, key: str, detail: str) -> None:
+        add(target, value, TARGETS[key], value <= TARGETS[key], detail)
 
     for stream in dict.fromkeys(r.stream for r in rows):
         sadd = next(r for r in rows if r.stream == stream and r.kind == "sadd")
@@ -791,6 +836,37 @@ def targets(
             wall >= TARGETS["cluster"],
             f"{wall:.2f}x the URLs/s (>= 2.5x); server-bound (one server's CPU / the busiest "
             f"primary's, same URLs and clients): {bound} clients",
+        )
+    for where in dict.fromkeys(c["where"] for c in cells):
+        for way in dict.fromkeys(c["way"] for c in cells):
+            one, many = by.get((where, way, counts[0])), by.get((where, way, counts[-1]))
+            if not (one and many) or one is many:
+                continue
+            growth = many["server_cpu_s_per_million"] / one["server_cpu_s_per_million"]
+            at_most(
+                f"{counts[-1]} clients vs {counts[0]}, server CPU per URL, {way}, {where}",
+                growth,
+                "fleet_growth",
+                f"{growth:.2f}x ({many['server_cpu_s_per_million']:.2f} vs "
+                f"{one['server_cpu_s_per_million']:.2f} s per 1M URLs; <= 1.5x)",
+            )
+    for (where, way, n), c in by.items():
+        single = by.get(("1 server", way, n))
+        if where != "3-primary cluster" or single is None:
+            continue
+        share = max(c["server_cpu_seconds"]) / sum(c["server_cpu_seconds"])
+        at_most(
+            f"cluster, busiest primary's share of the server CPU, {way}, {n} clients",
+            share,
+            "cluster_busiest",
+            f"{share:.0%} (<= 40%)",
+        )
+        total = sum(c["server_cpu_seconds"]) / sum(single["server_cpu_seconds"])
+        at_most(
+            f"cluster's server CPU vs one server's, {way}, {n} clients",
+            total,
+            "cluster_sum",
+            f"{total:.2f}x (<= 1.15x)",
         )
     return out
 
@@ -877,8 +953,9 @@ def markdown(
         out += [
             "| way | where | clients | URLs/s (all clients) | reported new / distinct "
             "| new twice | server CPU s per 1M URLs (all servers) | CPU s per server "
-            "| URLs per busiest server's CPU s |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| URLs per busiest server's CPU s | memory per distinct URL: end of run / at rest "
+            "/ keys |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for c in cells:
             out.append(
@@ -886,7 +963,10 @@ def markdown(
                 f"| {c['urls_per_s']:,.0f} | {c['reported_new']:,} / {c['distinct']:,} "
                 f"| {c['new_twice']} | {c['server_cpu_s_per_million']:.2f} "
                 f"| {' + '.join(f'{s:.2f}' for s in c['server_cpu_seconds'])} "
-                f"| {c['urls_per_busiest_server_cpu_s']:,.0f} |"
+                f"| {c['urls_per_busiest_server_cpu_s']:,.0f} "
+                f"| {c['memory_end_bytes'] / c['distinct']:.1f} / "
+                f"{c['memory_rest_bytes'] / c['distinct']:.1f} / "
+                f"{c['key_bytes'] / c['distinct']:.1f} B |"
                 + (f" errors: {c['errors']}" if c["errors"] else "")
             )
     out += ["", "Targets (issue 17):", ""]
@@ -902,6 +982,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", type=int, help="never-inserted lines for FP (default 100k)")
     ap.add_argument("--fleet-lines", type=int, help="lines the fleet checks (default 500k)")
     ap.add_argument("--no-fleet", action="store_true", help="skip the fleet runs")
+    ap.add_argument("--no-table", action="store_true", help="skip the one-client table")
     ap.add_argument(
         "--kinds",
         default="sadd,bloom,dsbf,exact",
@@ -950,7 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         for name, (lines, expected, never) in streams.items():
             for way in table_ways(args.error_rate, leaf_bits):
-                if way.kind not in kinds:
+                if way.kind not in kinds or args.no_table:
                     continue
                 rows.append(measure_row(folder, way, name, lines, expected, never, log))
         small = small_filter(folder, new[:SMALL_URLS], args.error_rate)

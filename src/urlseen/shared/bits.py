@@ -222,34 +222,42 @@ class ClaimsRead:
     """The read of the claims of the keys a native read found present, queued into a
     MULTI/EXEC beside the caller's checks: the server's time (unless `clock` is False: a Redis
     Cluster's transactions take keyed commands only, and a claim then goes to the script), the
-    per-key claims of `fps` and the records of whole calls."""
+    per-key claims of `fps` (unless `per_key` is False: the caller's snapshot found none) and
+    the records of whole calls. A record's claim of a key outranks a per-key one (as in
+    batch_claims.lua: only a call that failed before setting its bits leaves both)."""
 
-    def __init__(self, claims_key: str, records_key: str, fps: list[bytes], clock: bool) -> None:
+    def __init__(
+        self, claims_key: str, records_key: str, fps: list[bytes], clock: bool, per_key: bool = True
+    ) -> None:
         self.claims_key, self.records_key = claims_key, records_key
-        self.fps, self.clock = fps, clock
+        self.fps, self.clock, self.per_key = fps, clock, per_key
 
     def queue(self, pipe: Any) -> int:
         """Queue the reads; how many replies they add."""
         if self.clock:
             pipe.time()
-        pipe.hmget(self.claims_key, self.fps)
+        if self.per_key:
+            pipe.hmget(self.claims_key, self.fps)
         pipe.hgetall(self.records_key)
-        return 3 if self.clock else 2
+        return 1 + self.clock + self.per_key
 
     def seen(
         self, found: list[int], replies: Sequence[Any], owner: str, priority: int, width: int
     ) -> list[int]:
         """Of `found` (a key's place per fingerprint of fps), those whose claims, in the replies
         of queue() in order, answer them seen to `owner` asking at `priority` (claim_seen)."""
+        now, values = self.values(replies, width)
+        return seen_by_claims(found, values, owner, priority, now)
+
+    def values(self, replies: Sequence[Any], width: int) -> tuple[int | None, list[bytes | None]]:
+        """The server's time read (None without the clock) and each fingerprint's claim (None:
+        none), from the replies of queue() in order."""
         now = server_ms(replies[0]) if self.clock else None
-        values: list[bytes | None] = list(replies[-2])
+        values: list[bytes | None] = list(replies[-2]) if self.per_key else [None] * len(self.fps)
         if replies[-1]:
             recorded = recorded_claims(replies[-1].values(), set(self.fps), width)
-            values = [
-                v if v is not None else recorded.get(fp)
-                for v, fp in zip(values, self.fps, strict=True)
-            ]
-        return seen_by_claims(found, values, owner, priority, now)
+            values = [recorded.get(fp, v) for v, fp in zip(values, self.fps, strict=True)]
+        return now, values
 
 
 def fell_back(reply: bytes) -> tuple[bytes, bool]:

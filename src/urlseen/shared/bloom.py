@@ -1,32 +1,37 @@
 """RedisBloomFilter: one Bloom filter shared by every crawler process, its bits in Redis.
 
-The bits are a Redis string holding exactly the bytes a local BloomFilter of the same
-parameters would hold. The client hashes and computes positions in C (urlseen._core.byte_masks)
-and sends a whole batch to a Lua script (shared/lua/bloom_batch.lua) that tests and sets the
-bits atomically: among all clients, a URL is reported new exactly once (false positives aside,
-as for any Bloom filter), and reaches a caller even if its client dies before the caller has
-it (claims with leases: shared/claims.py). One round trip per batch, against one per bit
-(GETBIT/SETBIT) or one per URL, plus one to acknowledge a batch that had new URLs.
+The bits are split in shards (shared/bloom_shard.py), each a Redis string in a hash slot of
+its own: one on a single server, one per primary on a Cluster (so that every primary does a
+share of the work). A URL belongs to one shard, chosen by its hash, and each shard holds
+exactly the bytes a local BloomFilter of the shard's size would hold for its URLs. The client
+hashes and computes positions in C (urlseen._core.byte_masks) and sends each shard its part of
+a batch in one call of a Lua script (shared/lua/bloom_batch.lua) that tests and sets the bits
+atomically: among all clients, a URL is reported new exactly once (false positives aside, as
+for any Bloom filter), and reaches a caller even if its client dies before the caller has it
+(claims with leases: shared/claims.py). One round trip per shard a batch touches, against one
+per bit (GETBIT/SETBIT) or one per URL, plus one to acknowledge a batch that had new URLs.
 
 Repeats skip the script: on a crawl most URLs were seen, and the script's work per key in Lua
 costs the server more than native reads (benchmarks/redis/cpu.py). A batch first reads the
 bits its keys need (and, when some claims are held, those keys' claims) with native commands
-in one MULTI/EXEC (shared/bits.py); a key found set whose claim says seen is answered from
-that snapshot, since bits are never cleared while the filter's instance lives. Only the other
-keys, each distinct one once, go to the script, which decides them atomically. When the last
-batch found most keys new, the read would answer little, so the next batch skips it.
+in one MULTI/EXEC per shard (shared/bits.py); a key found set whose claim says seen is
+answered from that snapshot, since bits are never cleared while the filter's instance lives.
+Only the other keys, each distinct one once, go to the script, which decides them
+atomically. When the last batch found most keys new, the read would answer little, so the
+next batch skips it.
 
 A script call claims the keys it answers new in one record (claims.lua, claims_record: one
-field of :records holding their fingerprints), which the acknowledgement deletes with one
-native HDEL: no claim work per key on the server unless a claim is read or released one by
-one (then the records are expanded into per-key claims first).
+field of the shard's records holding their fingerprints), which the acknowledgement deletes
+with one native HDEL: no claim work per key on the server unless a claim is read or released
+one by one (then the records are expanded into per-key claims first).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+import contextlib
+import random
+from collections.abc import Iterable
+from typing import Any
 
 from urlseen import _core, defaults
 from urlseen.bloom import sizing
@@ -35,44 +40,26 @@ from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.protocol import FilterStats, Key, check_given, key_batch
 from urlseen.shared import client as redis_store
 from urlseen.shared import marks
-from urlseen.shared.bits import (
-    NATIVE_FROM,
-    BitsRead,
-    ClaimsRead,
-    NativeReads,
-    fell_back,
-    optimistic_args,
-)
+from urlseen.shared.bits import NATIVE_FROM
+from urlseen.shared.bloom_shard import FP_BYTES, BloomShard, shard_of
 from urlseen.shared.claims import (
     RELEASE_CHUNK,
     ClaimedAnswers,
     Claims,
-    ask_each_once,
     ask_until_decided,
     record_size,
 )
 from urlseen.shared.client import LOST_HELP, retrying
-from urlseen.shared.marks import ForgetsMarks, WriteMarks, marked_ack
-from urlseen.shared.scripts import BLOOM_BATCH, STAGED, Answer, Op, claim_fields
+from urlseen.shared.marks import ForgetsMarks, WriteMarks
+from urlseen.shared.scripts import Op
 
-MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB
-FORMAT = "urlseen-redis-bloom/2"
+MAX_BITS = 1 << 32  # a Redis string holds at most 512 MiB: a shard's bits at most
+FORMAT = "urlseen-redis-bloom/3"  # shards; format 2 (one string) is read as one shard
+FORMAT_ONE_KEY = "urlseen-redis-bloom/2"
 KIND = "bloom"
-FP_BYTES = 16  # a claim's field: the key's digest
+MAX_SHARDS = 1024
+SALTS = 100_000  # tags tried per shard for one on the wanted Cluster primary
 _RELEASE = {"ack": Op.ACK, "abandon": Op.ABANDON, "renew": Op.RENEW}
-STAGE_MS = 60_000  # the expiry of a client's staged bits (renamed or deleted by the next call)
-
-
-class _Snapshot(NamedTuple):
-    """A native read of a batch's bits: per key 1 if its bits were all set; the claims held;
-    the bits read (the whole string, or 64-byte blocks placed by `number`: block offset ->
-    its place); the filter's count (bloom_batch.lua adds to it whenever it writes bits)."""
-
-    present: bytes
-    held: int
-    bits: bytes
-    number: dict[int, int] | None
-    count_read: bytes
 
 
 class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
@@ -82,11 +69,14 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
     Args:
         redis: a Redis URL ("redis://host:6379/0") or a redis-py client.
         name: the filter's name (non-empty UTF-8, no braces, '#' or control characters);
-            its keys are urlseen:{name}:kind, :meta, :bits, :claims and :records, the name
-            escaped in the hash tag (Redis Cluster keeps them in one slot).
+            its keys are urlseen:{name}:kind and :meta, and per shard :bits, :meta, :claims
+            and :records, in a slot of the shard's own (the name escaped in the hash tag;
+            a filter of one shard keeps them all in the name's slot).
         capacity, error_rate, layout, seed, hash: as for BloomFilter; used when the filter
             does not exist yet. An existing filter keeps its own parameters; passing
             different ones raises ConfigError.
+        shards: how many shards a new filter's bits are split in (default: one per primary
+            on a Redis Cluster, each placed on another primary; one on a single server).
         lease: seconds an answer "new" stays claimed by this client until acknowledged
             (default 10): if this client dies first, the next client that meets the URL after
             the lease gets it as new.
@@ -115,60 +105,42 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
         layout: str = "blocked",
         seed: int = 0,
         hash: str = DEFAULT_HASH,
+        shards: int | None = None,
         lease: float | None = None,
         allow_eviction: bool = False,
     ) -> None:
         self.name = redis_store.check_name(name)
+        if shards is not None and not (
+            isinstance(shards, int) and not isinstance(shards, bool) and 1 <= shards <= MAX_SHARDS
+        ):
+            raise ConfigError(f"shards is a whole number from 1 to {MAX_SHARDS}, not {shards!r}")
         self._claims = Claims(lease)
         self._client = redis_store.connect(redis)
         self._what = f"bloom filter {name!r}"
-        self._bits = redis_store.key(name, "bits")
         self._meta = redis_store.key(name, "meta")
-        self._claims_key = redis_store.key(name, "claims")
-        self._records_key = redis_store.key(name, "records")
-        # this client's staged whole bits (bloom_batch.lua's rewrite): set, then renamed over
-        # the bits by the script or deleted by it; the expiry covers a client that dies between
-        self._stage = redis_store.key(name, f"stage:{self._claims.owner}")
         self._cluster = redis_store.is_cluster(self._client)
-        self._records: dict[str, list[bytes]] = {}  # this client's records: field -> keys
-        self._per_key_claims = False  # some claims held may be per key, not in those records
         self._script = redis_store.load_script(self._client, "bloom_batch.lua")
         redis_store.check_eviction(self._client, allow_eviction, self._what)
-        stored = _open(self._client, self.name, capacity, error_rate, layout, seed, hash)
+        wanted = dict(capacity=capacity, error_rate=error_rate, layout=layout, seed=seed, hash=hash)
+        stored = _open(self._client, self.name, wanted, shards, self._cluster)
         self._params = stored
-        self.nbits, self.k = int(stored["nbits"]), int(stored["k"])
-        self._nbytes = (self.nbits + 7) // 8
+        self.k = int(stored["k"])
         self._instance = stored["instance"]
         self._layout = LAYOUT_CODES[stored["layout"]]
         self._hash = HASHES[stored["hash"]]
         self.seed = int(stored["seed"])
-        self._keys = {
-            "bits": self._bits,
-            "meta": self._meta,
-            "claims": self._claims_key,
-            "records": self._records_key,
-            "stage": self._stage,
-        }
-        self._fields = {
-            "instance": self._instance,
-            "nbytes": self._nbytes,
-            "fp_bytes": FP_BYTES,
-            "layout": stored["layout"],
-        }
         # The blocked layout reads every batch's blocks first and sends the script its own
         # answers and blocks to write, checked unchanged (bits.lua, bits_agreed).
         self.optimistic = self._layout == _core.LAYOUT_BLOCKED
         self.native_from = NATIVE_FROM  # NativeReads.start
-        self._reads = NativeReads()
-        # The count the next read finds if no other client writes meanwhile: if it does, this
-        # client is likely the only writer (_sole_writer), and may send a small filter's whole
-        # bits (optimistic_args) and skip reading them: they are as its last batch left them
-        # (_last_bits: that count and those bits; every write of bits adds to the count)
-        self._count_after: bytes | None = None
-        self._sole_writer = False
-        self._last_bits: tuple[bytes, bytes] | None = None
-        self._staging: bytes | None = None
-        self._marks = WriteMarks()  # this client's write mark in the meta (shared/marks.py)
+        self._marks = WriteMarks()  # this client's write marks in the shards' metas
+        tags = stored.get("tags") or [redis_store.escape(name)]
+        self._shards = [BloomShard(self, tag, int(stored["shard_bits"])) for tag in tags]
+        self.shards = len(self._shards)
+        self.nbits = self.shards * int(stored["shard_bits"])
+        # Where a batch starts among its shards, in turn from a random one: the first shard's
+        # claims are held while the others are asked, so other clients wait on it longest
+        self._turn = random.randrange(MAX_SHARDS)
 
     @staticmethod
     def exists(redis: Any, name: str) -> bool:
@@ -177,202 +149,85 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
 
     # -- the seen-test ------------------------------------------------------------------
 
-    def _call(
-        self, op: Op, masks: bytes, fps: bytes, claim: Sequence[Any], what: str, extra: Any = ()
-    ) -> Any:
-        """One bloom_batch.lua call; extra: the operation's tail. For the tail's rewrite
-        (STAGED), the whole bits in _staging are staged first, in the same round trip."""
-        staged, self._staging = self._staging, None
-        if len(extra) < 3 or extra[2] != STAGED:
-            staged = None
-        fields = {**self._fields, "op": op, "masks": masks, "fps": fps, **claim_fields(claim)}
-        fields["mark"] = self._marks.expected(self._meta)
-        keys, args = BLOOM_BATCH.call(self._keys, fields, extra)
-        call = functools.partial(self._script, keys=keys, args=args)
-        if staged is not None:
-            client, cluster = self._client, self._cluster
-            call = functools.partial(
-                _set_then_call, client, cluster, self._script, staged, keys, args
-            )
-        reply = retrying(call, f"{self._what}: {what}")
-        self._marks.advanced(self._meta)
-        return reply
+    def _split(self, fps: list[bytes]) -> list[tuple[BloomShard, list[int] | None]]:
+        """The shards a batch touches, each with its keys' places (None: every key)."""
+        if self.shards == 1:
+            return [(self._shards[0], None)]
+        groups: dict[int, list[int]] = {}
+        for i, fp in enumerate(fps):
+            groups.setdefault(shard_of(fp, self.shards), []).append(i)
+        return [(self._shards[s], idx) for s, idx in sorted(groups.items())]
 
-    def _masks(self, keys: list[Key]) -> bytes:
-        return _core.byte_masks(keys, self.nbits, self.k, self._layout, self.seed, self._hash)
+    def _by_shard(self, fps: list[bytes]) -> list[tuple[BloomShard, list[bytes]]]:
+        """fps grouped by shard."""
+        return [
+            (shard, fps if idx is None else [fps[i] for i in idx])
+            for shard, idx in self._split(fps)
+        ]
 
     def add(self, key: Key) -> bool:
         """Check-and-add one URL (one round trip: use add_many for throughput)."""
         return self.add_many([key])[0]
 
     def add_many(self, keys: Iterable[Key]) -> list[bool]:
-        """Check-and-add a batch, each key atomically; True where new. A batch of repeats takes
-        one round trip (two while claims are held), one with new keys a read, the
-        script and the acknowledgement. Waits (about one lease at most) for URLs another client
-        answered new and has not acknowledged."""
+        """Check-and-add a batch, each key atomically; True where new. Per shard it touches, a
+        batch of repeats takes one round trip (two while claims are held), one with new keys
+        a read, the script and the acknowledgement. Waits (about one lease at most) for URLs
+        another client answered new and has not acknowledged."""
         self._usable()
         keys = key_batch(keys)
         if not keys:
             return []
-        masks = self._masks(keys)
         fps = _core.digests(keys, self._hash, self.seed)
         claims = self._claims
         answers = [False] * len(keys)
+        groups = self._split(fps)
+        self._turn += 1
+        start = self._turn % len(groups)
         with claims.batch(self._abandon, fps) as priority:
-            todo = list(range(len(keys)))
-            read_first, send = self._reads.start(self.optimistic, self.native_from)
-            snapshot = self._present(masks, len(keys)) if read_first else None
-            if snapshot is not None:
-                todo = self._undecided(snapshot, fps, priority)
-            snapshots = [snapshot] if send and snapshot is not None else []
-
-            def ask(idx: list[int]) -> bytes:
-                part = masks if len(idx) == len(keys) else self._masks([keys[i] for i in idx])
-                return self._ask(part, [fps[i] for i in idx], priority, snapshots)
-
-            if todo:
+            waits: list[tuple[int, Any]] = []  # pending keys: (place in the batch, ask again)
+            for shard, idx in groups[start:] + groups[:start]:
+                if idx is None:
+                    got, pending, again = shard.start(keys, fps, priority)
+                    answers = got
+                    waits += [(i, (again, i)) for i in pending]
+                    continue
+                got, pending, again = shard.start(
+                    [keys[i] for i in idx], [fps[i] for i in idx], priority
+                )
+                for i, answer in zip(idx, got, strict=True):
+                    answers[i] = answer
+                waits += [(idx[i], (again, i)) for i in pending]
+            if waits:  # every shard asked once before any waiting: no claim held meanwhile
                 got = ask_until_decided(
-                    lambda idx: ask_each_once([todo[j] for j in idx], fps, ask),
-                    [fps[i] for i in todo],
+                    lambda pos: _ask_again([waits[p][1] for p in pos]),
+                    [fps[i] for i, _ in waits],
                     claims,
                     self._renew,
                 )
-                for i, answer in zip(todo, got, strict=True):
+                for (i, _), answer in zip(waits, got, strict=True):
                     answers[i] = answer
-        self._reads.answered(answers.count(False), len(keys))
         if claims.auto:
             self.acknowledge()
         return answers
 
-    def _ask(
-        self, masks: bytes, fps: list[bytes], priority: int, snapshots: list[_Snapshot]
-    ) -> bytes:
-        """One check-and-add call of the script for these keys: their answers (OWN as NEW),
-        their claims held. The first call of a batch read natively (snapshots) sends the
-        answers and blocks that read decided (optimistic_args)."""
-        extra: list[bytes] = []
-        work = count = None
-        if snapshots:
-            s = snapshots.pop()
-            work = bytearray(s.bits) if s.number is None else None
-            extra = optimistic_args(
-                masks, s.bits, s.number, s.count_read, rewrite=self._sole_writer, work=work
-            )
-            count = s.count_read
-        claim = self._claims.args(priority)
-        left = None if work is None else bytes(work)  # the bits as the batch leaves them
-        self._staging = left  # _call stages them if extra says so
-        reply = self._call(Op.ADD, masks, b"".join(fps), claim, "check-and-add", extra)
-        answer, fell = fell_back(reply)
-        if extra:
-            self._reads.tried(1, fell)
-        after = None if fell or count is None else _count_after(count, extra[1])
-        self._count_after = after
-        self._last_bits = None if left is None or after is None else (after, left)
-        if Answer.OWN in answer:  # new keys claimed one by one, not in the call's record
-            self._per_key_claims = True
-            answer = answer.replace(bytes([Answer.OWN]), bytes([Answer.NEW]))
-        got = [fp for fp, c in zip(fps, answer, strict=True) if c == Answer.NEW]
-        if got:
-            self._records[f"{claim[0]} {claim[2]}"] = got
-        self._claims.hold(got, priority)
-        return answer
-
-    # -- native reads: repeats answered without the script ---------------------------------
-
-    def _alive(self, found: bytes | None, length: int) -> None:
-        redis_store.check_alive(
-            self._what, self._meta, found, self._instance, self._bits, int(length), self._nbytes
-        )
-
-    def _present(self, masks: bytes, n: int) -> _Snapshot | None:
-        """Whether each of n keys finds its bits set, how many claims the filter holds, and the
-        bits read, in one MULTI/EXEC (atomic: no script or command runs between its reads),
-        which also checks that the filter is still the one opened (BitsRead; None when a
-        script must read the bits). The only writer of the filter reads no bits: its last
-        batch's (_last_bits) are the filter's while the count is the one they go with (else it
-        reads again, bits too)."""
-        plan = BitsRead(masks, self._nbytes, self._layout, n)
-        if not plan.possible:
-            return None
-        last = self._last_bits if plan.whole and self._sole_writer else None
-
-        def read(bits: bool) -> list[Any]:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.hmget(self._meta, "instance", "count", "rolled_back")
-            pipe.strlen(self._bits)
-            pipe.hlen(self._claims_key)
-            pipe.hlen(self._records_key)
-            if bits:
-                plan.queue(pipe, self._bits)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        (found, count, marked), length, held, records, *data = retrying(
-            lambda: read(last is None), f"{self._what}: read"
-        )
-        self._alive(found, length)
-        marks.check_read(self._what, self._meta, marked, count)
-        if last is not None and last[0] != (count or b""):
-            last = None  # another client wrote: read again, with the bits
-            (found, count, marked), length, held, records, *data = retrying(
-                lambda: read(True), f"{self._what}: read"
-            )
-            self._alive(found, length)
-        marks.check_read(self._what, self._meta, marked, count)
-        count = count or b""
-        self._sole_writer = count == self._count_after
-        bits = last[1] if last is not None else plan.bits(data)
-        return _Snapshot(plan.present(bits), int(held) + int(records), bits, plan.number, count)
-
-    def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> list[int]:
-        """The keys a native read cannot answer seen, for the script to decide: those with a
-        bit missing, or a claim that is not plainly seen (ClaimsRead). The others are seen:
-        their bits are set and stay set (bits are never cleared while the instance lives), so
-        the answer holds at the moment their claims were read."""
-        found = [i for i, bit in enumerate(snapshot.present) if bit]
-        if snapshot.held and found:
-            wanted = [fps[i] for i in found]
-            claims = ClaimsRead(self._claims_key, self._records_key, wanted, not self._cluster)
-
-            def read() -> list[Any]:
-                pipe = self._client.pipeline(transaction=True)
-                pipe.hget(self._meta, "instance")
-                pipe.strlen(self._bits)
-                claims.queue(pipe)
-                return pipe.execute()  # type: ignore[no-any-return]
-
-            replies = retrying(read, f"{self._what}: read claims")
-            self._alive(replies[0], replies[1])
-            found = claims.seen(found, replies[2:], self._claims.owner, priority, FP_BYTES)
-        seen = set(found)
-        return [i for i in range(len(fps)) if i not in seen]
-
     def acknowledge(self) -> int:
         """As ClaimedAnswers.acknowledge; claims younger than half a lease (the usual case: each
         batch's, just before add_many returns) are deleted unread (none can have been taken
-        over): when all of them are in this client's records, by one native HDEL of those;
-        else by one script call with one argument each and no per-key Lua work."""
-        records, per_key = self._records, self._per_key_claims
-        self._records, self._per_key_claims = {}, False
-        if not records or per_key or not self._claims.young():
+        over): when all of them are in this client's records, by one native HDEL of those per
+        shard; else by one script call per shard with one argument each and no per-key Lua
+        work."""
+        shards = [s for s in self._shards if s.records or s.per_key_claims]
+        per_key = any(s.per_key_claims for s in shards)
+        if not shards or per_key or not self._claims.young():
+            for shard in shards:
+                shard.records, shard.per_key_claims = {}, False
             return self._acknowledge_by(self._drop)  # the script expands records first
         self._usable()
         fps = self._claims.take()
-        ids = list(records)
-
-        def hdel() -> list[Any]:
-            pipe = self._client.pipeline(transaction=True)
-            for field in ids:
-                pipe.hdel(self._records_key, field)
-            marked_ack(pipe, self._meta, self._claims.owner)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        *deleted, mark, instance, marked = retrying(hdel, f"{self._what}: ack")
-        alive, owner = functools.partial(self._alive, length=self._nbytes), self._claims.owner
-        self._marks.acked(
-            self._what, self._client, self._meta, owner, (mark, instance, marked), alive
-        )
-        gone = {fp for field, d in zip(ids, deleted, strict=True) if d for fp in records[field]}
+        gone: set[bytes] = set()
+        for shard in shards:
+            gone |= shard.delete_records()
         # What is left was expanded into per-key claims by another call's lookup (or is per key)
         rest = list(dict.fromkeys(fp for fp in fps if fp not in gone))
         return sum(
@@ -382,29 +237,30 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
     def _drop(self, fps: list[bytes]) -> int:
         """DROP: delete this client's young claims of fps unread (records expanded first);
         how many of fps it did not find."""
-        return len(fps) - int(self._call(Op.DROP, b"", b"", self._claims.args(0), "ack", fps))
+        return sum(shard.drop(part) for shard, part in self._by_shard(fps) if part)
 
     def _release(self, fps: list[bytes], how: str) -> int:
         if how != "renew":
-            self._records, self._per_key_claims = {}, False  # the script expands them: per key
+            for shard in self._shards:  # the script expands them: per key
+                shard.records, shard.per_key_claims = {}, False
         op, lost = _RELEASE[how], 0
-        for start in range(0, len(fps), RELEASE_CHUNK):
-            part = b"".join(fps[start : start + RELEASE_CHUNK])
-            answer = self._call(op, b"", part, self._claims.args(0), how)
-            lost += answer.count(Answer.SEEN)
+        for shard, part in self._by_shard(fps):
+            for start in range(0, len(part), RELEASE_CHUNK):
+                lost += shard.release(op, part[start : start + RELEASE_CHUNK], how)
         return lost
 
     def claims_held(self) -> int:
         self._usable()
 
-        def count() -> int:
+        def count(shard: BloomShard) -> int:
             pipe = self._client.pipeline(transaction=True)
-            pipe.hlen(self._claims_key)
-            pipe.hvals(self._records_key)
+            pipe.hlen(shard.claims_key)
+            pipe.hvals(shard.records_key)
             held, records = pipe.execute()
             return int(held) + sum(record_size(v, FP_BYTES) for v in records)
 
-        return retrying(count, f"{self._what}: claims")
+        what = f"{self._what}: claims"
+        return sum(retrying(lambda s=s: count(s), what) for s in self._shards)  # type: ignore[misc]
 
     def __contains__(self, key: object) -> bool:
         return self.contains_many([key])[0]  # type: ignore[list-item]
@@ -415,26 +271,35 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
         keys = key_batch(keys)
         if not keys:
             return []
-        masks = self._masks(keys)
-        snapshot = self._present(masks, len(keys))
-        if snapshot is not None:
-            return [bit == 1 for bit in snapshot.present]
-        answer = self._call(Op.CONTAINS, masks, b"", self._claims.args(0), "contains")
-        return [c == Answer.SEEN for c in answer]  # every bit was set
+        fps = _core.digests(keys, self._hash, self.seed) if self.shards > 1 else []
+        answers = [False] * len(keys)
+        for shard, idx in self._split(fps):
+            if idx is None:
+                return shard.contains(keys)
+            for i, answer in zip(idx, shard.contains([keys[i] for i in idx]), strict=True):
+                answers[i] = answer
+        return answers
 
     def __len__(self) -> int:
         self._usable()
-        count, instance = retrying(
-            lambda: self._client.hmget(self._meta, "count", "instance"), f"{self._what}: count"
-        )
-        if instance is None or instance.decode() != self._instance:
-            raise FilterLostError(f"{self._what}: {self._meta} is gone or replaced; " + LOST_HELP)
-        return marks.meta_number(self._what, self._meta, "count", count)
+        total = 0
+        for shard in self._shards:
+            count, instance = retrying(
+                lambda s=shard: self._client.hmget(s.meta, "count", "instance"),  # type: ignore[misc]
+                f"{self._what}: count",
+            )
+            if instance is None or instance.decode() != self._instance:
+                raise FilterLostError(
+                    f"{self._what}: {shard.meta} is gone or replaced; " + LOST_HELP
+                )
+            total += marks.meta_number(self._what, shard.meta, "count", count)
+        return total
 
     def stats(self) -> FilterStats:
         count, p = len(self), self._params
         layout, nbits, k = p["layout"], self.nbits, self.k
         details = {"name": self.name, "k": k, "layout": layout, "hash": p["hash"]}
+        details["shards"] = self.shards
         details["likely_dropped"] = sizing.likely_dropped(layout, nbits, k, count, p["capacity"])
         estimated = sizing.error_rate_at(layout, nbits, k, count)
         return FilterStats(
@@ -448,16 +313,20 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
         )
 
     def popcount(self) -> int:
-        """Set bits (BITCOUNT, counted by the server)."""
+        """Set bits (BITCOUNT of each shard, counted by the servers)."""
         self._usable()
-        return int(retrying(lambda: self._client.bitcount(self._bits), f"{self._what}: popcount"))
+        return sum(
+            int(retrying(lambda s=s: self._client.bitcount(s.bits), f"{self._what}: popcount"))  # type: ignore[misc]
+            for s in self._shards
+        )
 
     def memory_usage(self) -> int:
         """Bytes Redis uses for the bits and the metadata (MEMORY USAGE)."""
         self._usable()
+        parts = {self._meta, *(k for s in self._shards for k in (s.bits, s.meta))}
 
         def usage() -> int:
-            return sum(int(self._client.memory_usage(k) or 0) for k in (self._bits, self._meta))
+            return sum(int(self._client.memory_usage(k) or 0) for k in parts)
 
         return retrying(usage, f"{self._what}: memory usage")
 
@@ -465,89 +334,151 @@ class RedisBloomFilter(ForgetsMarks, ClaimedAnswers):
         """Delete the filter's keys from Redis (its receipts expire on their own)."""
         self._usable()
         kind = redis_store.key(self.name, "kind")
-        parts = (self._bits, self._meta, self._claims_key, self._records_key, kind)
-        retrying(lambda: self._client.delete(*parts), f"{self._what}: destroy")
+        _delete(self._client, [k for s in self._shards for k in s.stored_keys()], self._what)
+        retrying(lambda: self._client.delete(self._meta, kind), f"{self._what}: destroy")
         self._claims.take()  # nothing left to release
         self.close()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} nbits={self.nbits} k={self.k}>"
+        return (
+            f"<{type(self).__name__} {self.name!r} nbits={self.nbits} k={self.k} "
+            f"shards={self.shards}>"
+        )
 
 
-def _count_after(count: bytes, said: bytes) -> bytes:
-    """The filter's count (as a snapshot read it: b"" before any write) once a script took
-    the answers `said` (each b"1" adds one)."""
-    fresh = said.count(Answer.NEW)
-    return str(int(count or 0) + fresh).encode() if fresh else count
+def _ask_again(asks: list[tuple[Any, int]]) -> bytes:
+    """The answers to asking again about pending keys, each (its shard's ask, its place in the
+    shard's part), one call per shard."""
+    by: dict[int, tuple[Any, list[int], list[int]]] = {}
+    for n, (again, i) in enumerate(asks):
+        entry = by.setdefault(id(again), (again, [], []))
+        entry[1].append(i)
+        entry[2].append(n)
+    out = bytearray(len(asks))
+    for again, places, ns in by.values():
+        for n, c in zip(ns, again(places), strict=True):
+            out[n] = c
+    return bytes(out)
 
 
-def _set_then_call(
-    client: Any, cluster: bool, script: Any, staged: bytes, keys: list[str], args: list[Any]
-) -> Any:
-    """SET the staged bits (KEYS' stage, with an expiry), then run the script: in one round
-    trip on a single server, in two on a Cluster (redis-py's Cluster pipelines refuse EVALSHA)."""
-    from redis.exceptions import NoScriptError
+def _delete(client: Any, keys: list[str], what: str) -> None:
+    """Delete keys that may lie in several slots (one DEL per key's slot on a Cluster)."""
+    by_slot: dict[str, list[str]] = {}
+    for k in keys:
+        by_slot.setdefault(k[: k.index("}") + 1], []).append(k)
+    for group in by_slot.values():
+        retrying(lambda g=group: client.delete(*g), f"{what}: destroy")  # type: ignore[misc]
 
-    stage = keys[BLOOM_BATCH.keys.index("stage")]
-    if cluster:
-        client.set(stage, staged, px=STAGE_MS)
-        return script(keys=keys, args=args)
-    for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        pipe.set(stage, staged, px=STAGE_MS)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        try:
-            return pipe.execute()[-1]
-        except NoScriptError:  # a SCRIPT FLUSH: load it, send both again
-            if attempt:
-                raise
-            client.script_load(script.script)
-    raise AssertionError("unreachable")
+
+def _tags(client: Any, name: str, instance: str, shards: int, cluster: bool) -> list[str]:
+    """The hash tags of a new filter's shards: the name, the shard's number and the instance;
+    on a Cluster, with a salt that puts shard i on the i-th primary (in turn), so that every
+    primary holds its share."""
+    escaped = redis_store.escape(name)
+    tags = [f"{escaped}:s{i}:{instance}" for i in range(shards)]
+    if not cluster:
+        return tags
+    primaries = sorted(node.name for node in client.get_primaries())
+    placed = []
+    for i, tag in enumerate(tags):
+        want = primaries[i % len(primaries)]
+        for salt in range(SALTS):
+            candidate = f"{tag}.{salt}" if salt else tag
+            if client.get_node_from_key(redis_store.tagged(candidate, "meta")).name == want:
+                break
+        placed.append(candidate)
+    return placed
+
+
+def _create_shards(client: Any, tags: list[str], instance: str, nbytes: int) -> list[str]:
+    """Each shard's meta and zeroed bits (before the filter's record names them, so that no
+    client finds a shard missing); the keys written."""
+    written = []
+    for tag in tags:
+        meta, bits = redis_store.tagged(tag, "meta"), redis_store.tagged(tag, "bits")
+
+        def create(meta: str = meta, bits: str = bits) -> None:
+            pipe = client.pipeline(transaction=True)
+            pipe.hset(meta, mapping={"instance": instance, "count": 0})
+            pipe.setrange(bits, nbytes - 1, b"\0")
+            pipe.execute()
+
+        written += [meta, bits]
+        retrying(create, "create a shard")
+    return written
 
 
 def _open(
-    client: Any,
-    name: str,
-    capacity: int | None,
-    error_rate: float | None,
-    layout: str,
-    seed: int,
-    hash: str,
+    client: Any, name: str, wanted: dict[str, Any], shards: int | None, cluster: bool
 ) -> dict[str, Any]:
-    """The filter's stored parameters; when there are none, made from the arguments (its bits
-    allocated). An existing filter's are checked against the capacity and error rate given."""
+    """The filter's stored parameters (format 2 read as one shard); when there are none, made
+    from `wanted` (its shards' bits allocated). An existing filter's are checked against the
+    capacity and error rate wanted."""
     meta, bits = redis_store.key(name, "meta"), redis_store.key(name, "bits")
 
     def validate(params: dict[str, Any]) -> None:
         if params.get("layout") not in LAYOUT_CODES or params.get("hash") not in HASHES:
             raise FormatError(f"Redis key {meta}: unknown layout or hash")
+        if params["format"] == FORMAT_ONE_KEY:
+            params.update(shard_bits=params["nbits"], tags=None)
+        tags, size = params.get("tags"), params.get("shard_bits")
+        if (
+            not isinstance(size, int)
+            or size <= 0
+            or not (
+                tags is None or (isinstance(tags, list) and all(isinstance(t, str) for t in tags))
+            )
+        ):
+            raise FormatError(f"Redis key {meta}: unreadable shards")
 
-    def record(create: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        allocate = None if create is None else (bits, (create["nbits"] + 7) // 8)
+    def record(fmt: str, create: dict[str, Any] | None = None, alloc: Any = None) -> Any:
         noun = "Redis Bloom filter"
-        return redis_store.record(
-            client, name, KIND, meta, FORMAT, noun, validate, create, allocate
-        )
+        return redis_store.record(client, name, KIND, meta, fmt, noun, validate, create, alloc)
 
-    stored = record()
+    try:
+        stored = record(FORMAT)
+    except FormatError as exc:
+        if repr(FORMAT_ONE_KEY) not in str(exc):
+            raise
+        stored = record(FORMAT_ONE_KEY)
     if stored is not None:
-        given = {"capacity": capacity, "error_rate": error_rate}
+        given = {"capacity": wanted["capacity"], "error_rate": wanted["error_rate"]}
         check_given(stored, given, f"filter {name!r}")
-        return stored
-    if capacity is None:
+        return stored  # type: ignore[no-any-return]
+    if wanted["capacity"] is None:
         raise ConfigError(f"no filter {name!r} in Redis: give a capacity to create it")
-    wanted = _params(
-        capacity,
-        defaults.BLOOM_ERROR_RATE if error_rate is None else error_rate,
-        layout,
-        seed,
-        hash,
+    rate = wanted["error_rate"]
+    params = _params(
+        wanted["capacity"],
+        defaults.BLOOM_ERROR_RATE if rate is None else rate,
+        wanted["layout"],
+        wanted["seed"],
+        wanted["hash"],
     )
-    if wanted["nbits"] > MAX_BITS:
+    count = shards or (len(client.get_primaries()) if cluster else 1)
+    # each shard a whole number of 64-byte blocks (the blocked layout's unit), or of bytes
+    unit = 512 if params["layout"] == "blocked" else 8
+    size = -(-params["nbits"] // (count * unit)) * unit
+    if size > MAX_BITS:
         raise ConfigError(
-            f"{wanted['nbits']} bits exceed one Redis string (2**32 bits); lower the "
-            "capacity or raise the error rate"
+            f"{size} bits per shard exceed one Redis string (2**32 bits); lower the "
+            "capacity, raise the error rate or use more shards"
         )
-    stored = record({**wanted, "format": FORMAT, "instance": redis_store.new_instance()})
-    assert stored is not None
-    return stored
+    instance = redis_store.new_instance()
+    params.update(format=FORMAT, instance=instance, shard_bits=size, tags=None)
+    if count == 1:
+        created = record(FORMAT, params, (bits, (size + 7) // 8))
+        assert created is not None
+        return created  # type: ignore[no-any-return]
+    params["tags"] = _tags(client, name, instance, count, cluster)
+    written = _create_shards(client, params["tags"], instance, (size + 7) // 8)
+    created = None
+    try:
+        created = record(FORMAT, params)
+    finally:
+        if created is None or created["instance"] != instance:  # another client's won
+            with contextlib.suppress(Exception):
+                _delete(client, written, "create")
+    if created["instance"] != instance:
+        return _open(client, name, wanted, shards, cluster)  # read the winner's
+    return created  # type: ignore[no-any-return]

@@ -21,10 +21,58 @@
 -- none can have been taken over).
 --
 -- Returns: ADD: per key NEW, SEEN, PENDING or OWN (bits.lua), then FELL_BACK if the
--- optimistic arguments were sent and not taken; CONTAINS: per key NEW (absent) or SEEN
+-- optimistic arguments were sent and not taken (blocks that changed since the client's read
+-- are merged instead: bits_merge, below); CONTAINS: per key NEW (absent) or SEEN
 -- (present); ACK, ABANDON, RENEW: per key NEW where the claim was still the caller's; DROP:
 -- how many claims it deleted. Data that vanished is an error reply "URLSEEN-LOST ...", data
 -- that went back in time "URLSEEN-ROLLBACK ...", before anything is written.
+
+-- The optimistic path when blocks changed since the client's read (bits_agreed said false):
+-- instead of deciding the whole batch here, only the keys the client said new whose block
+-- changed are decided again (bits_blocked, from the block as it is now); the
+-- others keep the client's answer (a block unchanged since the read decides its keys as it
+-- did then; a key seen stays seen, bits are never cleared). A fleet's clients write each
+-- other's blocks all the time on a small filter: this keeps the Lua work per key to the few
+-- keys that met another client's writes. Returns per key whether new, how many are, and a
+-- function that writes the unchanged blocks as sent and the changed ones as decided here.
+local function bits_merge(key, masks, whole, n, said, blocks, olds)
+  local changed, kept = {}, {}
+  for j = 0, #olds / 64 - 1 do
+    local base = u32_at(blocks, 68 * j + 1)
+    local now = whole and sub(whole, base + 1, base + 64)
+                or redis.call('GETRANGE', key, base, base + 63)
+    if now ~= sub(olds, 64 * j + 1, 64 * j + 64) then
+      changed[base] = true
+    else
+      kept[#kept + 1] = j
+    end
+  end
+  local new, fresh, again, at = {}, 0, {}, {}
+  local new_byte, pos, i = byte(NEW), 1, 0
+  while pos <= #masks do
+    local c, b1, b2, b3, b4 = byte(masks, pos, pos + 4)
+    i = i + 1
+    local is_new = byte(said, i) == new_byte
+    if is_new and changed[b1 + b2 * 256 + b3 * 65536 + b4 * 16777216] then
+      again[#again + 1] = sub(masks, pos, pos + 4 + 2 * c)
+      at[#at + 1] = i
+    elseif is_new then
+      fresh = fresh + 1
+    end
+    new[i] = is_new
+    pos = pos + 5 + 2 * c
+  end
+  if i ~= n then return nil end
+  local decided, _, more, write = bits_blocked(key, table.concat(again), whole, false, true)
+  for t, k in ipairs(at) do new[k] = decided[t] end
+  return new, fresh + more, function()
+    for _, j in ipairs(kept) do
+      redis.call('SETRANGE', key, u32_at(blocks, 68 * j + 1), sub(blocks, 68 * j + 5, 68 * j + 68))
+    end
+    write()
+  end
+end
+
 local op, instance, nbytes, layout = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local width, masks, fps = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local TAIL = 12 -- ARGV before the operation's tail
@@ -81,12 +129,16 @@ if op == OP_ADD and layout == 'blocked' and ARGV[TAIL + 4] then
     end
     if not new then redis.call('DEL', stage_key) end
   else
-    local agreed = bits_agreed(bits_key, whole, n, meta[2] or '', count, said, blocks, olds)
-    if agreed then
-      new, fresh = bits_said(said, n)
-      write = function() bits_write_blocks(bits_key, blocks) end
+    if count == (meta[2] or '') then -- no bits written since the read (bits_agreed)
+      if bits_agreed(bits_key, whole, n, count, count, said, blocks, olds) then
+        new, fresh = bits_said(said, n)
+        write = function() bits_write_blocks(bits_key, blocks) end
+      end
+    elseif #said == n and #olds % 64 == 0 and #blocks == 68 * (#olds / 64) then
+      -- some may have changed: each block is compared once, its new keys decided again
+      new, fresh, write = bits_merge(bits_key, masks, whole, n, said, blocks, olds)
+      fell_back = not new
     end
-    fell_back = agreed == false
   end
 end
 if not new then
