@@ -153,6 +153,14 @@ def _shared(kind: str, url: str, name: str, lease: float):
     return SplittableBloomFilter(2_000, 1e-6, redis=url, name=name, lease=lease, leaf_bits=1 << 14)
 
 
+class _SlowFlush(io.BytesIO):
+    """An output whose flush takes longer than a 10 ms lease."""
+
+    def flush(self) -> None:
+        time.sleep(0.03)
+        super().flush()
+
+
 @pytest.mark.parametrize("kind", SHARED)
 def test_one_process_with_a_lease_shorter_than_a_batch_prints_no_url_twice(
     kind, feed, redis_url, redis_name
@@ -161,7 +169,7 @@ def test_one_process_with_a_lease_shorter_than_a_batch_prints_no_url_twice(
     the splittable filter's rounds) and before every acknowledgement: the process meets its own
     lapsed claims again, and still answers each URL new once; the summary counts the lapses."""
     with _shared(kind, redis_url, redis_name, 0.01) as seen:
-        out = io.BytesIO()
+        out = _SlowFlush()  # every batch's acknowledgement comes after its lease, however fast
         summary = dedup(Inputs([str(feed)]), seen, out, batch_size=65536)
         printed = out.getvalue().splitlines()
         assert len(printed) == len(set(printed)), f"{len(printed) - len(set(printed))} twice"
