@@ -29,7 +29,9 @@ Two streams of keys (raw lines of the dev set, no canonicalization, empty lines 
   receipts): what the targets use. Also INFO used_memory after the run minus before the
   filter was created, with and without the expiring keys, the way's connections killed and
   the script cache flushed first (buffers and scripts are per server, not data; latency
-  tracking is off for the same reason); it still counts ~0.1 MB the Lua state keeps;
+  tracking is off for the same reason); it still counts ~0.1 MB the Lua state keeps; for the
+  splittable filter also after a reload: once every client's announcement of the tree it
+  read has lapsed, a fresh client's load frees the leaves splits retired (closing frees none);
 * throughput: client wall time of the check-and-add calls, one client process;
 * correctness against a Python set: FP (new answered seen), FN (seen answered new), URLs
   answered new twice; and, for the "new" stream, the FP rate of the filled filter on --probe
@@ -119,6 +121,10 @@ TARGETS = {
     "cluster_busiest": 0.40,  # the busiest primary's share of the cluster's server CPU
     "cluster_sum": 1.15,  # the cluster's server CPU <= 1.15x one server's, same clients
     "fleet_growth": 1.5,  # 16 clients' server CPU per URL <= 1.5x one client's
+    "exact_cpu_new": 1.5,  # the exact library's server CPU per URL <= 1.5x SADD on new URLs
+    "exact_cpu_repeats": 1.0,  # and <= 1x on repeats
+    "grown_end_vs_rest": 2.0,  # splittable grown: used_memory at the end <= 2x at rest
+    "grown_rest_bits": 40.0,  # and at rest <= 40 bits per distinct URL by used_memory
 }
 
 # --------------------------------------------------------------------------- data
@@ -463,6 +469,7 @@ class Row:
     new_twice: int = 0
     memory_bytes: int = 0
     memory_bytes_live: int = 0  # without the keys that expire by themselves
+    memory_bytes_reloaded: int = 0  # splittable: then once a fresh client has loaded the tree
     expiring_keys: int = 0
     key_bytes: int = 0  # MEMORY USAGE (every element) of the keys that stay
     server_cpu_seconds: float = 0.0
@@ -488,6 +495,10 @@ class Row:
     @property
     def live_bytes_per_distinct(self) -> float:
         return self.memory_bytes_live / self.distinct
+
+    @property
+    def reloaded_bytes_per_distinct(self) -> float:
+        return self.memory_bytes_reloaded / self.distinct
 
     @property
     def key_bytes_per_distinct(self) -> float:
@@ -561,6 +572,27 @@ def measure_once(
         server.client.delete(*expiring[start : start + 1000])
     row.memory_bytes_live = server.used() - before_mem
     row.key_bytes = key_bytes(server)
+    if way.kind == "dsbf":
+        row.memory_bytes_reloaded = reloaded(server, way, lines[:1]) - before_mem
+
+
+def reloaded(server: Server, way: Way, lines: list[str]) -> int:
+    """used_memory once every client's announcement of the tree it read has lapsed and a fresh
+    client has loaded the tree (a load frees the leaves splits retired that no reader needs;
+    closing a client frees none), its connection gone: a splittable filter left at rest."""
+    deadline = time.monotonic() + 120
+    while any(server.client.exists(k) for k in server.client.scan_iter(match="*:readers")):
+        if time.monotonic() > deadline:
+            raise RuntimeError("a readers' announcement outlived 120 s")
+        time.sleep(0.5)
+    opened = way.open(server.url)
+    opened.run(lines, 1, op="contains")
+    opened.close()
+    server.drop_clients()
+    server.client.script_flush()
+    for k in expiring_keys(server):  # the fresh client's own announcement
+        server.client.delete(k)
+    return server.used()
 
 
 def measure_row(
@@ -758,7 +790,7 @@ def _verdict(met: bool) -> str:
 def targets(
     rows: list[Row], small: dict[str, Any], cells: list[dict[str, Any]], error_rate: float
 ) -> list[dict[str, Any]]:
-    """Issue 17's targets, each with its measured value and whether it holds."""
+    """Issues 17 and 27's targets, each with its measured value and whether it holds."""
     out: list[dict[str, Any]] = []
 
     def add(target: str, value: float, limit: float, met: bool, detail: str) -> None:
@@ -813,6 +845,36 @@ def targets(
                 met,
                 f"{bits:.1f} bits (<= 48) with measured FP {fp:.5f} on {r.probe_urls:,} URLs "
                 f"never inserted (<= {error_rate})",
+            )
+    for r in rows:
+        sadd = next(s for s in rows if s.stream == r.stream and s.kind == "sadd")
+        if r.kind == "exact":
+            ratio = r.cpu_s_per_million / sadd.cpu_s_per_million
+            key = "exact_cpu_new" if r.stream == "new" else "exact_cpu_repeats"
+            at_most(
+                f"Redis CPU per URL, {r.label} batch {r.batch}, {r.stream} stream",
+                ratio,
+                key,
+                f"{ratio:.2f}x SADD pipelined (<= {TARGETS[key]}x)",
+            )
+        if r.kind == "dsbf" and "grown" in r.label:
+            left = r.live_bytes_per_distinct * 8  # no client since: retired leaves stay
+            rest = r.reloaded_bytes_per_distinct * 8 if r.memory_bytes_reloaded else left
+            end = r.bytes_per_distinct * 8 / rest
+            what = f"splittable filter grown, batch {r.batch}, {r.stream} stream"
+            at_most(
+                f"{what}: used_memory at the end vs at rest",
+                end,
+                "grown_end_vs_rest",
+                f"{end:.2f}x ({r.bytes_per_distinct * 8:.1f} vs {rest:.1f} bits per distinct "
+                f"URL once a fresh client loaded the tree; {left:.1f} as the last client left "
+                "it, timers' keys deleted; <= 2x)",
+            )
+            at_most(
+                f"{what}: bits per distinct URL at rest (used_memory)",
+                rest,
+                "grown_rest_bits",
+                f"{rest:.1f} bits (<= 40)",
             )
     by = {(c["where"], c["way"], c["clients"]): c for c in cells}
     counts = sorted({c["clients"] for c in cells})
@@ -919,8 +981,13 @@ def markdown(
                 f"| {r.urls_per_s:,.0f} | {r.urls_per_s / sadd.urls_per_s:.2f} "
                 f"| {_bits(r.key_bytes_per_distinct)} "
                 f"| 1/{sadd.key_bytes_per_distinct / r.key_bytes_per_distinct:.1f} "
-                f"| {_bits(r.bytes_per_distinct)} | {_bits(r.live_bytes_per_distinct)} "
-                f"| {r.false_positives:,} / {r.false_negatives:,} / {r.new_twice:,} "
+                f"| {_bits(r.bytes_per_distinct)} | {_bits(r.live_bytes_per_distinct)}"
+                + (
+                    f"; after a reload {_bits(r.reloaded_bytes_per_distinct)} "
+                    if r.memory_bytes_reloaded
+                    else " "
+                )
+                + f"| {r.false_positives:,} / {r.false_negatives:,} / {r.new_twice:,} "
                 f"| {probe} | {r.attempts} |"
             )
         out += [
@@ -969,7 +1036,7 @@ def markdown(
                 f"{c['key_bytes'] / c['distinct']:.1f} B |"
                 + (f" errors: {c['errors']}" if c["errors"] else "")
             )
-    out += ["", "Targets (issue 17):", ""]
+    out += ["", "Targets (issues 17 and 27):", ""]
     out += [f"- {_verdict(c['met'])}: {c['target']}: {c['detail']}" for c in checks]
     return "\n".join(out)
 
@@ -1084,6 +1151,7 @@ def main(argv: list[str] | None = None) -> int:
                     "bytes_per_distinct": r.bytes_per_distinct,
                     "live_bytes_per_distinct": r.live_bytes_per_distinct,
                     "key_bytes_per_distinct": r.key_bytes_per_distinct,
+                    "reloaded_bytes_per_distinct": r.reloaded_bytes_per_distinct,
                     "probe_fp_rate": r.probe_fp_rate,
                 }
                 for r in rows
