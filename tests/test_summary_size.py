@@ -47,10 +47,10 @@ def test_a_shared_exact_library_shows_what_it_takes_in_redis(
 ) -> None:
     import redis
 
-    urls = lines(*(f"https://example.com/page/{i}?q={i % 7}" for i in range(20_000)))
+    urls = lines(*(f"https://example.com/page/{i}?q={i % 7}" for i in range(40_000)))
     args = ("--filter", "exact", "--redis", redis_url, "--name", redis_name)
     text = dedup(*args, input=urls)
-    assert "20,000 new" in text.stderr
+    assert "40,000 new" in text.stderr
     shown = _shown_bytes(text.stderr)
     client = redis.Redis.from_url(redis_url)
     used = sum(

@@ -39,10 +39,10 @@ import functools
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from urlseen.errors import ConfigError, InvalidKeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from urlseen import _core
     from urlseen.protocol import SeenFilter
