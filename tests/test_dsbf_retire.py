@@ -98,3 +98,28 @@ def test_a_lapsed_reader_holds_nothing_and_its_stale_tree_reroutes(redis_url, re
     assert reader.add_many(first[:50]) == [False] * 50
     grower.destroy()
     reader.close()
+
+
+def test_the_last_client_to_close_frees_the_leaves_it_alone_held(redis_url, redis_name):
+    """A client that closes takes back its announcement at once (not after its lease): the
+    leaves retired while it read an older tree go, and the filter keeps every URL."""
+    client = redis.Redis.from_url(redis_url)
+    reader = SplittableBloomFilter(
+        500, 0.01, redis=redis_url, name=redis_name, leaf_bits=4096, lease=60
+    )
+    first = _urls(200, "first")
+    assert all(reader.add_many(first))
+    grower = SplittableBloomFilter(redis=redis_url, name=redis_name, lease=60)
+    new = _grow(grower, _urls(6000, "grown"))
+    retired = _retired(client, redis_name)
+    assert retired and _leaf_keys(client, redis_name, retired)  # the reader holds them
+    grower.close()
+    assert sorted(_retired(client, redis_name)) == sorted(retired)  # still the reader's
+    reader.close()  # the last reader: nothing holds them any more
+    assert _retired(client, redis_name) == []
+    assert _leaf_keys(client, redis_name, retired) == []
+    again = SplittableBloomFilter(redis=redis_url, name=redis_name, lease=60)
+    assert again.contains_many(first) == [True] * len(first)
+    assert sum(again.contains_many(_urls(6000, "grown"))) >= sum(new)
+    again.destroy()
+    assert list(client.scan_iter(f"urlseen:{{{redis_store.escape(redis_name)}*")) == []

@@ -117,7 +117,7 @@ class LeafTree:
     def load(self) -> Tree | None:
         """The tree, announced as the version this client reads (see the module docstring);
         the retired leaves no reader needs any more are deleted."""
-        argv = ["load", self.owner, self.reader_ms]
+        argv = ["load", self.owner, self.reader_ms, self._instance]
         started = time.monotonic()
         kind, flat, free = retrying(
             lambda: self._tree_script(keys=self._tree_keys(), args=argv), f"{self._what}: load"
@@ -161,6 +161,15 @@ class LeafTree:
         if free:
             self._free([leaf.decode() for leaf in free])
         return Tree(version, params, splits, ready=b"ready" in raw, sizes=sizes)
+
+    def withdraw(self) -> None:
+        """Take back this client's announcement (it closes): a load announced for no time
+        drops it, and frees the retired leaves that only this client still held."""
+        reader_ms, self.reader_ms = self.reader_ms, 0
+        try:
+            self.load()
+        finally:
+            self.reader_ms = reader_ms
 
     def _free(self, leaves: Sequence[str]) -> None:
         """Delete retired leaves' keys, then forget them (a client that dies between the two

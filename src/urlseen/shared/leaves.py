@@ -27,6 +27,7 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from urlseen.errors import UrlseenError
 from urlseen.shared.claims import RELEASE_CHUNK, Claims, HoldsClaims, PendingWait, record_parts
 from urlseen.shared.client import RECEIPT_SECONDS, retrying
 from urlseen.shared.leaf_batch import NO_CLAIM, LeafBatches
@@ -172,6 +173,8 @@ class RedisLeafStore(HoldsClaims, LeafBatches):
         """Abandon the answers never acknowledged (best effort), so the next client to meet
         them takes them at once instead of after the lease."""
         self._claims.close(lambda handles: self._release(handles, LeafOp.ABANDON, follow))
+        with contextlib.suppress(UrlseenError):  # a tree gone or rolled back: nothing to free
+            self.withdraw()
         self._marks.forget(self.client, self.owner)
         self._tree_marks.forget(self.client, self.owner)
 

@@ -21,11 +21,12 @@
 --   create  instance params root-description first_leaves bits -> {kind, params}: the params that
 --           won (created if the name was free); kind "" when the name holds data without a
 --           kind record, another kind's name when it holds another kind
---   load    owner ms                   -> {kind, the tree's fields and values, retired leaves
+--   load    owner ms [instance]        -> {kind, the tree's fields and values, retired leaves
 --           free}: the tree as HGETALL reads it; with an owner (not ""), announced as the
 --           version it reads for ms more, and the leaves retired at or below the oldest version
 --           a live reader announces (none reads them: the caller deletes their keys, then
---           forgets them). No instance: the caller learns it here.
+--           forgets them); ms 0 takes the announcement back. No instance: the caller learns it
+--           here; a client that knows its instance announces nothing to another filter's tree.
 --   ready   instance                   -> 1 (the first leaves exist)
 --   ids     instance count             -> the last of count fresh leaf ids
 --   lock    instance leaf token ms     -> {"ok", children of an expired attempt} | {"busy"} |
@@ -71,6 +72,9 @@ if op == 'load' then
   local raw = redis.call('HGETALL', tree)
   local version, free = redis.call('HGET', tree, 'version'), {}
   if ARGV[2] == '' or not tonumber(version or '') then return {kind, raw, free} end
+  if (ARGV[4] or '') ~= '' and ARGV[4] ~= redis.call('HGET', tree, 'instance') then
+    return {kind, raw, free}
+  end
   local readers, now, ms = KEYS[3], now_ms(), tonumber(ARGV[3])
   redis.call('HSET', readers, ARGV[2], version .. ' ' .. (now + ms))
   if redis.call('PTTL', readers) < ms then redis.call('PEXPIRE', readers, ms) end
