@@ -254,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         for n in range(rounds):
             order = ways[n % len(ways) :] + ways[: n % len(ways)]  # rotate: no way always first
             for way in order:
+                load = os.getloadavg()[0]
                 row = crawl(way, start, db, site_proc, tmp, args.concurrency, timeout)
                 row["round"] = n
+                row["load_1min"] = [round(load, 2), round(os.getloadavg()[0], 2)]
                 rows.append(row)
                 print(
                     f"round {n} {way}: {row['pages']} pages in {row['wall_seconds']:.1f} s, "
