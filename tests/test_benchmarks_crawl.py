@@ -16,7 +16,13 @@ from conftest import REPO_ROOT
 from doc_site import in_ci
 
 SCRIPT = REPO_ROOT / "benchmarks" / "crawl" / "run.py"
-WAYS = ("scrapy-redis", "scrapy-redis+urlseen", "scrapy+urlseen-redis", "scrapy")
+URLSEEN_WAYS = (
+    "scrapy-redis+urlseen",
+    "scrapy+urlseen-redis",
+    "scrapy-redis+urlseen+prefetch",
+    "scrapy+urlseen-redis+prefetch",
+)
+WAYS = ("scrapy-redis", *URLSEEN_WAYS, "scrapy")
 
 
 def _ours(what: list[str]) -> set[str]:
@@ -64,7 +70,7 @@ def test_redis_is_one_delayed_round_trip_away(quick: dict) -> None:
     latency = quick["latency"]
     added = latency["rtt_delayed"]["median_us"] - latency["rtt_before_delay"]["median_us"]
     assert 800 <= added <= 2500, latency  # 1 ms asked; the relay adds a little of its own
-    for way in ("scrapy-redis", "scrapy-redis+urlseen", "scrapy+urlseen-redis"):
+    for way in WAYS[:-1]:
         r = next(r for r in quick["rows"] if r["way"] == way)
         assert r["server_reads"] > 0 and r["round_trips"].get("filter", 0) > 0, way
         # the client's count and the server's agree (the server also reads the pings and
@@ -78,5 +84,6 @@ def test_summary_checks_the_targets(quick: dict) -> None:
     targets = quick["summary"]["targets"]
     assert set(targets) >= {"urlseen_filter_trips_per_checked", "trips_met", "speedup_median"}
     assert isinstance(targets["trips_met"], bool) and targets["speedup_median"] > 0
+    assert set(quick["summary"]["targets_per_way"]) == set(URLSEEN_WAYS)
     for way in WAYS:
         assert quick["summary"]["per_way"][way]["pages_per_second"]["median"] > 0

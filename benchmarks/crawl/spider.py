@@ -24,6 +24,7 @@ import redis.connection
 import scrapy
 from scrapy.crawler import CrawlerProcess
 
+PREFETCH = "urlseen.integrations.scrapy_prefetch.UrlseenPrefetchMiddleware"
 WAYS: dict[str, dict[str, Any]] = {
     # scrapy-redis's scheduler with its own dupefilter: a SADD round trip per request
     "scrapy-redis": {
@@ -39,10 +40,20 @@ WAYS: dict[str, dict[str, Any]] = {
     "scrapy+urlseen-redis": {
         "DUPEFILTER_CLASS": "urlseen.integrations.scrapy.UrlseenDupeFilter",
     },
+    # the two urlseen ways with the prefetch middleware: a callback's requests in one round trip
+    "scrapy-redis+urlseen+prefetch": {
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "urlseen.integrations.scrapy.UrlseenDupeFilter",
+        "SPIDER_MIDDLEWARES": {PREFETCH: 10},
+    },
+    "scrapy+urlseen-redis+prefetch": {
+        "DUPEFILTER_CLASS": "urlseen.integrations.scrapy.UrlseenDupeFilter",
+        "SPIDER_MIDDLEWARES": {PREFETCH: 10},
+    },
     # Scrapy's defaults, no Redis at all: the crawl's ceiling on this machine
     "scrapy": {},
 }
-REDIS_WAYS = ("scrapy-redis", "scrapy-redis+urlseen", "scrapy+urlseen-redis")
+REDIS_WAYS = tuple(way for way in WAYS if way != "scrapy")
 
 trips: Counter[str] = Counter()
 
@@ -107,7 +118,7 @@ def settings(way: str, redis_url: str, concurrency: int) -> dict[str, Any]:
         "REDIS_URL": redis_url,
         "SCHEDULER_PERSIST": False,  # scrapy-redis: delete its keys at close
         "SCHEDULER_FLUSH_ON_START": True,
-        "URLSEEN_REDIS_URL": redis_url if way == "scrapy+urlseen-redis" else None,
+        "URLSEEN_REDIS_URL": redis_url if way.startswith("scrapy+urlseen-redis") else None,
     }
     return common | WAYS[way]
 
