@@ -282,8 +282,11 @@ class SeenCache:
     # -- prefetching a batch ------------------------------------------------------------
 
     def prefetch(self, keys: list[Key]) -> int:
-        """Check-and-add keys now; the new ones wait for take(). How many were new."""
+        """Check-and-add keys now; the new ones wait for take(). How many were new. (Hits
+        count when request_seen takes the answers, not here too.)"""
+        hits = self.hits
         answers = self._ask(keys)
+        self.hits = hits
         now = time.monotonic()
         for k, new in zip(keys, answers, strict=True):
             if new:
