@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 DEFAULT_CAPACITY = defaults.CAPACITY
 SMALL_BATCH = 8192  # lines per batch for in-memory kinds: the most a killed run prints again
 LIBRARY_BATCH = 65536  # kinds with a library commit per batch: larger batches amortize it
+# the exact filter's: the line worker keys and hashes batches up to 16,384 lines ahead of it
+# (US_WORKER_BIG_BATCH), on the other core; a larger batch leaves that work to the main thread
+EXACT_BATCH = 16384
 
 
 class Option(Frozen):
@@ -192,7 +195,7 @@ KINDS: dict[str, Kind] = {
              "file", _RATE["bloom"], SMALL_BATCH, ("layout", *SHARED), openers.open_bloom,
              openers.shared_bloom, describers.describe_shared_bloom),
         Kind("exact", "IMP-CBFilter: counting filter + fingerprint library on disk; never "
-             "drops a new URL", "folder", _RATE["exact"], LIBRARY_BATCH, ("cache_entries", *SHARED),
+             "drops a new URL", "folder", _RATE["exact"], EXACT_BATCH, ("cache_entries", *SHARED),
              openers.open_exact, openers.shared_library, describers.describe_shared_library,
              marker="library.sqlite"),
         Kind("library", "the fingerprint library alone (the IMP-CBFilter paper's baseline)",
