@@ -188,6 +188,11 @@ class _Frontier:
             self._db.execute("DELETE FROM requests")
             self._db.execute("UPDATE meta SET value = 0")
 
+    def failed_keys(self) -> list[str]:
+        """The requests that failed after their retries in this run."""
+        return [row[0] for row in self._db.execute("SELECT key FROM requests WHERE taken = ?",
+                                                    (FAILED,))]  # fmt: skip
+
     def close(self) -> None:
         self._db.close()
 
@@ -406,9 +411,18 @@ class UrlseenRequestManager(RequestManager):
             return
         self._closed = True
         try:
-            self.handle.close()
+            # the frontier goes with the process: a failed request answered new again later
+            # in the run (kept here as failed, not queued twice) is forgotten again
+            frontier, failed = self._frontier, []
+            if self.folder is None and isinstance(frontier, _Frontier):
+                failed = frontier.failed_keys()
+            if failed:
+                self.handle.forget(failed, "a request failed after its retries")
         finally:
-            self._frontier.close()
+            try:
+                self.handle.close()
+            finally:
+                self._frontier.close()
 
     async def __aenter__(self) -> UrlseenRequestManager:
         return self
