@@ -152,9 +152,10 @@ def test_a_batch_that_fails_half_way_loses_no_url(many_urls, redis_servers, tmp_
     client = server.client()
     client.config_set("maxmemory", client.info("memory")["used_memory"] + 2 * 2**20)
     out = tmp_path / "out.txt"
+    # one batch (--batch-size above the lines): nothing printed before it fails
     command = ["dedup", "--filter", "exact", "--redis", server.url, "--name", "crawl",
                "--no-canonicalize", "--lease", "1", "--batch-size", "65536", path, "-a", "-o",
-               out]  # fmt: skip; one batch: nothing printed before it fails
+               out]  # fmt: skip
     first = invoke(*command)
     assert_clean_error(first, 1, "used memory > 'maxmemory'")
     library = kinds.open_filter("exact", redis=server.url, name="crawl")
