@@ -12,7 +12,7 @@ from scrapy.settings import Settings
 
 from urlseen.errors import ConfigError
 from urlseen.integrations._handle import SeenHandle
-from urlseen.integrations.scrapy import UrlseenDupeFilter
+from urlseen.integrations.scrapy import FILTERS, UrlseenDupeFilter
 from urlseen.job.expiry import expire_seconds
 
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
@@ -99,8 +99,6 @@ def test_a_bloom_filter_cannot_forget(tmp_path) -> None:
 def test_a_request_a_callback_marks_is_forgotten(tmp_path) -> None:
     """ForgetFailedResponses, after the callback's output: the marked request is forgotten,
     an unmarked 200 and a 404 (the site's answer) are not, a 503 the spider does not handle is."""
-    from types import SimpleNamespace
-
     from scrapy import Spider
     from scrapy.http import HtmlResponse
     from scrapy.utils.test import get_crawler
@@ -110,7 +108,7 @@ def test_a_request_a_callback_marks_is_forgotten(tmp_path) -> None:
     crawler = get_crawler(Spider, settings_dict={"DUPEFILTER_CLASS": DUPEFILTER})
     crawler.spider = crawler._create_spider("s")
     df = UrlseenDupeFilter("exact", capacity=1000, state=tmp_path / "s")
-    crawler.engine = SimpleNamespace(_slot=SimpleNamespace(scheduler=SimpleNamespace(df=df)))
+    FILTERS[crawler] = df  # as from_crawler registers it
     middleware = ForgetFailedResponses.from_crawler(crawler)
     try:
         answers = {}

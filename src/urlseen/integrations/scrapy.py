@@ -288,7 +288,7 @@ class UrlseenDupeFilter(PrefetchedAnswers, BaseDupeFilter):
         """Durable and closed whoever drives the filter: Scrapy's scheduler opens and closes
         it, scrapy-redis's does neither. A failing filter closes the crawl."""
         self._stop = CrawlStopper(crawler)
-        FILTERS[crawler] = self  # where the prefetching middleware finds it
+        FILTERS[crawler] = self  # where the prefetching and forgetting middlewares find it
         crawler.signals.connect(self._start_timer, signal=signals.spider_opened)
         crawler.signals.connect(self.checkpoint, signal=signals.spider_idle)
         crawler.signals.connect(self.close, signal=signals.spider_closed)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError, HttpErrorMiddleware
 
-from urlseen.integrations.scrapy import UrlseenDupeFilter, logger
+from urlseen.integrations.scrapy import FILTERS, logger
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -43,9 +43,8 @@ class ForgetFailedDownloads:
         """Forget request in the crawl's UrlseenDupeFilter; stats urlseen/forgotten/<why>."""
         if why == "failed" and self.frontier_keeps_failures:
             return  # the frontier fetches it again in the next run
-        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
-        df = getattr(getattr(slot, "scheduler", None), "df", None)
-        if not isinstance(df, UrlseenDupeFilter):
+        df = FILTERS.get(self.crawler)  # the crawl's UrlseenDupeFilter registers itself
+        if df is None:
             if not self._warned:
                 self._warned = True
                 logger.warning("urlseen forget: DUPEFILTER_CLASS is not UrlseenDupeFilter")
