@@ -15,7 +15,9 @@ queue), through
 3. the same with URLSEEN_FILTER = "bloom" (its defaults too).
 
 The dupefilter's memory is sampled every N/50 requests and after the last: its peak, and at
-rest (after the crawl, its queue drained, with no key deleted and nothing waited for). Each
+rest (after the crawl, its queue drained, with no key deleted and nothing waited for); the
+samples are kept (results.json: "samples", requests checked, distinct enqueued, bytes) for
+benchmarks/tools/plots.py's memory-as-a-crawl-grows picture. Each
 N is its own crawl (--crawl-n, default 527 and 20,000: the size of the python3-doc crawl of
 tests/test_scrapy_redis.py, and a larger one). scrapy-redis-bloomfilter's default filter is a
 2**30-bit string whatever the crawl (1,000 requests of its own RFPDupeFilter show its size).
@@ -27,6 +29,8 @@ enqueue_links adds a page's links), then each fetched and marked handled, throug
 1. Crawlee's RequestQueue on its MemoryStorageClient;
 2. Crawlee's RequestQueue on its FileSystemStorageClient (Crawlee's default);
 3. UrlseenRequestManager (exact, persistent: the defaults).
+
+The resident set is also sampled every ~N/50 requests added ("samples": added, growth).
 
 URLs: the first N distinct lines of the dev set (../shared/data/urls-dev.txt.gz, or
 $URLSEEN_DEV_URLS). Redis: $URLSEEN_REDIS_URL, else redis://127.0.0.1:6379/15 (keys under a
@@ -115,16 +119,18 @@ def crawl(client: Any, way: str, name: str, lines: list[str]) -> dict[str, Any]:
     scheduler = load_object(settings["SCHEDULER"]).from_crawler(crawler)
     scheduler.open(crawler.spider)
     every = max(1, len(lines) // 50)
-    peak = enqueued = 0
+    enqueued = 0
+    samples: list[tuple[int, int, int]] = []  # (requests checked, distinct enqueued, bytes)
     for i, url in enumerate(lines, 1):
         enqueued += scheduler.enqueue_request(Request(url))
         if i % every == 0:
-            peak = max(peak, redis_bytes(client, pattern))
+            samples.append((i, enqueued, redis_bytes(client, pattern)))
     while scheduler.next_request() is not None:  # the crawl fetches its queue
         pass
     scheduler.close("finished")
     rest = redis_bytes(client, pattern)
-    return {"enqueued": enqueued, "peak": max(peak, rest), "rest": rest}
+    peak = max([rest] + [b for _, _, b in samples])
+    return {"enqueued": enqueued, "peak": peak, "rest": rest, "samples": samples}
 
 
 def scrapy_redis(sizes: list[int]) -> dict[str, Any]:
@@ -188,8 +194,12 @@ async def crawlee_way(way: str, n: int, folder: Path) -> dict[str, Any]:
     else:
         client = MemoryStorageClient() if way == "crawlee-memory" else FileSystemStorageClient()
         manager = await RequestQueue.open(storage_client=client)
+    every = max(100, len(data) // 50 // 100 * 100)
+    samples: list[tuple[int, int]] = []  # (requests added, resident set growth)
     for start in range(0, len(data), 100):
         await manager.add_requests(data[start : start + 100])
+        if (start + 100) % every == 0:
+            samples.append((min(start + 100, len(data)), rss() - before))
     while (request := await manager.fetch_next_request()) is not None:
         await manager.mark_request_as_handled(request)
     after = rss()
@@ -197,7 +207,13 @@ async def crawlee_way(way: str, n: int, folder: Path) -> dict[str, Any]:
     if way == "urlseen":
         manager.close()
     disk = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    return {"way": way, "requests": handled, "rss_growth": after - before, "disk": disk}
+    return {
+        "way": way,
+        "requests": handled,
+        "rss_growth": after - before,
+        "disk": disk,
+        "samples": samples,
+    }
 
 
 def crawlee(n: int) -> dict[str, Any]:

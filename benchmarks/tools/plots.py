@@ -10,11 +10,13 @@
   way, on the stream of repeats and the stream of new URLs (redis/results.json, "shared").
 - integrations/memory-per-request.png: bytes per request of each dupefilter or request queue
   at the end of its run (integrations/results.json): the Scrapy process after 10M requests,
-  Redis after 200,000, the Crawlee process after 50,000. The results hold these end points
-  only, not memory sampled as a crawl grows.
+  Redis after 200,000, the Crawlee process after 50,000.
+- integrations/memory-as-a-crawl-grows.png: the same memory sampled as the crawl grows
+  (integrations/memory.py's "samples"): Redis under scrapy-redis's scheduler, the Crawlee
+  process's resident set.
 
 Usage:
-    python benchmarks/tools/plots.py [dedup] [redis] [integrations]   # default: all three
+    python benchmarks/tools/plots.py [dedup] [redis] [integrations] [growth]   # default: all
 Needs matplotlib (`pip install -e '.[bench]'`).
 """
 
@@ -147,7 +149,50 @@ def integrations_memory() -> Path:
     return _save(fig, title, "integrations", "memory-per-request.png")
 
 
-PLOTS = {"dedup": dedup_by_size, "redis": redis_cpu_by_kind, "integrations": integrations_memory}
+def crawl_memory_growth() -> Path:
+    """Memory sampled as a crawl grows: the dupefilter's keys in Redis under scrapy-redis's
+    scheduler (the largest crawl of memory.py), and the Crawlee process's resident set."""
+    data = _load("integrations")["memory"]
+    crawl = max(data["scrapy_redis_crawl"]["crawls"], key=lambda c: c["distinct"])
+    crawlee = data["crawlee"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    ways = {"scrapy_redis_set": "scrapy-redis set", "urlseen_exact": "urlseen exact (shared)",
+            "urlseen_bloom": "urlseen bloom (shared)"}  # fmt: skip
+    for way, label in ways.items():
+        samples = crawl[way].get("samples")
+        if samples:
+            color = {"scrapy_redis_set": "C3", "urlseen_exact": "C0"}.get(way, "C2")
+            mib = [s[2] / 2**20 for s in samples]
+            left.plot([s[0] for s in samples], mib, label=label, color=color)
+    left.set(title=f"Redis, scrapy-redis's scheduler ({crawl['distinct']:,} distinct URLs)",
+             xlabel="requests checked", ylabel="dupefilter keys, MiB (MEMORY USAGE)",
+             yscale="log")  # fmt: skip
+    ways = {"crawlee-memory": "Crawlee queue, memory", "crawlee-filesystem":
+            "Crawlee queue, file system", "urlseen": "UrlseenRequestManager"}  # fmt: skip
+    for way, label in ways.items():
+        samples = crawlee[way].get("samples")
+        if samples:
+            right.plot(
+                [s[0] for s in samples],
+                [s[1] / 2**20 for s in samples],
+                label=label,
+                color="C0" if way == "urlseen" else ("C3" if "memory" in way else "C1"),
+            )
+    right.set(title=f"Crawlee process ({crawlee['requests']:,} requests added, then fetched)",
+              xlabel="requests added", ylabel="resident set growth, MiB")  # fmt: skip
+    for axis in (left, right):
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    title = "Memory as a crawl grows (benchmarks/integrations/memory.py)"
+    return _save(fig, title, "integrations", "memory-as-a-crawl-grows.png")
+
+
+PLOTS = {
+    "dedup": dedup_by_size,
+    "redis": redis_cpu_by_kind,
+    "integrations": integrations_memory,
+    "growth": crawl_memory_growth,
+}
 
 
 def main() -> None:
