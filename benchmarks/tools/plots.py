@@ -178,9 +178,13 @@ def crawl_memory_growth() -> Path:
                 label=label,
                 color="C0" if way == "urlseen" else ("C3" if "memory" in way else "C1"),
             )
+        color = "C0" if way == "urlseen" else ("C3" if "memory" in way else "C1")
+        right.plot(crawlee[way]["requests"], crawlee[way]["rss_growth"] / 2**20, "o", color=color)
+    right.plot([], [], "o", color="grey", label="after fetching every request")
     right.set(title=f"Crawlee process ({crawlee['requests']:,} requests added, then fetched)",
               xlabel="requests added", ylabel="resident set growth, MiB")  # fmt: skip
     for axis in (left, right):
+        axis.xaxis.set_major_formatter(lambda value, _: f"{value / 1000:g}k")
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=8)
     title = "Memory as a crawl grows (benchmarks/integrations/memory.py)"
