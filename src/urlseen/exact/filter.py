@@ -65,7 +65,8 @@ class ExactFilter(CommitAfterWrite, Closeable):
         k, counters_per_key: override the sizing (the paper's experiment: k=8, 20 per key);
             without them the counters take the blocked layout (CountingBloomFilter's
             layout="auto": one memory round trip per new URL instead of k).
-        hash: fingerprint, "md5" (default, as the paper) or "xxh3_128" (faster).
+        hash: fingerprint, "md5" (default, as the paper) or "xxh3_128" (faster; temporary()'s
+            default). A state records its fingerprint; open() uses the one recorded.
         cache_entries: hot fingerprints kept in memory (32 bytes each); 0 disables the cache.
         library: where the records live; default an in-memory one. ExactFilter.create/open
             use a SQLite file.
@@ -127,10 +128,11 @@ class ExactFilter(CommitAfterWrite, Closeable):
     ) -> ExactFilter:
         """A filter that keeps its library on disk in a temporary folder removed on close (memory
         bounded however many URLs come) and its counters in memory; options: the constructor's."""
+        fingerprint = options.pop("hash", None) or folder.THROWAWAY_FINGERPRINT
 
         def make(where: Path) -> ExactFilter:
-            library = folder.throwaway_library(where)
-            return cls(capacity, error_rate, library=library, **options)
+            library = folder.throwaway_library(where, fingerprint)
+            return cls(capacity, error_rate, hash=fingerprint, library=library, **options)
 
         return in_temporary_folder(make)
 
@@ -207,7 +209,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
         """
         return self._add_batch(
             lambda cache, stamp: self._counters.screen(keys, cache, stamp), before_commit
-        )
+        )[0]
 
     def dedup_hasher(self) -> CountingBloomFilter | None:
         return self._counters if type(self).add_many is ExactFilter.add_many else None
@@ -223,15 +225,16 @@ class ExactFilter(CommitAfterWrite, Closeable):
             return None  # a subclass's own add_many: the job hands the keys over as a list
         return self._add_batch(
             lambda cache, stamp: batch.exact_step(self._counters, cache, stamp), write
-        ).count(True)
+        )[1]
 
     def _add_batch(
         self,
         run_step: Callable[[_core.FingerprintCache | None, int], _core.ExactStepResult],
         before_commit: Callable[[list[bool]], object] | None,
-    ) -> list[bool]:
+    ) -> tuple[list[bool], int]:
         """add_many's work once the keys are known: run_step(cache, stamp) is the C step on
-        them (CountingFilter._exact_step), the rest settles its answers with the library."""
+        them (CountingFilter._exact_step), the rest settles its answers with the library.
+        The answers, and how many are True (one per new fingerprint: no count over them)."""
         with self._lock:
             self._usable()
             self._counters.check_store()  # a counter file cut short: FormatError, not SIGBUS
@@ -270,7 +273,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
                 self._checkpoint()
             self._records += len(fresh)
             self._counters.count = self._records
-            return answers
+            return answers, len(fresh)
 
     def __contains__(self, key: object) -> bool:
         return self.contains_many([key])[0]  # type: ignore[list-item]
