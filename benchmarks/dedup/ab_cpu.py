@@ -89,9 +89,8 @@ def main() -> None:
             if not same:
                 raise SystemExit(f"output of {name} differs from {names[0]}'s")
     shutil.rmtree(state, ignore_errors=True)
-    print(
-        f"\n{args.file} mode {args.mode}, {args.rounds} rounds, load {min(loads):.1f}-{max(loads):.1f}"
-    )
+    load = f"load {min(loads):.1f}-{max(loads):.1f}"
+    print(f"\n{args.file} mode {args.mode}, {args.rounds} rounds, {load}")
     med = {
         n: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
         for n, v in runs.items()
