@@ -1,6 +1,6 @@
-"""The exact filter's fingerprint per state (a throwaway one XXH3-128, a persisted one as made),
-counters that grow keeping it, the cache's checkpoint drain in C, and the canonicalizer's lazy
-imports (`re`, and w3lib without urllib.request)."""
+"""The exact filter's fingerprint as its state records it, counters that grow keeping it, the
+cache's checkpoint drain in C, and the canonicalizer's lazy imports (`re`, and w3lib without
+urllib.request)."""
 
 from __future__ import annotations
 
@@ -74,13 +74,15 @@ def test_counters_that_grow_keep_the_fingerprint_of_the_records(monkeypatch, has
     seen.close()
 
 
-def test_a_throwaway_state_uses_xxh3_and_a_persisted_one_keeps_md5(tmp_path):
-    with ExactFilter.temporary() as temp:
+def test_a_state_records_the_fingerprint_it_uses(tmp_path):
+    """A temporary state's library names the fingerprint its records use (it named MD5
+    whatever the filter hashed with); a persisted state made with MD5 opens with MD5."""
+    with ExactFilter.temporary(hash="xxh3_128") as temp:
         assert temp.counters.params["hash"] == "xxh3_128"
         assert temp.library.get_meta("fingerprint") == "xxh3_128"
         assert temp.add_many(URLS[:50] * 2) == [True] * 50 + [False] * 50
-    with ExactFilter.temporary(hash="md5") as temp:
-        assert temp.counters.params["hash"] == "md5"
+    with ExactFilter.temporary() as temp:
+        assert temp.counters.params["hash"] == temp.library.get_meta("fingerprint") == "md5"
     state = tmp_path / "st"
     with ExactFilter.create(state) as made:
         made.add_many(URLS)

@@ -65,8 +65,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
         k, counters_per_key: override the sizing (the paper's experiment: k=8, 20 per key);
             without them the counters take the blocked layout (CountingBloomFilter's
             layout="auto": one memory round trip per new URL instead of k).
-        hash: fingerprint, "md5" (default, as the paper) or "xxh3_128" (faster; temporary()'s
-            default). A state records its fingerprint; open() uses the one recorded.
+        hash: fingerprint, "md5" (default, as the paper) or "xxh3_128" (faster).
         cache_entries: hot fingerprints kept in memory (32 bytes each); 0 disables the cache.
         library: where the records live; default an in-memory one. ExactFilter.create/open
             use a SQLite file.
@@ -128,11 +127,10 @@ class ExactFilter(CommitAfterWrite, Closeable):
     ) -> ExactFilter:
         """A filter that keeps its library on disk in a temporary folder removed on close (memory
         bounded however many URLs come) and its counters in memory; options: the constructor's."""
-        fingerprint = options.pop("hash", None) or folder.THROWAWAY_FINGERPRINT
 
         def make(where: Path) -> ExactFilter:
-            library = folder.throwaway_library(where, fingerprint)
-            return cls(capacity, error_rate, hash=fingerprint, library=library, **options)
+            library = folder.throwaway_library(where, options.get("hash", "md5"))
+            return cls(capacity, error_rate, library=library, **options)
 
         return in_temporary_folder(make)
 
@@ -233,8 +231,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
         before_commit: Callable[[list[bool]], object] | None,
     ) -> tuple[list[bool], int]:
         """add_many's work once the keys are known: run_step(cache, stamp) is the C step on
-        them (CountingFilter._exact_step), the rest settles its answers with the library.
-        The answers, and how many are True (one per new fingerprint: no count over them)."""
+        them, the rest settles its answers with the library. (answers, how many are True)."""
         with self._lock:
             self._usable()
             self._counters.check_store()  # a counter file cut short: FormatError, not SIGBUS

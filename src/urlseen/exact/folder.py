@@ -37,12 +37,7 @@ from urlseen.state.mmapfile import read_header
 
 LIBRARY_FILE = "library.sqlite"
 COUNTERS_FILE = "counters.urlseen"
-GROWING_FILE = COUNTERS_FILE + ".growing"
-# The fingerprint of a throwaway state (ExactFilter.temporary, `urlseen dedup --filter exact`
-# without --state): XXH3-128 hashes a line in a fraction of MD5's instructions (MD5 was ~21%
-# of an exact `urlseen dedup` of 1M lines, benchmarks/dedup/REPORT.md), and nothing made with
-# it outlives the run. States that persist keep the paper's MD5 unless asked otherwise.
-THROWAWAY_FINGERPRINT = "xxh3_128"  # exact/growth.py's new counters before their rename
+GROWING_FILE = COUNTERS_FILE + ".growing"  # exact/growth.py's new counters before their rename
 
 
 class Sizing(NamedTuple):
