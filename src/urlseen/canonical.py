@@ -36,7 +36,6 @@ printable ASCII), asking this module only about the URLs it defers.
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 
@@ -44,6 +43,8 @@ from urlseen.errors import ConfigError, InvalidKeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
+
     from urlseen import _core
     from urlseen.protocol import SeenFilter
 
@@ -75,13 +76,26 @@ _C0_CONTROL_OR_SPACE = "".join(map(chr, range(0x21)))
 # lower-case host, no userinfo, a port without leading zeros, a path of characters w3lib
 # never escapes or unescapes (no "%", no ";" because of path parameters, no "\"), a query
 # of unreserved characters, and printable ASCII in the fragment. Everything else goes to w3lib.
-_PLAIN_HTTP_URL = re.compile(
+_PLAIN_HTTP_URL = (
     r"(https?://[a-z0-9._-]+(?::[1-9][0-9]{0,3})?)"  # origin
     r"(/[A-Za-z0-9._~!$&'()*+,=:@/-]*)?"  # path
     r"(?:\?([A-Za-z0-9._~=&-]*))?"  # query
     r"(?:#[!-~]*)?"  # fragment, dropped
 )
-_match_plain_http_url = _PLAIN_HTTP_URL.fullmatch
+
+
+def _compile_plain_http_url(url: str) -> re.Match[str] | None:
+    """The pattern's fullmatch, compiled at the first call (which it answers): `re` (with
+    `enum`) stays out of a run that never canonicalizes in Python, as `urlseen dedup` whose
+    lines the C engine keys."""
+    global _match_plain_http_url
+    import re
+
+    _match_plain_http_url = re.compile(_PLAIN_HTTP_URL).fullmatch
+    return _match_plain_http_url(url)
+
+
+_match_plain_http_url: Callable[[str], re.Match[str] | None] = _compile_plain_http_url
 
 
 def canonicalize(url: str) -> str:
@@ -143,9 +157,45 @@ def _sort_plain_query(query: str) -> str | None:
 def _w3lib() -> Callable[[str], str]:
     """w3lib's canonicalize_url, imported on first use: a run that never needs it (the dedup
     job without canonicalization, or on plain URLs only) does not pay for the import."""
-    from w3lib.url import canonicalize_url
+    if "w3lib.url" in sys.modules or "urllib.request" in sys.modules:
+        from w3lib.url import canonicalize_url
 
-    return canonicalize_url
+        return canonicalize_url
+    return _import_w3lib_canonicalize()
+
+
+def _import_w3lib_canonicalize() -> Callable[[str], str]:
+    """w3lib.url without urllib.request: w3lib takes only `pathname2url` from it (for
+    path_to_file_uri, which canonicalization never calls), and urllib.request brings
+    http.client, email and ssl along: ~60% of the import's CPU time, paid by every
+    canonicalizing run that meets one URL the C shortcut leaves to w3lib
+    (benchmarks/dedup/REPORT.md). While w3lib.url loads, `urllib.request` is a stand-in whose
+    pathname2url imports the real module at its first call and hands over to it; the stand-in
+    leaves sys.modules at once, so any later `import urllib.request` gets the real module.
+    A w3lib that wants more of it than the stand-in holds is imported the ordinary way."""
+    import types
+    import urllib
+
+    def pathname2url(pathname: str) -> str:
+        from urllib.request import pathname2url as real
+
+        return real(pathname)
+
+    stand_in = types.ModuleType("urllib.request", "urlseen's stand-in while w3lib.url loads")
+    stand_in.pathname2url = pathname2url  # type: ignore[attr-defined]
+    sys.modules["urllib.request"] = stand_in
+    try:
+        import w3lib.url
+    except ImportError:
+        pass
+    finally:
+        if sys.modules.get("urllib.request") is stand_in:
+            del sys.modules["urllib.request"]
+        if getattr(urllib, "request", None) is stand_in:
+            del urllib.request
+    import w3lib.url  # a no-op when the import above succeeded
+
+    return w3lib.url.canonicalize_url
 
 
 def _canonicalize_with_w3lib(url: str) -> str:

@@ -148,6 +148,81 @@ static PyObject *FingerprintCache_drain(FingerprintCache *self, PyObject *unused
     return list;
 }
 
+PyDoc_STRVAR(cache_drain_into_doc,
+             "drain_into(counts, seen) -> None\n\n"
+             "drain() folded into two dicts in C, with no tuple per entry (a checkpoint drains\n"
+             "one entry per URL repeated since the last): counts[fp] += pending, and\n"
+             "seen[fp] = its seen if later than seen.get(fp, 0). Pending counts are reset to 0.");
+
+/* counts[fp] += add (absent: add); 0 or -1. */
+static int fold_count(PyObject *counts, PyObject *fp, uint32_t add)
+{
+    PyObject *old = PyDict_GetItemWithError(counts, fp), *sum; /* borrowed */
+    if (old == NULL && PyErr_Occurred()) return -1;
+    if (old == NULL) {
+        sum = PyLong_FromUnsignedLong(add);
+    } else {
+        PyObject *more = PyLong_FromUnsignedLong(add);
+        sum = more ? PyNumber_Add(old, more) : NULL;
+        Py_XDECREF(more);
+    }
+    int rc = sum ? PyDict_SetItem(counts, fp, sum) : -1;
+    Py_XDECREF(sum);
+    return rc;
+}
+
+/* seen[fp] = when if later than seen.get(fp, 0); 0 or -1. */
+static int fold_later(PyObject *seen, PyObject *fp, uint32_t when)
+{
+    PyObject *last = PyDict_GetItemWithError(seen, fp); /* borrowed */
+    if (last == NULL && PyErr_Occurred()) return -1;
+    if (last != NULL) {
+        int later = 1;
+        if (PyLong_Check(last)) { /* else: compared as Python compares them */
+            unsigned long long value = PyLong_AsUnsignedLongLong(last);
+            if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear(); /* negative or huge: compared as Python compares them */
+                later = -1;
+            } else {
+                later = when > value;
+            }
+        } else {
+            later = -1;
+        }
+        if (later == 0) return 0;
+        if (later < 0) {
+            PyObject *now = PyLong_FromUnsignedLong(when);
+            later = now ? PyObject_RichCompareBool(now, last, Py_GT) : -1;
+            Py_XDECREF(now);
+            if (later <= 0) return later;
+        }
+    }
+    PyObject *now = PyLong_FromUnsignedLong(when);
+    int rc = now ? PyDict_SetItem(seen, fp, now) : -1;
+    Py_XDECREF(now);
+    return rc;
+}
+
+static PyObject *FingerprintCache_drain_into(FingerprintCache *self, PyObject *args)
+{
+    PyObject *counts, *seen;
+    if (!PyArg_ParseTuple(args, "O!O!:drain_into", &PyDict_Type, &counts, &PyDict_Type, &seen))
+        return NULL;
+    for (uint64_t i = 0; i < self->cache.nbuckets * US_FPCACHE_WAYS; i++) {
+        us_fp_entry *e = &self->cache.entries[i];
+        if (!e->used || !e->pending) continue;
+        PyObject *fp = digest_bytes(e->a, e->b);
+        int rc = fp ? fold_count(counts, fp, e->pending) : -1;
+        if (rc == 0) {
+            e->pending = 0; /* in counts: the caller carries counts if this raises */
+            rc = fold_later(seen, fp, e->seen);
+        }
+        Py_XDECREF(fp);
+        if (rc < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(cache_clear_doc, "clear()\n\nForget every entry (pending increments included).");
 
 static PyObject *FingerprintCache_clear(FingerprintCache *self, PyObject *unused)
@@ -191,6 +266,7 @@ static PyMethodDef FingerprintCache_methods[] = {
     {"rollback", (PyCFunction)FingerprintCache_rollback, METH_NOARGS,
      "rollback()\n\nThe batch failed: drop its increments."},
     {"drain", (PyCFunction)FingerprintCache_drain, METH_NOARGS, cache_drain_doc},
+    {"drain_into", (PyCFunction)FingerprintCache_drain_into, METH_VARARGS, cache_drain_into_doc},
     {"clear", (PyCFunction)FingerprintCache_clear, METH_NOARGS, cache_clear_doc},
     {NULL},
 };

@@ -129,7 +129,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
         bounded however many URLs come) and its counters in memory; options: the constructor's."""
 
         def make(where: Path) -> ExactFilter:
-            library = folder.throwaway_library(where)
+            library = folder.throwaway_library(where, options.get("hash", "md5"))
             return cls(capacity, error_rate, library=library, **options)
 
         return in_temporary_folder(make)
@@ -207,7 +207,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
         """
         return self._add_batch(
             lambda cache, stamp: self._counters.screen(keys, cache, stamp), before_commit
-        )
+        )[0]
 
     def dedup_hasher(self) -> CountingBloomFilter | None:
         return self._counters if type(self).add_many is ExactFilter.add_many else None
@@ -223,15 +223,15 @@ class ExactFilter(CommitAfterWrite, Closeable):
             return None  # a subclass's own add_many: the job hands the keys over as a list
         return self._add_batch(
             lambda cache, stamp: batch.exact_step(self._counters, cache, stamp), write
-        ).count(True)
+        )[1]
 
     def _add_batch(
         self,
         run_step: Callable[[_core.FingerprintCache | None, int], _core.ExactStepResult],
         before_commit: Callable[[list[bool]], object] | None,
-    ) -> list[bool]:
+    ) -> tuple[list[bool], int]:
         """add_many's work once the keys are known: run_step(cache, stamp) is the C step on
-        them (CountingFilter._exact_step), the rest settles its answers with the library."""
+        them, the rest settles its answers with the library. (answers, how many are True)."""
         with self._lock:
             self._usable()
             self._counters.check_store()  # a counter file cut short: FormatError, not SIGBUS
@@ -270,7 +270,7 @@ class ExactFilter(CommitAfterWrite, Closeable):
                 self._checkpoint()
             self._records += len(fresh)
             self._counters.count = self._records
-            return answers
+            return answers, len(fresh)
 
     def __contains__(self, key: object) -> bool:
         return self.contains_many([key])[0]  # type: ignore[list-item]

@@ -31,7 +31,7 @@ from urlseen.errors import (
 from urlseen.exact.library_protocol import Changes, FingerprintLibrary
 from urlseen.exact.memory_library import MemoryLibrary
 from urlseen.exact.sqlite_library import SQLiteLibrary
-from urlseen.hashes import check_fingerprint
+from urlseen.hashes import FINGERPRINTS, check_fingerprint
 from urlseen.state.format import FLAG_OPEN
 from urlseen.state.mmapfile import read_header
 
@@ -138,9 +138,9 @@ def open_folder(
     return counters, library, why
 
 
-def throwaway_library(folder: Path) -> SQLiteLibrary:
+def throwaway_library(folder: Path, fingerprint: str = "md5") -> SQLiteLibrary:
     """A new library in folder that is not sealed on close: a temporary filter's."""
-    library = SQLiteLibrary(folder / LIBRARY_FILE, create=True)
+    library = SQLiteLibrary(folder / LIBRARY_FILE, create=True, fingerprint=fingerprint)
     library.seal_on_close = False
     return library
 
@@ -283,6 +283,17 @@ def _stale_counters(library: FingerprintLibrary, params: dict[str, Any], unclean
     return ""
 
 
+def _check_fingerprint_name(library: SQLiteLibrary) -> None:
+    """FormatError unless the library names a fingerprint this version computes (none named:
+    MD5, as every library made before the name was recorded)."""
+    name = library.get_meta("fingerprint") or "md5"
+    if name not in FINGERPRINTS:
+        raise FormatError(
+            f"{library.path}: its records use the fingerprint {name!r}, which this version of "
+            f"urlseen does not compute (it knows {', '.join(FINGERPRINTS)})"
+        )
+
+
 def describe_state(path: str | os.PathLike[str], verify: bool = False) -> dict[str, Any]:
     """What an exact (or library-only) filter's folder holds, read-only: nothing is rebuilt or
     changed, so a crawler may be using it; only headers are read. verify=True also checks the
@@ -302,6 +313,7 @@ def describe_state(path: str | os.PathLike[str], verify: bool = False) -> dict[s
         }
         if verify:
             desc["library_verified"] = library.verify() or None
+            _check_fingerprint_name(library)
         if not counters_path.exists():
             return desc
         try:

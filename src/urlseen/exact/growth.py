@@ -70,6 +70,8 @@ def grow(counters: CountingBloomFilter, library: FingerprintLibrary) -> Counting
         capacity, params["error_rate"], params["counter_bits"], grows=True
     )._asdict()
     new = dict(folder.sized_params(sizing, library))
+    new["hash"] = params["hash"]  # the fingerprint the library's records use (a library in
+    # memory or a temporary one may not record it)
     old_path = counters.path
     if old_path is None:
         grown = CountingBloomFilter.from_params(new)

@@ -38,6 +38,11 @@ class Increments:
         if evicted is not None:
             self.add(evicted[0], evicted[1] + evicted[2], evicted[3])
 
+    def drain(self, cache: _core.FingerprintCache) -> None:
+        """Every committed increment the cache holds, folded in here in C (its pending counts
+        reset): a checkpoint drains one entry per URL repeated since the last."""
+        cache.drain_into(self._counts, self._seen)
+
     def add_entries(self, entries: Iterable[Entry]) -> None:
         """add() for each cache entry (fingerprint, pending, batch, seen), in C: no Python work
         per entry (a batch evicts up to one entry per new URL)."""
@@ -150,8 +155,11 @@ class PendingRefs:
         library; if that fails, they are carried to the next batch: nothing is lost."""
         increments = self._carry.copy()
         if self.cache is not None:
-            for fp, pending, _batch, seen in self.cache.drain():
-                increments.add(fp, pending, seen)
+            try:
+                increments.drain(self.cache)
+            except BaseException:
+                self._carry = increments  # what was drained before the error
+                raise
         if increments:
             changes = Changes(clock())
             increments.fill(changes)
