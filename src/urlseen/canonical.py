@@ -153,11 +153,17 @@ def _sort_plain_query(query: str) -> str | None:
     return "&".join([f"{name}={value}" for name, value in pairs])
 
 
+LEAN_W3LIB = False
+"""Set by the dedup command (one Python thread): import w3lib without urllib.request (see
+_import_w3lib_canonicalize). Off in a library user's process, whose other threads could
+import urllib.request while the stand-in is in sys.modules."""
+
+
 @functools.cache
 def _w3lib() -> Callable[[str], str]:
     """w3lib's canonicalize_url, imported on first use: a run that never needs it (the dedup
     job without canonicalization, or on plain URLs only) does not pay for the import."""
-    if "w3lib.url" in sys.modules or "urllib.request" in sys.modules:
+    if not LEAN_W3LIB or "w3lib.url" in sys.modules or "urllib.request" in sys.modules:
         from w3lib.url import canonicalize_url
 
         return canonicalize_url

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from urlseen import kinds
+from urlseen import canonical, kinds
 from urlseen.cli._common import cli_errors, echo, human, open_filter
 from urlseen.errors import UrlseenError
 from urlseen.job.dedup import dedup
@@ -120,6 +120,7 @@ def run(
 ) -> None:
     """`urlseen dedup` with its options read (by click or cli/_dedup_args.py)."""
     profile = "none" if no_canonicalize else profile
+    canonical.LEAN_W3LIB = True  # this command's Python code runs in one thread
     show = sys.stderr.isatty() if progress is None else progress
     if kind != "exact" and (remove is not None or forget_older_than is not None):
         import click
