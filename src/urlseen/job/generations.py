@@ -7,7 +7,9 @@ Windows are aligned on the clock: generation n covers [n * window, (n + 1) * win
 clock is in window n, generations n - G + 1 to n are live; a request is seen if a live
 generation holds it, and a new one goes into generation n (the current one: its atomic
 check-and-add decides who gets "new" among the clients of a shared filter). When the clock
-enters window n + 1, generation n - G + 1 is dropped (its data deleted). A duplicate does not
+enters window n + 1, generation n - G + 1 is dropped: no longer asked, and its data deleted
+(after the store's grace: a shared filter's clients do not all cross a boundary at the same
+instant, and one still asking it must find it). A duplicate does not
 refresh a request: it stays in the generation that first took it. So a request first seen at t,
 in generation n = floor(t / window), is seen until (n + G) * window and new again from then:
 it expires more than age * (G - 1) / G and at most age after it was first seen.
@@ -70,9 +72,12 @@ class GenerationStore(Protocol):
     them, opening one (made if asked), the ones that exist, and dropping one.
 
     claims: the generations claim their answers (shared): an older generation's hits are
-    confirmed through its check-and-add, so that an unacknowledged claim is taken over."""
+    confirmed through its check-and-add, so that an unacknowledged claim is taken over.
+    grace: seconds after a window starts before the generation it dropped is deleted (shared:
+    a client whose clock lags by less still finds the generations it asks)."""
 
     claims: bool
+    grace: float
 
     def now(self) -> float:
         """Seconds on the clock that numbers the generations."""
@@ -133,6 +138,7 @@ class Generations(Closeable):
         self.store, self.error_rate = store, error_rate
         self._open: dict[int, SeenFilter] = {}
         self._current: int | None = None
+        self._delete_at: float | None = None  # when the generations dropped are deleted
         self.turns = 0  # generation changes this client went through
         try:
             self.current_generation()  # opened now: bad settings fail before the first batch
@@ -143,30 +149,36 @@ class Generations(Closeable):
     # -- the generations -----------------------------------------------------------------
 
     def current_generation(self) -> int:
-        """The number of the generation new requests go to; the oldest dropped first if the
-        clock entered a new window (never backwards: a clock set back keeps the current one)."""
+        """The number of the generation new requests go to. When the clock enters a new
+        window, the oldest generation is no longer asked; its data is deleted `grace`
+        seconds later (never backwards: a clock set back keeps the current generation)."""
         self._usable()
-        number = math.floor(self.store.now() / self.window)
+        now = self.store.now()
+        number = math.floor(now / self.window)
         if self._current is None or number > self._current:
             self._move(number)
-        assert self._current is not None
-        return self._current
+        current = self._current
+        assert current is not None
+        if self._delete_at is not None and now >= self._delete_at:
+            self._delete_at = None
+            oldest = current - self.generations + 1
+            removed = [m for m in self.store.recorded() if m < oldest and self.store.remove(m)]
+            if removed:
+                self.store.dropped()
+        return current
 
     def _move(self, number: int) -> None:
         oldest = number - self.generations + 1
         for old in [m for m in self._open if m < oldest]:
             with contextlib.suppress(Exception):  # it may be gone already
                 self._open.pop(old).close()
-        recorded = self.store.recorded()
-        removed = [m for m in recorded if m < oldest and self.store.remove(m)]
-        if removed:
-            self.store.dropped()
         self._current = number
         self.turns += 1
         self._take(number, self.store.open(number, True))
-        for m in recorded:
+        for m in self.store.recorded():
             if oldest <= m < number and m not in self._open:
                 self._take(m, self.store.open(m, False))
+        self._delete_at = number * self.window + self.store.grace
 
     def _take(self, number: int, seen: SeenFilter | None) -> None:
         if seen is not None:
@@ -374,6 +386,7 @@ class LocalGenerations(GenerationStore):
     generation's filter at path (None: in memory)."""
 
     claims = False
+    grace = 0.0  # one process: nobody lags
 
     def __init__(
         self,

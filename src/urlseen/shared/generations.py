@@ -14,11 +14,14 @@ at most every window (and every minute): clients agree on the generation within 
 errors (half a round trip each, plus drift between two reads), and a client's own clock
 being set does not move its generations.
 
-Deletion. A client entering a new window deletes every recorded generation older than the
-live ones (opens it, destroys it, then removes its record: a client that dies half way leaves
-the record, and the next one finishes), then writes the filter's epoch, so every client's
-memory of seen answers drops (shared/seen_cache.py). A client that opens late deletes what
-the others left. Two clients deleting at once both succeed (deleting is idempotent).
+Deletion. A client entering a new window stops asking the generation that fell out of it at
+once, and deletes every recorded generation older than the live ones a grace later (1 s, or
+half a window if shorter: a client whose clock lags by less never finds a generation it still
+asks deleted): it opens each, destroys it, then removes its record (a client that dies half
+way leaves the record, and the next one finishes), then writes the filter's epoch, so every
+client's memory of seen answers drops (shared/seen_cache.py). A client that opens late deletes
+what the others left. Two clients deleting at once both succeed (deleting is idempotent). So
+Redis holds at most G + 1 generations, the extra one for a grace after each boundary.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from urlseen.shared.seen_cache import bump_epoch, drop_epoch
 
 FORMAT = "urlseen-generations/1"
 SYNC_SECONDS = 60.0  # the server's clock is read again at least this often
+GRACE_SECONDS = 1.0  # a dropped generation is deleted this long into the next window (or half)
 _TIME = "return redis.call('TIME')"
 GONE = (ConfigError, FormatError, FilterLostError)  # opening or deleting a generation gone
 
@@ -55,6 +59,7 @@ class RedisGenerations:
     not exist and create is False)."""
 
     claims = True
+    grace: float
 
     def __init__(
         self,
@@ -67,6 +72,7 @@ class RedisGenerations:
     ) -> None:
         generation_name(name, 10**12)  # a long number still makes a valid name
         self.name, self.window, self._open_name = name, window, open_name
+        self.grace = min(GRACE_SECONDS, window / 2)
         self._client = connect(redis)
         self._registry = key(name, "generations")
         self._what = f"expiring filter {name!r}"
