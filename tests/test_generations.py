@@ -125,10 +125,11 @@ def test_the_shape_is_checked() -> None:
 # -- shared through Redis, by the server's clock --------------------------------------------
 
 
-def _wait_for(seen: Generations, moment: float) -> None:
-    """Sleep until the filter's clock (the Redis server's) reaches moment."""
-    while (left := moment - seen.store.now()) > 0:
-        time.sleep(min(left, 0.05) + 0.001)
+def _wait_for(moment: float, *clients: Generations) -> None:
+    """Sleep until each client's clock (its estimate of the Redis server's) reaches moment."""
+    for seen in clients:
+        while (left := moment - seen.store.now()) > 0:
+            time.sleep(min(left, 0.05) + 0.001)
 
 
 def _shared(redis_url: str, name: str, kind: str, age: float, generations: int, **kw: Any) -> Any:
@@ -148,20 +149,20 @@ def _generation_keys(redis_url: str, name: str) -> set[str]:
 def test_shared_clients_agree_and_dropped_generations_are_deleted(
     redis_url: str, redis_name: str, kind: str
 ) -> None:
-    one = _shared(redis_url, redis_name, kind, 1.2, 2)  # windows of 0.6 s
-    two = _shared(redis_url, redis_name, kind, 1.2, 2)
+    one = _shared(redis_url, redis_name, kind, 4.0, 2)  # windows of 2 s (a loaded machine)
+    two = _shared(redis_url, redis_name, kind, 4.0, 2)
     try:
         start = one.current_generation()
         assert [one.add("k"), two.add("k")] == [True, False]
-        _wait_for(one, (start + 1) * one.window)
-        assert not two.add("k")  # in the older generation: seen, not refreshed
-        assert two.add("j")
-        _wait_for(one, (start + 2) * one.window)
-        assert [two.add("k"), one.add("k")] == [True, False]  # new again, once
-        assert not one.add("j")
         first = f"urlseen:{{{redis_name}~g{start}}}"
         assert any(k.startswith(first) for k in _generation_keys(redis_url, redis_name))
-        _wait_for(one, (start + 2) * one.window + one.store.grace)
+        _wait_for((start + 1) * one.window, one, two)
+        assert not two.add("k")  # in the older generation: seen, not refreshed
+        assert two.add("j")
+        _wait_for((start + 2) * one.window, one, two)
+        assert [two.add("k"), one.add("k")] == [True, False]  # new again, once
+        assert not one.add("j")
+        _wait_for((start + 2) * one.window + one.store.grace, one, two)
         two.add("x")  # the one that moves on first deletes it
         left = _generation_keys(redis_url, redis_name)
         assert left and not any(k.startswith(first) for k in left)
@@ -179,7 +180,7 @@ def test_a_client_that_opens_late_deletes_what_was_left(redis_url: str, redis_na
     assert _generation_keys(redis_url, redis_name)
     probe = _shared(redis_url, redis_name, "bloom", 0.6, 2)
     try:
-        _wait_for(probe, (start + 3) * probe.window + probe.store.grace)
+        _wait_for((start + 3) * probe.window + probe.store.grace, probe)
         probe.close()
         late = _shared(redis_url, redis_name, "bloom", 0.6, 2)
         numbers = {
@@ -195,12 +196,17 @@ def test_a_client_that_opens_late_deletes_what_was_left(redis_url: str, redis_na
 # line without acknowledging them (its claims held), prints its generation and dies at once.
 DIES_HOLDING_CLAIMS = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     from urlseen import kinds
     url, name, kind, age = sys.argv[1:5]
     seen = kinds.open_expiring(kind, float(age), 2, capacity=1000, redis=url, name=name, lease=1.0)
     seen.auto_acknowledge = False
-    print(seen.current_generation(), seen.add_many(sys.argv[5:]), flush=True)
+    while seen.store.now() % seen.window > seen.window / 2:  # early in a window: no boundary
+        time.sleep(0.01)
+    number = seen.current_generation()
+    answers = seen.add_many(sys.argv[5:])
+    assert seen.current_generation() == number, "a boundary passed: the machine is too slow"
+    print(number, answers, flush=True)
     os._exit(0)
     """
 )
@@ -214,22 +220,23 @@ def test_expiry_across_processes_and_claims_in_an_older_generation(
     process, in the next window, finds them in the older generation under claims never
     acknowledged and takes them over after the lease (new: never lost), then sees them, and
     once their generation is dropped finds them new again (c, first seen later, stays seen).
-    Windows of 2 s: the lease (1 s) ends within the next window."""
-    seen = _shared(redis_url, redis_name, kind, 4.0, 2, lease=1.0)
+    Windows of 4 s: the lease (1 s) ends early in the next window, with room for a loaded
+    machine."""
+    seen = _shared(redis_url, redis_name, kind, 8.0, 2, lease=1.0)
     try:
         seen.current_generation()
         done = subprocess.run(
-            [sys.executable, "-c", DIES_HOLDING_CLAIMS, redis_url, redis_name, kind, "4", "a", "b"],
+            [sys.executable, "-c", DIES_HOLDING_CLAIMS, redis_url, redis_name, kind, "8", "a", "b"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         number, answers = done.stdout.split(" ", 1)
         assert answers.strip() == "[True, True]"
-        _wait_for(seen, (int(number) + 1) * seen.window)
+        _wait_for((int(number) + 1) * seen.window, seen)
         assert seen.current_generation() == int(number) + 1
         assert seen.add_many(["a", "b", "c"]) == [True, True, True]  # taken over, not lost
         assert seen.add_many(["a", "b"]) == [False, False]
-        _wait_for(seen, (int(number) + 2) * seen.window)
+        _wait_for((int(number) + 2) * seen.window, seen)
         assert seen.add_many(["a", "b", "c"]) == [True, True, False]  # a, b expired; c not
     finally:
         seen.destroy()

@@ -10,9 +10,9 @@ whole filter of the kind named `N~g<n>` (its keys in slots of their own).
 
 The clock. A client reads the server's TIME (through a script on the registry's key, so a
 Cluster answers from that key's node) and keeps the offset to its monotonic clock, read again
-at most every window (and every minute): clients agree on the generation within their offset
-errors (half a round trip each, plus drift between two reads), and a client's own clock
-being set does not move its generations.
+at most every window (and every minute), from the quickest of three reads: clients agree on
+the generation within their offset errors (half that read's round trip each, plus drift
+between two syncs), and a client's own clock being set does not move its generations.
 
 Deletion. A client entering a new window stops asking the generation that fell out of it at
 once, and deletes every recorded generation older than the live ones a grace later (1 s, or
@@ -39,6 +39,7 @@ from urlseen.shared.seen_cache import bump_epoch, drop_epoch
 
 FORMAT = "urlseen-generations/1"
 SYNC_SECONDS = 60.0  # the server's clock is read again at least this often
+SAMPLES = 3  # reads of the server's clock per sync: the quickest one's offset is kept
 GRACE_SECONDS = 1.0  # a dropped generation is deleted this long into the next window (or half)
 _TIME = "return redis.call('TIME')"
 GONE = (ConfigError, FormatError, FilterLostError)  # opening or deleting a generation gone
@@ -117,13 +118,20 @@ class RedisGenerations:
         return clock + self._offset
 
     def _sync(self) -> None:
-        before = time.monotonic()
-        seconds, micros = retrying(
-            lambda: self._client.eval(_TIME, 1, self._registry), f"{self._what}: clock"
-        )
-        after = time.monotonic()
-        self._offset = int(seconds) + int(micros) / 1e6 - (before + after) / 2
-        self._sync_at = after + min(self.window, SYNC_SECONDS)
+        """The offset to the server's clock, from the quickest of SAMPLES reads of TIME (its
+        error is at most half that read's round trip)."""
+        best = None
+        for _ in range(SAMPLES):
+            before = time.monotonic()
+            seconds, micros = retrying(
+                lambda: self._client.eval(_TIME, 1, self._registry), f"{self._what}: clock"
+            )
+            after = time.monotonic()
+            if best is None or after - before < best[0]:
+                best = (after - before, int(seconds) + int(micros) / 1e6 - (before + after) / 2)
+        assert best is not None
+        self._offset = best[1]
+        self._sync_at = time.monotonic() + min(self.window, SYNC_SECONDS)
 
     def open(self, number: int, create: bool) -> SeenFilter | None:
         name = generation_name(self.name, number)
