@@ -36,12 +36,13 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from urlseen._lifecycle import Closeable
 from urlseen.errors import ConfigError, FilterLostError, FormatError
 from urlseen.protocol import ClaimCounts, FilterStats, Key, SeenFilter, key_batch
 
+T = TypeVar("T")
 MAX_GENERATIONS = 64
 MANIFEST = "generations.json"  # a local folder of generations: what says it holds them
 FORMAT = "urlseen-generations"
@@ -242,24 +243,29 @@ class Generations(Closeable):
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         """Whether a live generation holds each key (nothing is written)."""
         batch = key_batch(keys)
-        self.current_generation()
         hits = [False] * len(batch)
-        for number in sorted(self._open, reverse=True):
-            try:
-                got = self._open[number].contains_many(batch)
-            except FilterLostError:
-                if number == self._current:
-                    raise
-                self._lost(number)
-                continue
+        for got in self._each(lambda seen: seen.contains_many(batch)).values():
             hits = [h or g for h, g in zip(hits, got, strict=True)]
         return hits
 
     def __len__(self) -> int:
         """Requests the live generations took as new (one answered new twice near a
         boundary counts twice)."""
+        return sum(self._each(len).values())
+
+    def _each(self, ask: Callable[[Any], T]) -> dict[int, T]:
+        """ask(generation) of every live generation, by number (an older one found gone is
+        dropped: another client deleted it)."""
         self.current_generation()
-        return sum(len(seen) for seen in self._open.values())
+        found: dict[int, T] = {}
+        for number in sorted(self._open):
+            try:
+                found[number] = ask(self._open[number])
+            except FilterLostError:
+                if number == self._current:
+                    raise
+                self._lost(number)
+        return found
 
     # -- what it holds -------------------------------------------------------------------
 
@@ -276,8 +282,7 @@ class Generations(Closeable):
     def stats(self) -> FilterStats:
         """The current generation's kind, capacity and error rate (the whole filter's: G
         generations), the live ones' counts and bits, and their ages in details."""
-        self.current_generation()
-        parts = {m: seen.stats() for m, seen in self._open.items()}
+        parts = self._each(lambda seen: seen.stats())
         current = parts[self._current]  # type: ignore[index]
         miss = math.prod(1.0 - part.estimated_error_rate for part in parts.values())
         ages = self.ages()
@@ -371,9 +376,10 @@ class SharedGenerations(Generations):
     def destroy(self) -> None:
         """Delete every generation and the store's records from Redis."""
         self._usable()
+        for number in list(self._open):
+            self._lost(number)  # closed here, deleted below
         for number in self.store.recorded():
             self.store.remove(number)
-        self._open.clear()
         destroy: Callable[[], None] = self.store.destroy  # type: ignore[attr-defined]
         destroy()
         self.close()
