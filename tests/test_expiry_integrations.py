@@ -22,6 +22,7 @@ import pytest
 
 from conftest import in_ci
 from crawl_site import ServedSite, page_path
+from urlseen import kinds
 
 if not in_ci():
     pytest.importorskip("scrapy")
@@ -30,6 +31,7 @@ HERE = Path(__file__).parent
 PAGES = 30
 FAILING = page_path(5)
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
+EXPIRE = "URLSEEN_EXPIRE_AFTER"
 FORGET = "urlseen.integrations.scrapy_forget"
 FORGET_SETTINGS = {
     "DOWNLOADER_MIDDLEWARES": {f"{FORGET}.ForgetFailedDownloads": 0},
@@ -99,38 +101,53 @@ def _scrapy_redis(redis_url: str, name: str, **settings: Any) -> dict[str, Any]:
 # -- expiry by age ---------------------------------------------------------------------------
 
 
-def expires_and_refetches(run: Callable[..., Counter[str]], key: str, *, fixed: bool) -> None:
-    """Three runs of one crawl on one state: the first sets no age (fixed: the kind takes its
-    age when created, so it sets the age too); the second, with an age not reached, fetches
-    nothing; the third, once the pages are older than its age, fetches the whole site again,
-    each page once. The age is 1.5 times the first run's duration plus 1 s (the machine may be
-    loaded): a crawl that outlasts its age re-fetches pages that expire while it runs (a
-    continuous re-crawl), which the third run must not do."""
+def expires_and_refetches(
+    run: Callable[..., Counter[str]], key: str, *, fixed: bool, generations: str = ""
+) -> None:
+    """Three runs of one crawl on one state: the first sets no age; the second, with an age
+    not reached, fetches nothing; the third, once the pages are older than its age, fetches
+    the whole site again, each page once. The age is 1.5 times the first run's duration plus
+    1 s (the machine may be loaded): a crawl that outlasts its age re-fetches pages that
+    expire while it runs (a continuous re-crawl), which the third run must not do.
+
+    fixed: the kind takes its age when created (expiry by generations), so the first run sets
+    it too, from a warm-up run's duration d (run "0": another state, no age): 3 d + 1 s, at
+    least 8 s, in 8 generations (the `generations` setting), so the earliest a page can expire
+    (7/8 of the age after it was first seen) comes after the first two runs."""
+    if fixed:
+        began = time.monotonic()
+        run("0", {})
+        age = max(8, math.ceil(3 * (time.monotonic() - began) + 1))
+        given = {key: age, generations: 8}
     started = time.monotonic()
-    first = run("1", {key: 8} if fixed else {})
+    first = run("1", given if fixed else {})
     ended = time.monotonic()
-    age = 8 if fixed else math.ceil(1.5 * (ended - started) + 1)
-    assert run("2", {key: age if fixed else 600}) == Counter(), "re-fetched before its age"
+    if not fixed:
+        age = math.ceil(1.5 * (ended - started) + 1)
+        given = {key: age}
+    assert run("2", given if fixed else {key: 600}) == Counter(), "re-fetched before its age"
     time.sleep(max(0.0, age + 1.1 - (time.monotonic() - ended)))  # Redis keeps whole seconds
-    third = run("3", {key: age})
+    third = run("3", given)
     assert third == first, f"not the whole site again, once each (age {age} s)"
 
 
-@pytest.mark.parametrize("kind", ["exact", "rotating"])
+@pytest.mark.parametrize("kind", ["exact", "rotating", "bloom"])
 def test_scrapy_page_expired_by_age_is_fetched_again(
     site: ServedSite, tmp_path: Path, kind: str
 ) -> None:
     """exact: expired by its library's times; rotating: by generations (a window of age / 4,
-    set when the filter is created)."""
-    state = tmp_path / "state"
+    set when the filter is created); bloom: by generations of whole Bloom filters (a folder
+    of them, the age set when it is created)."""
 
     def run(label: str, age: dict[str, Any]) -> Counter[str]:
+        state = tmp_path / ("warm-up" if label == "0" else "state")
         served = crawl(site, tmp_path, label, **_scrapy(state, URLSEEN_FILTER=kind, **age))
         if label == "1":
             assert set(served) == pages(site)
         return served
 
-    expires_and_refetches(run, "URLSEEN_EXPIRE_AFTER", fixed=kind == "rotating")
+    fixed = kind != "exact"
+    expires_and_refetches(run, EXPIRE, fixed=fixed, generations="URLSEEN_GENERATIONS")
 
 
 def test_scrapy_redis_shared_exact_expires_across_processes(
@@ -145,7 +162,30 @@ def test_scrapy_redis_shared_exact_expires_across_processes(
             assert set(served) == pages(site)
         return served
 
-    expires_and_refetches(run, "URLSEEN_EXPIRE_AFTER", fixed=False)
+    expires_and_refetches(run, EXPIRE, fixed=False)
+
+
+@pytest.mark.parametrize("kind", ["bloom", "dsbf"])
+def test_scrapy_redis_shared_bloom_kinds_expire_across_processes(
+    site: ServedSite, tmp_path: Path, redis_url: str, redis_name: str, kind: str
+) -> None:
+    """The shared Bloom and splittable filters, each run its own process on one filter in
+    Redis, expire by generations numbered by the server's clock."""
+
+    def run(label: str, age: dict[str, Any]) -> Counter[str]:
+        name = f"{redis_name}-warm-up" if label == "0" else redis_name
+        settings = _scrapy_redis(
+            redis_url, name, URLSEEN_FILTER=kind, URLSEEN_CAPACITY=10_000, **age
+        )
+        served = crawl(site, tmp_path, label, name=name, **settings)
+        if label == "1":
+            assert set(served) == pages(site)
+        return served
+
+    expires_and_refetches(run, EXPIRE, fixed=True, generations="URLSEEN_GENERATIONS")
+    info = kinds.describe(redis=redis_url, name=redis_name)
+    assert info["kind"] == kind and info["generations"] == 8
+    assert all(row["age_seconds"] < info["expire_after"] for row in info["live_generations"])
 
 
 # -- forget on failure -----------------------------------------------------------------------
@@ -206,17 +246,20 @@ def _crawlee(**options: Any) -> dict[str, Any]:
     return {"job": "crawlee_job.py", "manager": "urlseen", "options": options, "retries": 1}
 
 
-def test_crawlee_page_expired_by_age_is_fetched_again(site: ServedSite, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["exact", "bloom"])
+def test_crawlee_page_expired_by_age_is_fetched_again(
+    site: ServedSite, tmp_path: Path, kind: str
+) -> None:
     pytest.importorskip("crawlee")
-    state = str(tmp_path / "state")
 
     def run(label: str, age: dict[str, Any]) -> Counter[str]:
-        served = crawl(site, tmp_path, label, state=state, **_crawlee(**age))
+        state = str(tmp_path / ("warm-up" if label == "0" else "state"))
+        served = crawl(site, tmp_path, label, state=state, **_crawlee(filter=kind, **age))
         if label == "1":
             assert set(served) == pages(site)
         return served
 
-    expires_and_refetches(run, "expire_after", fixed=False)
+    expires_and_refetches(run, "expire_after", fixed=kind == "bloom", generations="generations")
 
 
 def test_crawlee_shared_failed_page_is_forgotten(

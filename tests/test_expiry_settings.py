@@ -1,6 +1,7 @@
 """Expiry and forget settings checked when the crawl is configured: a one-line error naming
-the setting (and the kinds that can expire); the exact filter forgets exactly, through its
-grouped adds too; a Bloom filter cannot forget and says so."""
+the setting (and the kinds that can expire); every kind a crawler can use expires (Bloom
+kinds by generations); the exact filter forgets exactly, through its grouped adds too; a
+Bloom filter cannot forget and says so."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import pytest
 from scrapy import Request
 from scrapy.settings import Settings
 
-from urlseen.errors import ConfigError
+from urlseen.errors import ConfigError, OptionError
 from urlseen.integrations._handle import SeenHandle
 from urlseen.integrations.scrapy import FILTERS, UrlseenDupeFilter
-from urlseen.job.expiry import expire_seconds
+from urlseen.job.expiry import CAN_EXPIRE, expire_seconds, expiry_options
 
 DUPEFILTER = "urlseen.integrations.scrapy.UrlseenDupeFilter"
 
@@ -30,19 +31,59 @@ def test_an_age_is_seconds(value: object, seconds: float) -> None:
 
 
 @pytest.mark.parametrize("kind", ["bloom", "dsbf", "mdbf"])
-def test_a_kind_that_cannot_expire_is_refused_when_configured(kind: str) -> None:
-    settings = Settings({"URLSEEN_FILTER": kind, "URLSEEN_EXPIRE_AFTER": 60})
+def test_a_bloom_kind_expires_by_generations(kind: str) -> None:
+    settings = Settings(
+        {"URLSEEN_FILTER": kind, "URLSEEN_EXPIRE_AFTER": 60, "URLSEEN_GENERATIONS": 3}
+    )
+    df = UrlseenDupeFilter.from_settings(settings)
+    try:
+        assert not df.request_seen(Request("http://a.test/1"))
+        assert df.request_seen(Request("http://a.test/1"))
+        details = df.seen.stats().details
+        assert (details["window"], details["generations"], details["expire_after"]) == (20, 3, 60)
+    finally:
+        df.close()
+
+
+def test_a_kind_that_can_do_neither_is_refused_naming_those_that_can() -> None:
     with pytest.raises(ConfigError) as caught:
-        UrlseenDupeFilter.from_settings(settings)
+        expiry_options("similar", False, 60.0, {}, "URLSEEN_EXPIRE_AFTER", 4)
     message = str(caught.value)
-    assert "\n" not in message
-    assert message.startswith(f"URLSEEN_EXPIRE_AFTER: the {kind} filter cannot expire")
-    assert "exact and library (local or shared through Redis), rotating (local)" in message
+    assert message.startswith("URLSEEN_EXPIRE_AFTER: the similar filter cannot expire")
+    assert CAN_EXPIRE in message and "bloom and dsbf (local or shared)" in CAN_EXPIRE
 
 
-def test_a_shared_bloom_filter_cannot_expire(redis_url: str, redis_name: str) -> None:
-    with pytest.raises(ConfigError, match="the bloom filter shared through Redis cannot expire"):
-        SeenHandle("bloom", redis=redis_url, name=redis_name, expire_after=60)
+@pytest.mark.parametrize("value", [0, 65])
+def test_generations_out_of_range_name_the_setting(value: int) -> None:
+    settings = Settings(
+        {"URLSEEN_FILTER": "bloom", "URLSEEN_EXPIRE_AFTER": 60, "URLSEEN_GENERATIONS": value}
+    )
+    with pytest.raises(OptionError, match=r"^URLSEEN_GENERATIONS must be >= 1 and <= 64"):
+        UrlseenDupeFilter.from_settings(settings)
+
+
+def test_a_shared_bloom_filter_expires(redis_url: str, redis_name: str) -> None:
+    handle = SeenHandle("bloom", redis=redis_url, name=redis_name, expire_after=60)
+    try:
+        assert handle.seen.add(b"k") and not handle.seen.add(b"k")
+        assert handle.seen.stats().details["window"] == 15.0
+    finally:
+        handle.clear()
+
+
+def test_a_state_keeps_whether_it_expires(tmp_path) -> None:
+    """A Bloom state made without an age is refused one, and one made with an age is refused
+    without it (or with another): either would silently start a new filter beside it."""
+    plain = tmp_path / "plain"
+    UrlseenDupeFilter("bloom", capacity=100, state=plain).close()
+    with pytest.raises(ConfigError, match="made without URLSEEN_EXPIRE_AFTER"):
+        UrlseenDupeFilter("bloom", capacity=100, state=plain, expire_after=60)
+    aged = tmp_path / "aged"
+    UrlseenDupeFilter("bloom", capacity=100, state=aged, expire_after=60).close()
+    with pytest.raises(ConfigError, match="was made with URLSEEN_EXPIRE_AFTER"):
+        UrlseenDupeFilter("bloom", capacity=100, state=aged)
+    with pytest.raises(ConfigError, match="expiry after 60 s in 4, not 'bloom', expiry after 90"):
+        UrlseenDupeFilter("bloom", capacity=100, state=aged, expire_after=90)
 
 
 def test_rotating_takes_its_window_from_the_age(tmp_path) -> None:

@@ -152,3 +152,87 @@ def test_a_lost_tracking_connection_drops_the_memory(redis_url: str, redis_name:
         assert not cache.add(key) and cache.hits == 2  # tracked again
     finally:
         cache.destroy()
+
+
+# The other process: opens the same expiring filter and keeps moving on with the server's
+# clock (deleting the generations dropped, then writing the epoch) until its stdin closes.
+MOVER = textwrap.dedent(
+    """
+    import sys, threading, time
+    from urlseen import kinds
+    seen = kinds.open_expiring(
+        "bloom", float(sys.argv[3]), 2, capacity=10000, redis=sys.argv[1], name=sys.argv[2]
+    )
+    print("ready", flush=True)
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    while not done.wait(0.003):
+        seen.current_generation()
+    seen.close()
+    """
+)
+
+
+@pytest.mark.parametrize("lag", [0.0, 0.5], ids=["same-clock", "lagging-0.5s"])
+def test_an_expiry_in_another_process_is_seen_by_the_next_check(
+    redis_url: str, redis_name: str, lag: float
+) -> None:
+    """Rounds of: this process knows a key seen (from memory); the other moves on with the
+    clock and deletes the key's generation; once it is deleted, this one's next check answers
+    new (or one of its checks meanwhile already did). lagging: this process's clock runs
+    0.5 s behind (past the 0.3 s grace): the other deletes the generation before this one
+    stops asking it, and only the epoch the deleter writes drops this memory in time: some
+    checks answer new while this process's own clock still holds the generation live. (A
+    check that starts after the deletion returned: as for a forget, shared/seen_cache.py.)"""
+    age = 1.2  # two windows of 0.6 s
+    seen = kinds.open_expiring("bloom", age, 2, capacity=10000, redis=redis_url, name=redis_name)
+    clock = seen.store.now
+    seen.store.now = lambda: clock() - lag  # type: ignore[method-assign]
+    cache = SeenCache(seen, EpochWatch(redis_url, redis_name), 10000, 10.0)
+    client = redis.Redis.from_url(redis_url)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MOVER, redis_url, redis_name, str(age)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    stale, retaken, early, rounds = [], 0, 0, 6
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        for i in range(rounds):
+            key = f"round-{i}".encode()
+            assert cache.add(key)
+            number = seen.current_generation()
+            hits = cache.hits
+            while cache.hits == hits:  # known from memory (asked again after a turn or epoch)
+                assert not cache.add(key)
+            during = []
+            # until the key's generation is deleted and the deleter wrote the epoch after it
+            # (as a forget returns: the first epoch write after its keys are gone is its own)
+            held, epoch, deadline = True, b"", 0.0
+            while held or (
+                client.get(epoch_key(redis_name)) == epoch and time.monotonic() < deadline
+            ):
+                if held:
+                    pipe = client.pipeline(transaction=True)
+                    pipe.exists(f"urlseen:{{{redis_name}~g{number}}}:kind")
+                    pipe.get(epoch_key(redis_name))
+                    held, epoch = pipe.execute()
+                    deadline = time.monotonic() + 0.1  # at most, for the epoch after it
+                during.append(cache.add(key))
+                if during[-1] and seen.current_generation() < number + 2:
+                    early += 1  # new while this clock still holds its generation
+                time.sleep(0.002)
+            after = cache.add(key)
+            if any(during):
+                retaken += 1
+            elif not after:
+                stale.append(i)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        cache.destroy()
+    assert not stale, f"{len(stale)} of {rounds} rounds answered seen after the expiry: {stale}"
+    assert cache.watch is not None and cache.watch.invalidations >= 1
+    assert early >= (1 if lag else 0)

@@ -24,14 +24,16 @@ from urlseen.cli._common import cli_errors
 def info_command(
     path: str | None, redis_url: str | None, name: str | None, verify: bool, as_json: bool
 ) -> None:
-    """Describe the state PATH (a filter's file, or an exact or rotating filter's folder), or
-    with --redis URL --name NAME a filter shared through Redis.
+    """Describe the state PATH (a filter's file, an exact or rotating filter's folder, or an
+    expiring filter's generations), or with --redis URL --name NAME a filter shared through
+    Redis (an expiring one: each generation and its age).
 
     \b
     Example:
         urlseen info seen.bloom
         urlseen info seen/            # an exact filter: library records, counters, sync
         urlseen info gens/            # a rotating filter: its generations
+        urlseen info seen.bloom/      # an expiring Bloom filter: its generations' ages
         urlseen info --redis redis://127.0.0.1:6379/0 --name crawl
     """
     if (redis_url is None) == (path is None) or (redis_url is not None) != (name is not None):

@@ -9,7 +9,8 @@ So the handle
   and on the framework's signals (`checkpoint()`), so a state is current without close();
 - closes the filter at interpreter exit (or when the handle is garbage collected) if nobody
   did: grouped keys committed, a temporary library's folder removed;
-- expires requests older than `expire_after`, and forgets requests (job/expiry.py);
+- expires requests older than `expire_after` (job/expiry.py: by the library's times, or by
+  generations of whole filters, job/generations.py), and forgets requests;
 - for a filter shared through Redis, records this process as a member of the filter's fleet,
   so that `clear()` deletes the shared filter only when no other live process still uses it.
 """
@@ -26,9 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from urlseen import kinds
-from urlseen.errors import ClosedError
+from urlseen.errors import ClosedError, ConfigError
 from urlseen.integrations._grouped import grouped
-from urlseen.job.expiry import EXACT_KINDS, Expiry, expiry_options, forget_keys
+from urlseen.job.expiry import (
+    EXACT_KINDS,
+    WHOLE_GENERATION_KINDS,
+    Expiry,
+    expiry_options,
+    forget_keys,
+)
 from urlseen.protocol import SeenFilter
 from urlseen.shared.fleet import Fleet
 from urlseen.shared.seen_cache import DEFAULT_ENTRIES, EpochWatch, SeenCache
@@ -36,7 +43,7 @@ from urlseen.shared.seen_cache import DEFAULT_ENTRIES, EpochWatch, SeenCache
 logger = logging.getLogger(__name__)
 
 # The files a kind keeps in its state folder (a folder of the user's may hold others).
-STATE_FILES = ("library.sqlite*", "*.urlseen", "rotating.json*")
+STATE_FILES = ("library.sqlite*", "*.urlseen", "rotating.json*", "generations.json")
 
 
 def _close_quietly(seen: SeenFilter, fleet: Fleet | None) -> None:
@@ -109,6 +116,12 @@ class SeenHandle:
             raise kinds.OptionError(f"{name} {kind!r} reads URLs' structure; {keys} are opaque")
         setting = spell("expire_after") if spell is not None else "expire_after"
         generations = kinds.OPTIONS["generations"].default
+        # (age, G) of a kind that expires by generations of whole filters
+        self.expiring: tuple[float, int] | None = None
+        if expire_after is not None and kind in WHOLE_GENERATION_KINDS:
+            given = {"generations": options.pop("generations", None)}
+            kinds.given_options("rotating", given, shared=False, spell=spell or str)
+            self.expiring = (expire_after, given["generations"] or generations)
         options = expiry_options(
             kind, redis is not None, expire_after, options, setting, generations
         )
@@ -157,7 +170,7 @@ class SeenHandle:
         if self._seen is None:
             if self._failed:
                 raise ClosedError(f"the {self.kind} filter was abandoned after it failed")
-            seen = kinds.open_filter(self.kind, **self._arguments)
+            seen = self._open()
             if self.group:
                 seen = grouped(seen, self.group)
             if self.cache_entries > 0 and self.redis is not None:
@@ -173,6 +186,17 @@ class SeenHandle:
             if self.expiry is not None:
                 self.expiry.sweep(seen, force=True)
         return self._seen
+
+    def _open(self) -> SeenFilter:
+        if self.expiring is not None:
+            return kinds.open_expiring(self.kind, *self.expiring, **self._arguments)
+        if kinds.holds_generations(self.state):
+            name = self._arguments.get("spell", str)("expire_after")
+            raise ConfigError(
+                f"the state at {self.state} was made with {name}: give it again (a filter "
+                "keeps the expiry it was made with), or remove the state"
+            )
+        return kinds.open_filter(self.kind, **self._arguments)
 
     def forget(self, keys: list[Any], why: str) -> int:
         """Forget keys (new again); how many the filter held (job/expiry.py: forget_keys)."""

@@ -150,7 +150,8 @@ class UrlseenDupeFilter(PrefetchedAnswers, BaseDupeFilter):
         kind = filter or kinds.DEFAULT_KIND
         row = kinds.kind(kind, setting_name)
         if state is not None and row.state == "file" and Path(state).is_dir():
-            state = kinds.state_in(state, kind)
+            own = kinds.holds_generations(Path(state))  # a folder of generations: the state
+            state = state if own else kinds.state_in(state, kind)
         self.kind = kind
         self.logger = logger
         self.fingerprinter: RequestFingerprinterProtocol = fingerprinter or RequestFingerprinter()

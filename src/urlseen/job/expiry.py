@@ -3,16 +3,27 @@ forget.py is the pipeline's): seen requests expire after an age, and a request c
 forgotten (a download that failed for good, one a callback marks), so that a later run, or the
 same crawl, fetches it again.
 
-What each kind can do:
+What each kind the integrations offer can do:
 
 - exact and library (local, or shared through Redis): both, exactly. Their library keeps each
   request's first-seen time, so expiry forgets exactly the requests first seen more than the
   age ago (a sweep when the filter opens, then every quarter of the age while it runs).
-- rotating (local): expiry by generations: the age sets the window (age / generations), so a
-  request expires between age * (G - 1) / G and age after it was first seen. It cannot
-  forget one request (a Bloom filter cannot delete).
-- bloom, dsbf, mdbf (local or shared): neither. Expiry is refused when the crawl is
-  configured; a forget is logged once and ignored (the request stays seen).
+- bloom, dsbf, mdbf (local), bloom and dsbf shared through Redis: expiry by generations of
+  whole filters (job/generations.py): G generations (the generations setting, default 4) of
+  age / G seconds each, aligned on the clock (a shared filter's: the Redis server's); a
+  request expires more than age * (G - 1) / G and at most age after it was first seen. Near a
+  generation boundary a request may be answered new twice (a page fetched twice), never seen
+  when no live generation holds it. Each generation is sized for the capacity at an error
+  rate that keeps the whole filter's (1 - (1 - p)^(1/G) each), so memory is up to G times
+  the filter's. They cannot forget one request (a Bloom filter cannot delete): a forget is
+  logged once and ignored (the request stays seen until its generation expires).
+- rotating (local): expiry by its own generations: the age sets the window (age / G), so a
+  request expires between age * (G - 1) / G and age after it was first seen (or sooner when a
+  generation fills). It cannot forget one request either.
+
+Nothing the integrations offer is refused an expiry any more (similar reads URLs' structure,
+and is refused as a crawler's filter before this); a kind added later that can do neither is
+refused when the crawl is configured, naming the kinds that can.
 """
 
 from __future__ import annotations
@@ -29,8 +40,12 @@ from urlseen.protocol import Key, SeenFilter
 logger = logging.getLogger(__name__)
 
 EXACT_KINDS = ("exact", "library")  # forget and expire by their library's times
-GENERATION_KINDS = ("rotating",)  # expire by generations, locally
-CAN_EXPIRE = "exact and library (local or shared through Redis), rotating (local)"
+GENERATION_KINDS = ("rotating",)  # expire by their own generations, locally
+WHOLE_GENERATION_KINDS = ("bloom", "dsbf", "mdbf")  # by generations of whole filters
+CAN_EXPIRE = (
+    "exact and library (local or shared through Redis), bloom and dsbf (local or shared), "
+    "mdbf and rotating (local)"
+)
 SWEEPS_PER_AGE = 4  # an exact filter is swept for expired requests every age / this
 
 _warned: set[str] = set()
@@ -61,13 +76,14 @@ def expiry_options(
     generations: int,
 ) -> dict[str, Any]:
     """The kind options that make `kind` expire after `age` (a rotating filter's window, for
-    options' generations, else `generations`), or ConfigError naming the setting and the
-    kinds that can when `kind` cannot expire."""
+    options' generations, else `generations`; other kinds' as given: the filter by
+    generations is made around them), or ConfigError naming the setting and the kinds that
+    can when `kind` cannot expire."""
     if age is None:
         return options
-    if kind in EXACT_KINDS:
+    if kind in EXACT_KINDS or kind in WHOLE_GENERATION_KINDS:
         return options
-    if kind in GENERATION_KINDS and not shared:
+    if kind in GENERATION_KINDS:  # shared: open_filter says it cannot be
         generations = options.get("generations") or generations
         window = age / generations
         given = options.get("window")
@@ -126,4 +142,11 @@ def forget_keys(seen: SeenFilter, kind: str, keys: Sequence[Key], why: str) -> i
     return sum(forget_many(list(keys)))
 
 
-__all__ = ["CAN_EXPIRE", "Expiry", "expire_seconds", "expiry_options", "forget_keys"]
+__all__ = [
+    "CAN_EXPIRE",
+    "WHOLE_GENERATION_KINDS",
+    "Expiry",
+    "expire_seconds",
+    "expiry_options",
+    "forget_keys",
+]

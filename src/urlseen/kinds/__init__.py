@@ -19,6 +19,7 @@ from urlseen._frozen import Frozen
 from urlseen.errors import ConfigError, OptionError, ParameterConflict
 from urlseen.kinds import _describers as describers
 from urlseen.kinds import _openers as openers
+from urlseen.kinds._generations import holds_generations, open_expiring
 from urlseen.kinds._openers import (
     Request,
     Spell,
@@ -370,6 +371,9 @@ def describe(
     the filter called `name` there. verify=True also checks every checksum the state has
     (FormatError if one fails). OptionError if there is no urlseen state there."""
     if redis is not None:
+        expiring = describers.describe_shared_generations(redis, name or "")
+        if expiring is not None:
+            return expiring
         for row in KINDS.values():
             found = row.describe_shared(redis, name or "") if row.describe_shared else None
             if found is not None:
@@ -385,8 +389,13 @@ def describe(
     if not where.is_dir():
         return describers.describe_file(where, verify)
     for row in KINDS.values():
-        if row.state == "file" and (where / f"seen.{row.name}").is_file():
-            return describers.describe_file(where / f"seen.{row.name}", verify)
+        inner = where / f"seen.{row.name}"
+        if row.state == "file" and inner.is_file():
+            return describers.describe_file(inner, verify)
+        if holds_generations(inner):
+            return describers.describe_generations(inner, verify)
+    if holds_generations(where):
+        return describers.describe_generations(where, verify)
     if (where / KINDS["rotating"].marker).exists():
         return describers.describe_rotating(where, verify)
     if (where / KINDS["exact"].marker).exists():
@@ -407,7 +416,9 @@ __all__ = [
     "ParameterConflict",
     "describe",
     "given_options",
+    "holds_generations",
     "kind",
+    "open_expiring",
     "open_filter",
     "remote_leaf_store",
     "remote_leaf_store_exists",

@@ -1,5 +1,6 @@
 """What `urlseen info` says about a state, read-only (a crawler may be using it): one describer
-per form of state (a state file, a rotating folder, an exact folder, a filter in Redis)."""
+per form of state (a state file, a rotating folder, an exact folder, a folder of generations,
+a filter in Redis, generations in Redis)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,37 @@ def describe_rotating(path: Path, verify: bool) -> dict[str, Any]:
     return desc
 
 
+def _aged(desc: dict[str, Any], generations: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    """desc with each generation's age (its requests expire when the oldest's reaches
+    expire_after) and the oldest's."""
+    window, oldest = desc["window"], now // desc["window"] - desc["generations"] + 1
+    for generation in generations:
+        generation["age_seconds"] = round(now - generation["generation"] * window, 1)
+        if generation["generation"] < oldest:  # dropped by the next client that moves on
+            generation["expired"] = True
+    desc["expire_after"] = window * desc["generations"]
+    desc["live_generations"] = generations
+    if generations:
+        desc["oldest_generation_age_seconds"] = generations[0]["age_seconds"]
+    return desc
+
+
+def describe_generations(path: Path, verify: bool) -> dict[str, Any]:
+    """A folder of generations (job/generations.py): the kind, window and generations it was
+    made with, and each generation's state file, count and age."""
+    import time
+
+    from urlseen.job.generations import check_manifest
+
+    desc = check_manifest(path, {})
+    rows = []
+    for gen in sorted(path.glob("gen-*.urlseen"), key=lambda p: int(p.name[4:-8])):
+        head = describe_file(gen, verify)
+        row = {"generation": int(gen.name[4:-8]), "file": gen.name, "count": head["count"]}
+        rows.append(row if not verify else {**row, "verified": head["verified"]})
+    return _aged({"path": os.fspath(path), **desc}, rows, time.time())
+
+
 def describe_exact(path: Path, verify: bool) -> dict[str, Any]:
     from urlseen.exact.folder import describe_state
 
@@ -135,6 +167,26 @@ def describe_shared_dsbf(url: str, name: str) -> dict[str, Any] | None:
             "claims": sum(leaf["claims"] for leaf in leaves),
             "tree": leaves,
         }
+
+
+def describe_shared_generations(url: str, name: str) -> dict[str, Any] | None:
+    """An expiring filter in Redis: its shape, and each recorded generation described as
+    its kind's filter is (without the tree), aged by the server's clock; None if none."""
+    from urlseen.kinds import KINDS
+    from urlseen.shared.generations import read_generations
+
+    found = read_generations(url, name)
+    if found is None:
+        return None
+    describe = KINDS[found["kind"]].describe_shared
+    rows = []
+    for number, generation in found.pop("recorded"):
+        desc = describe(url, generation) if describe is not None else None
+        if desc is not None:
+            desc.pop("tree", None)
+            rows.append({"generation": number, **desc})
+    now = found.pop("server_time")
+    return _aged({"redis": url, "name": name, **found}, rows, now)
 
 
 def describe_shared_library(url: str, name: str) -> dict[str, Any] | None:

@@ -17,6 +17,13 @@ its forget and its epoch write (forget returned to no one) may stay unseen by ot
 memories until the next epoch change. Without RESP3 tracking (Redis before 6, a Redis Cluster,
 the tracking connection down) nothing is answered locally.
 
+Expiry by generations (job/generations.py) drops requests without a forget: the client that
+deletes a generation writes the epoch afterwards (every memory drops, as for a forget), and
+this client's memory drops too whenever its own filter enters a new generation
+(`current_generation()`, read from the local clock before every local answer, no round trip):
+the memory never answers seen for a request of a generation this client has dropped, nor,
+once the invalidation arrived, of one another client has.
+
 Claims stay whole (shared/claims.py): a key this client was answered new is known seen at once
 (its own claim: Redis answers it seen to this client too); a key answered seen is answered seen
 locally for one lease and then asked once more, because its "seen" may have been another
@@ -149,6 +156,9 @@ class SeenCache:
         self._known: OrderedDict[Key, None] = OrderedDict()  # the oldest leave first
         self._once: dict[Key, float] = {}  # answered seen once: asked again after a lease
         self._generation: int | None = None
+        # an expiring filter's generation: the memory drops when it changes
+        self._turn = getattr(seen, "current_generation", None)
+        self._turned: int | None = None
         self._delivering: dict[Key, float] = {}  # prefetched new, not taken yet
         self.hits = self.asked = self.batches = 0
         self._auto = True
@@ -158,7 +168,13 @@ class SeenCache:
     # -- the memory ---------------------------------------------------------------------
 
     def _fresh(self) -> bool:
-        """Whether local answers are allowed now (the memory dropped if the epoch moved)."""
+        """Whether local answers are allowed now (the memory dropped if the epoch moved, or
+        the filter entered a new generation)."""
+        if self._turn is not None:
+            turned = self._turn()
+            if turned != self._turned:
+                self.drop()
+                self._turned = turned
         generation = None if self.watch is None else self.watch.generation()
         if generation is None:
             return False
