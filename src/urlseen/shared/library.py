@@ -4,6 +4,9 @@ With several writers a local filter can prove a URL neither new (another process
 it) nor, once URLs can be forgotten, seen; so Redis decides every URL. A Lua script per batch
 (shared/lua/library_batch.lua) inserts each 16-byte fingerprint if it is absent and answers
 new/seen in the same atomic step, so among all processes each distinct URL is new exactly once.
+A claim sends each fingerprint once per batch, with how many more times the batch saw it (its
+further references, counted by the script): a URL repeated within a batch costs the server no
+command and no Lua work per sighting (benchmarks/redis/REPORT.md).
 A batch resent after a lost reply gets its first answer (a release or forget from a receipt
 kept two minutes, a claim from its write mark and its claims: below).
 
@@ -142,7 +145,8 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
             calls="",
         )
         self._marks = WriteMarks()  # this client's write mark per group (shared/marks.py)
-        self._record_calls: list[int] = []  # calls whose claims records this client holds
+        # the calls whose claims records this client holds: call id, group -> its fingerprints
+        self._record_calls: list[tuple[int, dict[int, list[bytes]]]] = []
         self._mark_groups()
 
     # -- parameters ---------------------------------------------------------------------
@@ -237,19 +241,20 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stamp: str,
         claim: Callable[[], ClaimArgs],
         hold: Callable[[list[bytes]], None] | None = None,
-        calls: str = "",
+        extra: Sequence[int] = (),
     ) -> bytes:
         """One script call per part of _calls: one answer byte per fps[i], i in idx, in order
         (OWN as NEW). hold gets the fingerprints each call answered new, as soon as it answers.
-        calls: an ack's record calls (then all of idx in one call per group part)."""
+        extra: a claim's further sightings of each fps[idx[p]] (0-255), or none. (The script's
+        `calls`, an ack deleting records by call id, is not used: _drop_records does it.)"""
         answers = bytearray(len(idx))
-        most = len(idx) if calls else CALL_KEYS
-        for receipt_prefix, positions in self._calls(fps, idx, max(most, 1)):
+        for receipt_prefix, positions in self._calls(fps, idx):
             receipt = receipt_prefix + uuid.uuid4().hex
             chunk = b"".join(fps[idx[p]] for p in positions)
             touched = sorted({group_of(fps[idx[p]], self.groups) for p in positions})
             markers = [f"{self._prefix}{g}}}:n" for g in touched]
-            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp, "calls": calls}
+            more = bytes(extra[p] for p in positions) if extra else b""
+            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp, "extra": more}
             fields["marks"] = " ".join(
                 f"{g}:{self._marks.expected(m)}" for g, m in zip(touched, markers, strict=True)
             )
@@ -266,8 +271,12 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
                 self._marks.advanced(marker)
             if len(answer) != len(positions):
                 raise FormatError(f"library script answered {len(answer)} of {len(positions)}")
-            if mode == "claim" and Answer.NEW in answer:
-                self._record_calls.append(claimed.call)  # its new URLs' record
+            if mode == "claim" and Answer.NEW in answer:  # its new URLs' records, by group
+                recorded: defaultdict[int, list[bytes]] = defaultdict(list)
+                for p, c in zip(positions, answer, strict=True):
+                    if c == Answer.NEW:
+                        recorded[group_of(fps[idx[p]], self.groups)].append(fps[idx[p]])
+                self._record_calls.append((claimed.call, recorded))
             answer = answer.replace(bytes([Answer.OWN]), bytes([Answer.NEW]))
             for p, c in zip(positions, answer, strict=True):
                 answers[p] = c
@@ -302,14 +311,17 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         with claims.batch(self._abandon, fps) as priority:
 
             def ask(idx: list[int]) -> bytes:
-                return self._send(
+                sent, extra, slot = once_each(fps, idx)
+                said = self._send(
                     "claim",
                     fps,
-                    idx,
+                    sent,
                     stamp,
                     lambda: claims.args(priority),
                     lambda new: claims.hold(new, priority),
+                    extra=extra,
                 )
+                return spread_answers(idx, sent, said, slot)
 
             answers = ask_until_decided(ask, fps, claims, self._renew)
         self.io.lookups += len(fps)
@@ -320,14 +332,41 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
 
     def _release(self, fps: list[bytes], how: str) -> int:
         """Release this client's claims of fps (ClaimedAnswers): an ack deletes the records of
-        the calls this client holds whole, anything else expands them into per-key claims."""
-        calls = " ".join(map(str, self._record_calls)) if how == "ack" else ""
-        self._record_calls = []
+        the calls this client holds whole, natively (one HDEL per call and group), anything
+        else (and what those records do not cover) expands them into per-key claims."""
+        records, self._record_calls = self._record_calls, []
+        if how == "ack" and records and fps:
+            fps = self._drop_records(fps, records)
         if not fps:
             return 0
         args = lambda: self._claims.args(0)  # noqa: E731
-        answer = self._send(how, fps, range(len(fps)), "0", args, calls=calls)
+        answer = self._send(how, fps, range(len(fps)), "0", args)
         return answer.count(Answer.SEEN)
+
+    def _drop_records(
+        self, fps: list[bytes], records: list[tuple[int, dict[int, list[bytes]]]]
+    ) -> list[bytes]:
+        """Delete the claims records of these calls: a record still there holds claims that
+        are all still this client's (a record is expanded into per-key claims before anyone
+        looks a claim up or takes one over), so deleting it acknowledges them. Returns fps
+        less those: what is left to release per key (answers claimed per key, and records
+        expanded meanwhile)."""
+        fields = [
+            (f"{self._prefix}{g}}}:r", f"{self._claims.owner} {call}", part)
+            for call, groups in records
+            for g, part in groups.items()
+        ]
+
+        def drop() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for key, field, _ in fields:
+                pipe.hdel(key, field)
+            return list(pipe.execute())
+
+        gone = retrying(drop, f"{self._what}: ack")
+        self.io.round_trips += 1
+        done = {fp for (_, _, part), n in zip(fields, gone, strict=True) if n for fp in part}
+        return [fp for fp in fps if fp not in done]
 
     def contains(self, fps: Sequence[bytes]) -> list[bool]:
         """Whether each fingerprint is in the library (read only)."""
@@ -458,6 +497,37 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} groups={self.groups}>"
+
+
+def once_each(fps: Sequence[bytes], idx: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """A claim's positions idx sent once per fingerprint (every 256th sighting again: the
+    script counts up to 255 more in a byte): the positions sent, each one's further sightings,
+    and for each of idx the index of its sent position. Repeats then cost the script no
+    command and no Lua work per sighting (benchmarks/redis/REPORT.md)."""
+    first: dict[bytes, int] = {}
+    sent: list[int] = []
+    extra: list[int] = []
+    slot: list[int] = []
+    for i in idx:
+        j = first.get(fps[i])
+        if j is not None and extra[j] < 255:
+            extra[j] += 1
+        else:
+            j = first[fps[i]] = len(sent)
+            sent.append(i)
+            extra.append(0)
+        slot.append(j)
+    return sent, extra, slot
+
+
+def spread_answers(idx: Sequence[int], sent: list[int], said: bytes, slot: list[int]) -> bytes:
+    """once_each's answers for every position of idx, as the script answers a repeat in one
+    call: the first sighting its answer, a later one seen, or pending where the first is."""
+    out = bytearray(len(idx))
+    for k, (i, j) in enumerate(zip(idx, slot, strict=True)):
+        answer = said[j]
+        out[k] = answer if sent[j] == i or answer == Answer.PENDING else Answer.SEEN
+    return bytes(out)
 
 
 def _delete_keys(library: RedisLibrary) -> None:

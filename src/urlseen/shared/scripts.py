@@ -109,7 +109,7 @@ LIBRARY_BATCH = Script(
     "library_batch.lua",
     keys=_names("receipt"),
     argv=_names(
-        "mode fps prefix groups per_bucket now receipt_ttl instance", *CLAIMS, "marks calls"
+        "mode fps prefix groups per_bucket now receipt_ttl instance", *CLAIMS, "marks calls extra"
     ),
     needs=("claims.lua", "mark.lua", "library_buckets.lua", "library_claims.lua"),
 )

@@ -4,7 +4,7 @@
 --
 -- KEYS: receipt
 -- ARGV: mode fps prefix groups per_bucket now receipt_ttl instance
---       owner priority call lease_ms marks calls
+--       owner priority call lease_ms marks calls extra
 -- (urlseen.shared.scripts.LIBRARY_BATCH builds them)
 --
 -- Group g = the fingerprint's first 4 bytes (big-endian) mod groups; the group is the hash
@@ -41,7 +41,9 @@
 -- instance the client opened; owner, priority, call, lease_ms: the claims' (claims.lua);
 -- marks: "g:n ..." the caller's write mark in each group it touches, as it expects it
 -- (mark.lua: a group that went back in time answers "URLSEEN-ROLLBACK ..."); calls: an ack's
--- call ids whose records the caller holds (space-separated), "" otherwise.
+-- call ids whose records the caller holds (space-separated), "" otherwise; extra: a claim's
+-- further sightings of each fingerprint, one byte each (0-255: the client sends a URL once per
+-- batch with the references its repeats add), or "" (none).
 -- Returns one character per fingerprint: claim: NEW, OWN (new, claimed per key, not in the
 -- call's record), SEEN or PENDING (claims.lua); contains,
 -- release, forget: NEW was present, SEEN not; ack, abandon, renew: NEW the claim was still
@@ -52,6 +54,7 @@ local per_bucket, now, ttl, instance = tonumber(ARGV[5]), tonumber(ARGV[6]), ton
                                        ARGV[8]
 local owner = ARGV[9]
 local receipt_key = KEYS[1]
+local extra = ARGV[15]
 local receipts = mode == 'release' or mode == 'forget'
 if receipts then
   local done = redis.call('GET', receipt_key)
@@ -157,6 +160,9 @@ local function append(lists, g, item) -- lists[g], made if needed, gets item
 end
 local fresh = pack('<I4I4I4', 1, now, now)
 local inserted = {} -- fingerprint -> its references, for the records this call inserts
+-- A claim asks Redis once per present URL, whatever its repeats in the call: each present
+-- fingerprint's first answer and the references it gains (written once, after the loop).
+local met_at, met_list = {}, {}
 local adds, dropped, total = {}, {}, {} -- per group: positions inserted; claims to drop; count
 for _, g in ipairs(touched) do total[g] = count[g] end
 for i = 1, n do
@@ -164,9 +170,14 @@ for i = 1, n do
   local key = bucket_key(buckets[g], hash_at[i])
   local fp = sub(data, pos, pos + 15)
   local answer = SEEN
-  local refs = inserted[fp]
+  local refs, met = inserted[fp], met_at[fp]
+  local more = extra ~= '' and byte(extra, i) or 0
   if refs then
-    inserted[fp] = refs + 1 -- a repeat of a URL this call inserts: seen
+    inserted[fp] = refs + 1 + more -- a repeat of a URL this call inserts: seen
+  elseif met then -- a repeat of a present URL this call asked about: asked once
+    answer = met.answer
+    if answer == NEW or answer == OWN then answer = SEEN end -- the first had it new
+    if answer ~= PENDING and not resent then met.refs = met.refs + 1 + more end
   else
     local value = redis.call('HGET', key, fp)
     if mode == 'claim' then
@@ -175,14 +186,12 @@ for i = 1, n do
           answer = claim_present(claims, claims_of(g), fp)
           if answer == NEW then answer = OWN end -- taken over, or this very call's: per key
         end
-        if answer ~= PENDING and not resent then
-          local r, first, last = unpack('<I4I4I4', value)
-          if r < MAXREFS then r = r + 1 end
-          if now > last then last = now end
-          redis.call('HSET', key, fp, pack('<I4I4I4', r, first, last))
-        end
+        met = {answer = answer, key = key, fp = fp, value = value, refs = 0}
+        if answer ~= PENDING and not resent then met.refs = 1 + more end
+        met_at[fp] = met
+        met_list[#met_list + 1] = met
       else
-        inserted[fp] = 1
+        inserted[fp] = 1 + more
         append(adds, g, i)
         answer = NEW
       end
@@ -205,6 +214,14 @@ for i = 1, n do
   out[i] = answer
 end
 for g, list in pairs(dropped) do claims_each('HDEL', claims_of(g), list) end
+for _, met in ipairs(met_list) do
+  if met.refs > 0 then -- one more reference per sighting, last seen = now
+    local r, first, last = unpack('<I4I4I4', met.value)
+    r = math.min(r + met.refs, MAXREFS)
+    if now > last then last = now end
+    redis.call('HSET', met.key, met.fp, pack('<I4I4I4', r, first, last))
+  end
+end
 
 -- The new URLs: their claims first (one record per group, or per key where this call's
 -- record exists already: a resent call's URLs forgotten meanwhile), then their records, in
