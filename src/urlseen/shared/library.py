@@ -23,8 +23,9 @@ is not.
 Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges it, so
 it reaches a caller even if this client dies first. A call's new URLs in a group are claimed
 by one field of a hash per group (shared/lua/library_batch.lua), written before the records
-they cover and deleted by the acknowledgement: O(1) commands per call, and a library whose
-clients acknowledge holds no claim. A claim resent after a lost reply needs no receipt: its
+they cover and deleted by the acknowledgement (a native HDEL per call and group, no script:
+a record still there holds only its caller's claims): O(1) commands per call, and a library
+whose clients acknowledge holds no claim. A claim resent after a lost reply needs no receipt: its
 write mark says it ran already, and its answers come from its claims.
 Each group holds the library's instance id, checked by every call, so a library whose keys
 vanished fails (FilterLostError) instead of starting again from empty.
@@ -350,7 +351,8 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         are all still this client's (a record is expanded into per-key claims before anyone
         looks a claim up or takes one over), so deleting it acknowledges them. Returns fps
         less those: what is left to release per key (answers claimed per key, and records
-        expanded meanwhile)."""
+        expanded meanwhile). A reply lost and resent finds its records gone: those count as
+        taken over in acknowledge()'s number (nothing else changes)."""
         fields = [
             (f"{self._prefix}{g}}}:r", f"{self._claims.owner} {call}", part)
             for call, groups in records
