@@ -19,9 +19,10 @@ import redis
 from urlseen import ConfigError, ExactFilter, FormatError, _core
 from urlseen.errors import RemoteError
 from urlseen.exact.library_filter import FingerprintLibraryFilter
+from urlseen.exact.library_repeats import once_each, spread_answers
 from urlseen.shared import client as redis_store
 from urlseen.shared import library as redis_library
-from urlseen.shared.library import RedisLibrary, once_each, spread_answers
+from urlseen.shared.library import RedisLibrary
 from urlseen.shared.library_layout import group_of
 from urlseen.shared.scripts import Answer
 
@@ -459,6 +460,6 @@ def test_once_each_sends_every_256th_sighting_again_and_spreads_the_answers():
     assert sent == [0, 256, 512, 600] and extra == [255, 255, 88, 0]
     assert sum(extra) + len(sent) == len(fps)
     said = bytes([Answer.NEW, Answer.SEEN, Answer.SEEN, Answer.PENDING])
-    out = spread_answers(range(len(fps)), sent, said, slot)
+    out = spread_answers(range(len(fps)), sent, said, slot, Answer.PENDING, Answer.SEEN)
     assert out[0] == Answer.NEW and set(out[1:600]) == {Answer.SEEN}
     assert out[600] == Answer.PENDING and out[601] == Answer.SEEN

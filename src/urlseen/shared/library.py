@@ -4,9 +4,8 @@ With several writers a local filter can prove a URL neither new (another process
 it) nor, once URLs can be forgotten, seen; so Redis decides every URL. A Lua script per batch
 (shared/lua/library_batch.lua) inserts each 16-byte fingerprint if it is absent and answers
 new/seen in the same atomic step, so among all processes each distinct URL is new exactly once.
-A claim sends each fingerprint once per batch, with how many more times the batch saw it (its
-further references, counted by the script): a URL repeated within a batch costs the server no
-command and no Lua work per sighting (benchmarks/redis/REPORT.md).
+A claim sends each fingerprint once per batch with its further sightings (references): a URL
+repeated within a batch costs the server no command (benchmarks/redis/REPORT.md).
 A batch resent after a lost reply gets its first answer (a release or forget from a receipt
 kept two minutes, a claim from its write mark and its claims: below).
 
@@ -23,10 +22,10 @@ is not.
 Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges it, so
 it reaches a caller even if this client dies first. A call's new URLs in a group are claimed
 by one field of a hash per group (shared/lua/library_batch.lua), written before the records
-they cover and deleted by the acknowledgement (a native HDEL per call and group, no script:
-a record still there holds only its caller's claims): O(1) commands per call, and a library
-whose clients acknowledge holds no claim. A claim resent after a lost reply needs no receipt: its
-write mark says it ran already, and its answers come from its claims.
+they cover and deleted by the acknowledgement (a native HDEL per call and group): O(1)
+commands per call, and a library whose clients acknowledge holds no claim. A claim resent
+after a lost reply needs no receipt: its write mark says it ran already, and its answers
+come from its claims.
 Each group holds the library's instance id, checked by every call, so a library whose keys
 vanished fails (FilterLostError) instead of starting again from empty.
 
@@ -44,6 +43,7 @@ from typing import Any
 
 from urlseen.errors import FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
+from urlseen.exact.library_repeats import once_each, spread_answers
 from urlseen.protocol import check_given
 from urlseen.shared import client as redis_store
 from urlseen.shared import seen_cache
@@ -143,7 +143,6 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
             per_bucket=self.per_bucket,
             receipt_ttl=RECEIPT_SECONDS,
             instance=self._instance,
-            calls="",
         )
         self._marks = WriteMarks()  # this client's write mark per group (shared/marks.py)
         # the calls whose claims records this client holds: call id, group -> its fingerprints
@@ -246,8 +245,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
     ) -> bytes:
         """One script call per part of _calls: one answer byte per fps[i], i in idx, in order
         (OWN as NEW). hold gets the fingerprints each call answered new, as soon as it answers.
-        extra: a claim's further sightings of each fps[idx[p]] (0-255), or none. (The script's
-        `calls`, an ack deleting records by call id, is not used: _drop_records does it.)"""
+        extra: a claim's further sightings of each fps[idx[p]] (0-255), or none."""
         answers = bytearray(len(idx))
         for receipt_prefix, positions in self._calls(fps, idx):
             receipt = receipt_prefix + uuid.uuid4().hex
@@ -310,19 +308,13 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stamp = str(min(max(int(time.time() if now is None else now), 0), 2**32 - 1))
         claims = self._claims
         with claims.batch(self._abandon, fps) as priority:
+            args = lambda: claims.args(priority)  # noqa: E731
+            hold = lambda new: claims.hold(new, priority)  # noqa: E731
 
             def ask(idx: list[int]) -> bytes:
                 sent, extra, slot = once_each(fps, idx)
-                said = self._send(
-                    "claim",
-                    fps,
-                    sent,
-                    stamp,
-                    lambda: claims.args(priority),
-                    lambda new: claims.hold(new, priority),
-                    extra=extra,
-                )
-                return spread_answers(idx, sent, said, slot)
+                said = self._send("claim", fps, sent, stamp, args, hold, extra)
+                return spread_answers(idx, sent, said, slot, Answer.PENDING, Answer.SEEN)
 
             answers = ask_until_decided(ask, fps, claims, self._renew)
         self.io.lookups += len(fps)
@@ -332,43 +324,16 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return answers
 
     def _release(self, fps: list[bytes], how: str) -> int:
-        """Release this client's claims of fps (ClaimedAnswers): an ack deletes the records of
-        the calls this client holds whole, natively (one HDEL per call and group), anything
-        else (and what those records do not cover) expands them into per-key claims."""
+        """Release this client's claims of fps (ClaimedAnswers): an ack deletes its calls'
+        records natively (_drop_records), the rest goes per key (records expanded)."""
         records, self._record_calls = self._record_calls, []
         if how == "ack" and records and fps:
-            fps = self._drop_records(fps, records)
+            fps = _drop_records(self, fps, records)
         if not fps:
             return 0
         args = lambda: self._claims.args(0)  # noqa: E731
         answer = self._send(how, fps, range(len(fps)), "0", args)
         return answer.count(Answer.SEEN)
-
-    def _drop_records(
-        self, fps: list[bytes], records: list[tuple[int, dict[int, list[bytes]]]]
-    ) -> list[bytes]:
-        """Delete the claims records of these calls: a record still there holds claims that
-        are all still this client's (a record is expanded into per-key claims before anyone
-        looks a claim up or takes one over), so deleting it acknowledges them. Returns fps
-        less those: what is left to release per key (answers claimed per key, and records
-        expanded meanwhile). A reply lost and resent finds its records gone: those count as
-        taken over in acknowledge()'s number (nothing else changes)."""
-        fields = [
-            (f"{self._prefix}{g}}}:r", f"{self._claims.owner} {call}", part)
-            for call, groups in records
-            for g, part in groups.items()
-        ]
-
-        def drop() -> list[Any]:
-            pipe = self._client.pipeline(transaction=False)
-            for key, field, _ in fields:
-                pipe.hdel(key, field)
-            return list(pipe.execute())
-
-        gone = retrying(drop, f"{self._what}: ack")
-        self.io.round_trips += 1
-        done = {fp for (_, _, part), n in zip(fields, gone, strict=True) if n for fp in part}
-        return [fp for fp in fps if fp not in done]
 
     def contains(self, fps: Sequence[bytes]) -> list[bool]:
         """Whether each fingerprint is in the library (read only)."""
@@ -501,35 +466,30 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return f"<{type(self).__name__} {self.name!r} groups={self.groups}>"
 
 
-def once_each(fps: Sequence[bytes], idx: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
-    """A claim's positions idx sent once per fingerprint (every 256th sighting again: the
-    script counts up to 255 more in a byte): the positions sent, each one's further sightings,
-    and for each of idx the index of its sent position. Repeats then cost the script no
-    command and no Lua work per sighting (benchmarks/redis/REPORT.md)."""
-    first: dict[bytes, int] = {}
-    sent: list[int] = []
-    extra: list[int] = []
-    slot: list[int] = []
-    for i in idx:
-        j = first.get(fps[i])
-        if j is not None and extra[j] < 255:
-            extra[j] += 1
-        else:
-            j = first[fps[i]] = len(sent)
-            sent.append(i)
-            extra.append(0)
-        slot.append(j)
-    return sent, extra, slot
+def _drop_records(
+    library: RedisLibrary, fps: list[bytes], records: list[tuple[int, dict[int, list[bytes]]]]
+) -> list[bytes]:
+    """RedisLibrary's acknowledgement of these calls' claims records (deleted natively: one
+    intact holds only claims still the caller's, for a record is expanded before anyone looks
+    a claim up or takes one over): fps less what they covered, left to release per key. A
+    reply lost and resent finds them gone: counted as taken over (nothing else changes)."""
+    owner = library._claims.owner
+    fields = [
+        (f"{library._prefix}{g}}}:r", f"{owner} {call}", part)
+        for call, groups in records
+        for g, part in groups.items()
+    ]
 
+    def drop() -> list[Any]:
+        pipe = library._client.pipeline(transaction=False)
+        for key, field, _ in fields:
+            pipe.hdel(key, field)
+        return list(pipe.execute())
 
-def spread_answers(idx: Sequence[int], sent: list[int], said: bytes, slot: list[int]) -> bytes:
-    """once_each's answers for every position of idx, as the script answers a repeat in one
-    call: the first sighting its answer, a later one seen, or pending where the first is."""
-    out = bytearray(len(idx))
-    for k, (i, j) in enumerate(zip(idx, slot, strict=True)):
-        answer = said[j]
-        out[k] = answer if sent[j] == i or answer == Answer.PENDING else Answer.SEEN
-    return bytes(out)
+    gone = retrying(drop, f"{library._what}: ack")
+    library.io.round_trips += 1
+    done = {fp for (_, _, part), n in zip(fields, gone, strict=True) if n for fp in part}
+    return [fp for fp in fps if fp not in done]
 
 
 def _delete_keys(library: RedisLibrary) -> None:

@@ -1,10 +1,10 @@
 -- library_batch.lua: one batch of fingerprints against urlseen's Redis fingerprint library
 -- (RedisLibrary), in one atomic step; claim mode also claims each fingerprint answered new
--- (claims.lua, mark.lua, library_buckets.lua and library_claims.lua, put in front).
+-- (claims.lua, mark.lua and library_buckets.lua, put in front).
 --
 -- KEYS: receipt
 -- ARGV: mode fps prefix groups per_bucket now receipt_ttl instance
---       owner priority call lease_ms marks calls extra
+--       owner priority call lease_ms marks extra
 -- (urlseen.shared.scripts.LIBRARY_BATCH builds them)
 --
 -- Group g = the fingerprint's first 4 bytes (big-endian) mod groups; the group is the hash
@@ -19,11 +19,11 @@
 -- Claims (claims.lua) are written before the records they cover and deleted on
 -- acknowledgement. The URLs a call answers new in a group are claimed together, in one field
 -- of the group's hash prefix .. g .. "}:r" (claims_record: field "OWNER CALL", value the
--- claim, a newline and the fingerprints), which the acknowledgement deletes: O(1) commands
--- per call, and a client that acknowledges each batch leaves nothing behind. Whatever looks
--- claims up or changes them one by one first expands those records into per-key claims, in
--- the group's hash prefix .. g .. "}:c" (field = the fingerprint): a claim call (before its
--- look-ups), a release or forget, an abandon or renew, an acknowledgement without `calls`.
+-- claim, a newline and the fingerprints), which the acknowledgement deletes (a native HDEL
+-- by the client): O(1) commands per call, and a client that acknowledges each batch leaves
+-- nothing behind. Whatever looks claims up or changes them one by one first expands those
+-- records into per-key claims, in the group's hash prefix .. g .. "}:c" (field = the
+-- fingerprint): a claim call (before its look-ups), a release, forget, ack, abandon or renew.
 -- Each group has a hash prefix .. g .. "}:n" (fields "count": its records, "level",
 -- "split": its linear hashing, "instance": the library's random id, written when the library
 -- was made, and the clients' write marks).
@@ -40,13 +40,10 @@
 -- fps: the fingerprints, 16 bytes each, concatenated; now: Unix seconds; instance: the
 -- instance the client opened; owner, priority, call, lease_ms: the claims' (claims.lua);
 -- marks: "g:n ..." the caller's write mark in each group it touches, as it expects it
--- (mark.lua: a group that went back in time answers "URLSEEN-ROLLBACK ..."); calls: an ack's
--- call ids whose records the caller holds (space-separated), "" otherwise; extra: a claim's
--- further sightings of each fingerprint, one byte each (0-255: the client sends a URL once per
--- batch with the references its repeats add), or "" (none).
+-- (mark.lua: a group that went back in time answers "URLSEEN-ROLLBACK ..."); extra: a
+-- claim's further sightings of each fingerprint, a byte each (0-255), or "" (none).
 -- Returns one character per fingerprint: claim: NEW, OWN (new, claimed per key, not in the
--- call's record), SEEN or PENDING (claims.lua); contains,
--- release, forget: NEW was present, SEEN not; ack, abandon, renew: NEW the claim was still
+-- call's record), SEEN or PENDING (claims.lua); contains, release, forget: NEW was present; ack, abandon, renew: NEW the claim was still
 -- the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
 -- anything is written.
 local mode, data, prefix, groups = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -54,7 +51,7 @@ local per_bucket, now, ttl, instance = tonumber(ARGV[5]), tonumber(ARGV[6]), ton
                                        ARGV[8]
 local owner = ARGV[9]
 local receipt_key = KEYS[1]
-local extra = ARGV[15]
+local extra = ARGV[14]
 local receipts = mode == 'release' or mode == 'forget'
 if receipts then
   local done = redis.call('GET', receipt_key)
@@ -63,7 +60,6 @@ end
 
 local byte, sub = string.byte, string.sub
 local pack, unpack = struct.pack, struct.unpack
-local MAXREFS = 4294967295
 local OWN = 'T'
 local n = #data / 16
 
@@ -125,8 +121,8 @@ if mode ~= 'contains' then claims = claims_context(owner, ARGV[10], ARGV[11], AR
 if mode == 'ack' or mode == 'abandon' or mode == 'renew' then
   for _, g in ipairs(touched) do
     local list = members[g]
-    local answers = library_release(claims, mode, ARGV[14], claims_of(g), records_of(g),
-                                    fps_of(list))
+    claims_expand(records_of(g), claims_of(g), 16) -- the client deletes intact ones itself
+    local answers = claims_release(claims, claims_of(g), fps_of(list), mode)
     for j, i in ipairs(list) do out[i] = answers[j] end
   end
   return table.concat(out)
@@ -160,9 +156,7 @@ local function append(lists, g, item) -- lists[g], made if needed, gets item
 end
 local fresh = pack('<I4I4I4', 1, now, now)
 local inserted = {} -- fingerprint -> its references, for the records this call inserts
--- A claim asks Redis once per present URL, whatever its repeats in the call: each present
--- fingerprint's first answer and the references it gains (written once, after the loop).
-local met_at, met_list = {}, {}
+local met_at, met_list = {}, {} -- a present URL's first answer, and the references it gains
 local adds, dropped, total = {}, {}, {} -- per group: positions inserted; claims to drop; count
 for _, g in ipairs(touched) do total[g] = count[g] end
 for i = 1, n do
@@ -214,14 +208,7 @@ for i = 1, n do
   out[i] = answer
 end
 for g, list in pairs(dropped) do claims_each('HDEL', claims_of(g), list) end
-for _, met in ipairs(met_list) do
-  if met.refs > 0 then -- one more reference per sighting, last seen = now
-    local r, first, last = unpack('<I4I4I4', met.value)
-    r = math.min(r + met.refs, MAXREFS)
-    if now > last then last = now end
-    redis.call('HSET', met.key, met.fp, pack('<I4I4I4', r, first, last))
-  end
-end
+records_bump(met_list, now)
 
 -- The new URLs: their claims first (one record per group, or per key where this call's
 -- record exists already: a resent call's URLs forgotten meanwhile), then their records, in
