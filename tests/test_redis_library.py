@@ -19,10 +19,12 @@ import redis
 from urlseen import ConfigError, ExactFilter, FormatError, _core
 from urlseen.errors import RemoteError
 from urlseen.exact.library_filter import FingerprintLibraryFilter
+from urlseen.exact.library_repeats import once_each, spread_answers
 from urlseen.shared import client as redis_store
 from urlseen.shared import library as redis_library
 from urlseen.shared.library import RedisLibrary
 from urlseen.shared.library_layout import group_of
+from urlseen.shared.scripts import Answer
 
 
 def fingerprints(n: int, seed: int = 0) -> list[bytes]:
@@ -380,3 +382,84 @@ def test_on_a_cluster_groups_spread_over_every_master(redis_cluster_url):
         assert lib.forget(fps[:10]) == [True] * 10 and lib.count() == 7990
     finally:
         lib.destroy()
+
+
+# Repeats within a batch: a fingerprint is sent to the script once per batch with the count of
+# its further sightings, so repeats cost no command, yet every sighting is one reference.
+
+
+def calls(client: redis.Redis) -> dict[str, int]:
+    return {k[8:]: v["calls"] for k, v in client.info("commandstats").items()}
+
+
+def commands_of(lib: RedisLibrary, batch: list[bytes]) -> tuple[list[bool], dict[str, int]]:
+    """claim(batch) and the hget/hset/hsetnx/hdel calls the server counted for it."""
+    before = calls(lib._client)
+    answers = lib.claim(batch, now=2_000)
+    after = calls(lib._client)
+    names = ("hget", "hset", "hsetnx", "hdel")
+    return answers, {n: after.get(n, 0) - before.get(n, 0) for n in names}
+
+
+def test_repeats_in_a_batch_cost_no_command_and_count_every_sighting(private_redis):
+    """On a server of its own: INFO commandstats counts every client's commands."""
+    lib = RedisLibrary(private_redis.url, "repeats", 1000, groups=1)
+    lib.auto_acknowledge = False  # the acknowledgement's commands are not the batch's
+    a, b, c, d, e, f = fingerprints(6, seed=7)
+    assert lib.claim([a, b, d, e], now=1_000) == [True] * 4
+    lib.acknowledge()
+    once, spent_once = commands_of(lib, [c, d, e])
+    lib.acknowledge()
+    batch = [f] + [a] * 300 + [b] * 3 + [f] * 2
+    answers, spent = commands_of(lib, batch)
+    assert once == [True, False, False]
+    assert answers == [True] + [False] * 305
+    assert spent == spent_once  # 300 sightings of a, 3 of b, 3 of f: as one of each
+    records = lib.records([a, b, f])
+    assert {fp: r.refs for fp, r in records.items()} == {a: 301, b: 4, f: 3}
+    assert (records[a].first_seen, records[a].last_seen) == (1000.0, 2000.0)
+    before = calls(lib._client)  # the acknowledgement: one HDEL of the call's record, no script
+    assert lib.acknowledge() == 0 and lib.claims_held() == 0
+    after = calls(lib._client)
+    spent_ack = {n: after.get(n, 0) - before.get(n, 0) for n in ("evalsha", "hdel")}
+    assert spent_ack == {"evalsha": 0, "hdel": 1}
+    lib.destroy()
+
+
+def test_a_resent_batch_with_repeats_is_new_once_and_counts_once(make, monkeypatch):
+    """The first reply of a committed claim is lost and the call is resent: its new URLs are
+    new (once each, to this one caller), its present ones seen, and no sighting is counted
+    twice."""
+    lib = make(1000)
+    a, b, c = fingerprints(3, seed=8)
+    assert lib.claim([c]) == [True]
+    real, lost = lib._script, {"n": 0}
+
+    def lossy(keys, args):
+        answer = real(keys=keys, args=args)
+        if args[0] == "claim" and not lost["n"]:
+            lost["n"] += 1
+            raise redis.exceptions.ConnectionError("reply lost")
+        return answer
+
+    monkeypatch.setattr(lib, "_script", lossy)
+    monkeypatch.setattr(redis_store.time, "sleep", lambda s: None)
+    assert lib.claim([a, a, b, c, a, c]) == [True, False, True, False, False, False]
+    assert lost["n"] == 1
+    assert {fp: r.refs for fp, r in lib.records([a, b, c]).items()} == {a: 3, b: 1, c: 3}
+    assert lib.claims_held() == 0
+    other = RedisLibrary(lib._client, lib.name)  # another client: none of them is new
+    assert other.claim([a, b, c]) == [False, False, False]
+    other.close()
+
+
+def test_once_each_sends_every_256th_sighting_again_and_spreads_the_answers():
+    a, b = b"a" * 16, b"b" * 16
+    fps = [a] * 600 + [b, a]
+    sent, extra, slot = once_each(fps, range(len(fps)))
+    assert sent == [0, 256, 512, 600] and extra == [255, 255, 88, 0]
+    assert sum(extra) + len(sent) == len(fps)
+    said = bytes([Answer.NEW, Answer.SEEN, Answer.SEEN, Answer.PENDING])
+    out = spread_answers(range(len(fps)), sent, said, slot, Answer.PENDING, Answer.SEEN)
+    assert out[0] == Answer.NEW and set(out[1:600]) == {Answer.SEEN}
+    assert out[600] == Answer.PENDING and out[601] == Answer.SEEN

@@ -4,6 +4,8 @@ With several writers a local filter can prove a URL neither new (another process
 it) nor, once URLs can be forgotten, seen; so Redis decides every URL. A Lua script per batch
 (shared/lua/library_batch.lua) inserts each 16-byte fingerprint if it is absent and answers
 new/seen in the same atomic step, so among all processes each distinct URL is new exactly once.
+A claim sends each fingerprint once per batch with its further sightings (references): a URL
+repeated within a batch costs the server no command (benchmarks/redis/REPORT.md).
 A batch resent after a lost reply gets its first answer (a release or forget from a receipt
 kept two minutes, a claim from its write mark and its claims: below).
 
@@ -20,9 +22,10 @@ is not.
 Each URL answered new is also claimed (shared/claims.py) until the caller acknowledges it, so
 it reaches a caller even if this client dies first. A call's new URLs in a group are claimed
 by one field of a hash per group (shared/lua/library_batch.lua), written before the records
-they cover and deleted by the acknowledgement: O(1) commands per call, and a library whose
-clients acknowledge holds no claim. A claim resent after a lost reply needs no receipt: its
-write mark says it ran already, and its answers come from its claims.
+they cover and deleted by the acknowledgement (a native HDEL per call and group): O(1)
+commands per call, and a library whose clients acknowledge holds no claim. A claim resent
+after a lost reply needs no receipt: its write mark says it ran already, and its answers
+come from its claims.
 Each group holds the library's instance id, checked by every call, so a library whose keys
 vanished fails (FilterLostError) instead of starting again from empty.
 
@@ -40,6 +43,7 @@ from typing import Any
 
 from urlseen.errors import FilterLostError, FormatError
 from urlseen.exact.library_protocol import LibraryIO, Record, time_index
+from urlseen.exact.library_repeats import once_each, spread_answers
 from urlseen.protocol import check_given
 from urlseen.shared import client as redis_store
 from urlseen.shared import seen_cache
@@ -139,10 +143,10 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
             per_bucket=self.per_bucket,
             receipt_ttl=RECEIPT_SECONDS,
             instance=self._instance,
-            calls="",
         )
         self._marks = WriteMarks()  # this client's write mark per group (shared/marks.py)
-        self._record_calls: list[int] = []  # calls whose claims records this client holds
+        # the calls whose claims records this client holds: call id, group -> its fingerprints
+        self._record_calls: list[tuple[int, dict[int, list[bytes]]]] = []
         self._mark_groups()
 
     # -- parameters ---------------------------------------------------------------------
@@ -237,19 +241,19 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stamp: str,
         claim: Callable[[], ClaimArgs],
         hold: Callable[[list[bytes]], None] | None = None,
-        calls: str = "",
+        extra: Sequence[int] = (),
     ) -> bytes:
         """One script call per part of _calls: one answer byte per fps[i], i in idx, in order
         (OWN as NEW). hold gets the fingerprints each call answered new, as soon as it answers.
-        calls: an ack's record calls (then all of idx in one call per group part)."""
+        extra: a claim's further sightings of each fps[idx[p]] (0-255), or none."""
         answers = bytearray(len(idx))
-        most = len(idx) if calls else CALL_KEYS
-        for receipt_prefix, positions in self._calls(fps, idx, max(most, 1)):
+        for receipt_prefix, positions in self._calls(fps, idx):
             receipt = receipt_prefix + uuid.uuid4().hex
             chunk = b"".join(fps[idx[p]] for p in positions)
             touched = sorted({group_of(fps[idx[p]], self.groups) for p in positions})
             markers = [f"{self._prefix}{g}}}:n" for g in touched]
-            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp, "calls": calls}
+            more = bytes(extra[p] for p in positions) if extra else b""
+            fields = {**self._fields, "mode": mode, "fps": chunk, "now": stamp, "extra": more}
             fields["marks"] = " ".join(
                 f"{g}:{self._marks.expected(m)}" for g, m in zip(touched, markers, strict=True)
             )
@@ -266,8 +270,12 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
                 self._marks.advanced(marker)
             if len(answer) != len(positions):
                 raise FormatError(f"library script answered {len(answer)} of {len(positions)}")
-            if mode == "claim" and Answer.NEW in answer:
-                self._record_calls.append(claimed.call)  # its new URLs' record
+            if mode == "claim" and Answer.NEW in answer:  # its new URLs' records, by group
+                recorded: defaultdict[int, list[bytes]] = defaultdict(list)
+                for p, c in zip(positions, answer, strict=True):
+                    if c == Answer.NEW:
+                        recorded[group_of(fps[idx[p]], self.groups)].append(fps[idx[p]])
+                self._record_calls.append((claimed.call, recorded))
             answer = answer.replace(bytes([Answer.OWN]), bytes([Answer.NEW]))
             for p, c in zip(positions, answer, strict=True):
                 answers[p] = c
@@ -300,16 +308,13 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stamp = str(min(max(int(time.time() if now is None else now), 0), 2**32 - 1))
         claims = self._claims
         with claims.batch(self._abandon, fps) as priority:
+            args = lambda: claims.args(priority)  # noqa: E731
+            hold = lambda new: claims.hold(new, priority)  # noqa: E731
 
             def ask(idx: list[int]) -> bytes:
-                return self._send(
-                    "claim",
-                    fps,
-                    idx,
-                    stamp,
-                    lambda: claims.args(priority),
-                    lambda new: claims.hold(new, priority),
-                )
+                sent, extra, slot = once_each(fps, idx)
+                said = self._send("claim", fps, sent, stamp, args, hold, extra)
+                return spread_answers(idx, sent, said, slot, Answer.PENDING, Answer.SEEN)
 
             answers = ask_until_decided(ask, fps, claims, self._renew)
         self.io.lookups += len(fps)
@@ -319,14 +324,15 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         return answers
 
     def _release(self, fps: list[bytes], how: str) -> int:
-        """Release this client's claims of fps (ClaimedAnswers): an ack deletes the records of
-        the calls this client holds whole, anything else expands them into per-key claims."""
-        calls = " ".join(map(str, self._record_calls)) if how == "ack" else ""
-        self._record_calls = []
+        """Release this client's claims of fps (ClaimedAnswers): an ack deletes its calls'
+        records natively (_drop_records), the rest goes per key (records expanded)."""
+        records, self._record_calls = self._record_calls, []
+        if how == "ack" and records and fps:
+            fps = _drop_records(self, fps, records)
         if not fps:
             return 0
         args = lambda: self._claims.args(0)  # noqa: E731
-        answer = self._send(how, fps, range(len(fps)), "0", args, calls=calls)
+        answer = self._send(how, fps, range(len(fps)), "0", args)
         return answer.count(Answer.SEEN)
 
     def contains(self, fps: Sequence[bytes]) -> list[bool]:
@@ -458,6 +464,32 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} groups={self.groups}>"
+
+
+def _drop_records(
+    library: RedisLibrary, fps: list[bytes], records: list[tuple[int, dict[int, list[bytes]]]]
+) -> list[bytes]:
+    """RedisLibrary's acknowledgement of these calls' claims records (deleted natively: one
+    intact holds only claims still the caller's, for a record is expanded before anyone looks
+    a claim up or takes one over): fps less what they covered, left to release per key. A
+    reply lost and resent finds them gone: counted as taken over (nothing else changes)."""
+    owner = library._claims.owner
+    fields = [
+        (f"{library._prefix}{g}}}:r", f"{owner} {call}", part)
+        for call, groups in records
+        for g, part in groups.items()
+    ]
+
+    def drop() -> list[Any]:
+        pipe = library._client.pipeline(transaction=False)
+        for key, field, _ in fields:
+            pipe.hdel(key, field)
+        return list(pipe.execute())
+
+    gone = retrying(drop, f"{library._what}: ack")
+    library.io.round_trips += 1
+    done = {fp for (_, _, part), n in zip(fields, gone, strict=True) if n for fp in part}
+    return [fp for fp in fps if fp not in done]
 
 
 def _delete_keys(library: RedisLibrary) -> None:

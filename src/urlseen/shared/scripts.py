@@ -109,9 +109,9 @@ LIBRARY_BATCH = Script(
     "library_batch.lua",
     keys=_names("receipt"),
     argv=_names(
-        "mode fps prefix groups per_bucket now receipt_ttl instance", *CLAIMS, "marks calls"
+        "mode fps prefix groups per_bucket now receipt_ttl instance", *CLAIMS, "marks extra"
     ),
-    needs=("claims.lua", "mark.lua", "library_buckets.lua", "library_claims.lua"),
+    needs=("claims.lua", "mark.lua", "library_buckets.lua"),
 )
 SCRIPTS = {s.filename: s for s in (BLOOM_BATCH, LEAF_BATCH, LIBRARY_BATCH)}
 # The other scripts that check write marks (mark.lua) have it put in front.

@@ -1,10 +1,10 @@
 -- library_batch.lua: one batch of fingerprints against urlseen's Redis fingerprint library
 -- (RedisLibrary), in one atomic step; claim mode also claims each fingerprint answered new
--- (claims.lua, mark.lua, library_buckets.lua and library_claims.lua, put in front).
+-- (claims.lua, mark.lua and library_buckets.lua, put in front).
 --
 -- KEYS: receipt
 -- ARGV: mode fps prefix groups per_bucket now receipt_ttl instance
---       owner priority call lease_ms marks calls
+--       owner priority call lease_ms marks extra
 -- (urlseen.shared.scripts.LIBRARY_BATCH builds them)
 --
 -- Group g = the fingerprint's first 4 bytes (big-endian) mod groups; the group is the hash
@@ -19,11 +19,11 @@
 -- Claims (claims.lua) are written before the records they cover and deleted on
 -- acknowledgement. The URLs a call answers new in a group are claimed together, in one field
 -- of the group's hash prefix .. g .. "}:r" (claims_record: field "OWNER CALL", value the
--- claim, a newline and the fingerprints), which the acknowledgement deletes: O(1) commands
--- per call, and a client that acknowledges each batch leaves nothing behind. Whatever looks
--- claims up or changes them one by one first expands those records into per-key claims, in
--- the group's hash prefix .. g .. "}:c" (field = the fingerprint): a claim call (before its
--- look-ups), a release or forget, an abandon or renew, an acknowledgement without `calls`.
+-- claim, a newline and the fingerprints), which the acknowledgement deletes (a native HDEL
+-- by the client): O(1) commands per call, and a client that acknowledges each batch leaves
+-- nothing behind. Whatever looks claims up or changes them one by one first expands those
+-- records into per-key claims, in the group's hash prefix .. g .. "}:c" (field = the
+-- fingerprint): a claim call (before its look-ups), a release, forget, ack, abandon or renew.
 -- Each group has a hash prefix .. g .. "}:n" (fields "count": its records, "level",
 -- "split": its linear hashing, "instance": the library's random id, written when the library
 -- was made, and the clients' write marks).
@@ -40,11 +40,10 @@
 -- fps: the fingerprints, 16 bytes each, concatenated; now: Unix seconds; instance: the
 -- instance the client opened; owner, priority, call, lease_ms: the claims' (claims.lua);
 -- marks: "g:n ..." the caller's write mark in each group it touches, as it expects it
--- (mark.lua: a group that went back in time answers "URLSEEN-ROLLBACK ..."); calls: an ack's
--- call ids whose records the caller holds (space-separated), "" otherwise.
+-- (mark.lua: a group that went back in time answers "URLSEEN-ROLLBACK ..."); extra: a
+-- claim's further sightings of each fingerprint, a byte each (0-255), or "" (none).
 -- Returns one character per fingerprint: claim: NEW, OWN (new, claimed per key, not in the
--- call's record), SEEN or PENDING (claims.lua); contains,
--- release, forget: NEW was present, SEEN not; ack, abandon, renew: NEW the claim was still
+-- call's record), SEEN or PENDING (claims.lua); contains, release, forget: NEW was present; ack, abandon, renew: NEW the claim was still
 -- the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
 -- anything is written.
 local mode, data, prefix, groups = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -52,6 +51,7 @@ local per_bucket, now, ttl, instance = tonumber(ARGV[5]), tonumber(ARGV[6]), ton
                                        ARGV[8]
 local owner = ARGV[9]
 local receipt_key = KEYS[1]
+local extra = ARGV[14]
 local receipts = mode == 'release' or mode == 'forget'
 if receipts then
   local done = redis.call('GET', receipt_key)
@@ -60,7 +60,6 @@ end
 
 local byte, sub = string.byte, string.sub
 local pack, unpack = struct.pack, struct.unpack
-local MAXREFS = 4294967295
 local OWN = 'T'
 local n = #data / 16
 
@@ -122,8 +121,8 @@ if mode ~= 'contains' then claims = claims_context(owner, ARGV[10], ARGV[11], AR
 if mode == 'ack' or mode == 'abandon' or mode == 'renew' then
   for _, g in ipairs(touched) do
     local list = members[g]
-    local answers = library_release(claims, mode, ARGV[14], claims_of(g), records_of(g),
-                                    fps_of(list))
+    claims_expand(records_of(g), claims_of(g), 16) -- the client deletes intact ones itself
+    local answers = claims_release(claims, claims_of(g), fps_of(list), mode)
     for j, i in ipairs(list) do out[i] = answers[j] end
   end
   return table.concat(out)
@@ -157,6 +156,7 @@ local function append(lists, g, item) -- lists[g], made if needed, gets item
 end
 local fresh = pack('<I4I4I4', 1, now, now)
 local inserted = {} -- fingerprint -> its references, for the records this call inserts
+local met_at, met_list = {}, {} -- a present URL's first answer, and the references it gains
 local adds, dropped, total = {}, {}, {} -- per group: positions inserted; claims to drop; count
 for _, g in ipairs(touched) do total[g] = count[g] end
 for i = 1, n do
@@ -164,9 +164,14 @@ for i = 1, n do
   local key = bucket_key(buckets[g], hash_at[i])
   local fp = sub(data, pos, pos + 15)
   local answer = SEEN
-  local refs = inserted[fp]
+  local refs, met = inserted[fp], met_at[fp]
+  local more = extra ~= '' and byte(extra, i) or 0
   if refs then
-    inserted[fp] = refs + 1 -- a repeat of a URL this call inserts: seen
+    inserted[fp] = refs + 1 + more -- a repeat of a URL this call inserts: seen
+  elseif met then -- a repeat of a present URL this call asked about: asked once
+    answer = met.answer
+    if answer == NEW or answer == OWN then answer = SEEN end -- the first had it new
+    if answer ~= PENDING and not resent then met.refs = met.refs + 1 + more end
   else
     local value = redis.call('HGET', key, fp)
     if mode == 'claim' then
@@ -175,14 +180,12 @@ for i = 1, n do
           answer = claim_present(claims, claims_of(g), fp)
           if answer == NEW then answer = OWN end -- taken over, or this very call's: per key
         end
-        if answer ~= PENDING and not resent then
-          local r, first, last = unpack('<I4I4I4', value)
-          if r < MAXREFS then r = r + 1 end
-          if now > last then last = now end
-          redis.call('HSET', key, fp, pack('<I4I4I4', r, first, last))
-        end
+        met = {answer = answer, key = key, fp = fp, value = value, refs = 0}
+        if answer ~= PENDING and not resent then met.refs = 1 + more end
+        met_at[fp] = met
+        met_list[#met_list + 1] = met
       else
-        inserted[fp] = 1
+        inserted[fp] = 1 + more
         append(adds, g, i)
         answer = NEW
       end
@@ -205,6 +208,7 @@ for i = 1, n do
   out[i] = answer
 end
 for g, list in pairs(dropped) do claims_each('HDEL', claims_of(g), list) end
+records_bump(met_list, now)
 
 -- The new URLs: their claims first (one record per group, or per key where this call's
 -- record exists already: a resent call's URLs forgotten meanwhile), then their records, in

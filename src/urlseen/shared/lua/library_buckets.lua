@@ -48,3 +48,16 @@ local function bucket_split(b)
   if b.split == b.span then b.level, b.split, b.span = b.level + 1, 0, 2 * b.span end
   b.moved = true
 end
+
+-- A present record's sightings in one call (met: key, fp, its value as read, refs gained):
+-- one HSET each, refs up (at most 2^32 - 1) and last seen = now.
+local function records_bump(list, now)
+  for _, met in ipairs(list) do
+    if met.refs > 0 then
+      local r, first, last = struct.unpack('<I4I4I4', met.value)
+      if now > last then last = now end
+      r = math.min(r + met.refs, 4294967295)
+      redis.call('HSET', met.key, met.fp, struct.pack('<I4I4I4', r, first, last))
+    end
+  end
+end
