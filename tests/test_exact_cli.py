@@ -407,3 +407,38 @@ def test_a_state_whose_library_is_missing_is_named_not_blamed_on_the_output(tmp_
     )
     assert "no library.sqlite" in error and str(state) in error and "OUT" not in error
     assert not out.exists()
+
+
+def test_info_counts_urls_by_first_seen_age(
+    sample: tuple[Path, bytes], tmp_path: Path, redis_url: str, redis_name: str
+) -> None:
+    """info shows how many URLs an expiry age would forget, for a state folder and for the
+    library in Redis; counted again two days on, every URL is over an hour and a day old."""
+    from urlseen.exact.sqlite_library import SQLiteLibrary
+    from urlseen.kinds._describers import first_seen_ages
+    from urlseen.shared.library import RedisLibrary
+
+    path, _ = sample
+    state = tmp_path / "state"
+    dedup("--filter", "exact", "--state", state, *SMALL, path)
+    assert dedup("--filter", "exact", "--redis", redis_url, "--name", redis_name, path)
+    ages = ("first_seen_over_1h_ago", "first_seen_over_1d_ago", "first_seen_over_7d_ago")
+    local = info(state)
+    assert [local[a] for a in ages] == [0, 0, 0]
+    shared = json.loads(
+        invoke("info", "--json", "--redis", redis_url, "--name", redis_name).stdout
+    )
+    assert [shared[a] for a in ages] == [0, 0, 0]
+    later = time.time() + 2 * 86400
+    library = SQLiteLibrary(state / "library.sqlite", readonly=True)
+    try:
+        counted = first_seen_ages(library.older_than, now=later)
+    finally:
+        library.close()
+    assert [counted[a] for a in ages] == [3000, 3000, 0]
+    remote = RedisLibrary(redis_url, redis_name, allow_eviction=True)
+    try:
+        counted = first_seen_ages(remote.older_than, now=later)
+    finally:
+        remote.close()
+    assert [counted[a] for a in ages] == [3000, 3000, 0]

@@ -102,9 +102,29 @@ def describe_generations(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def describe_exact(path: Path, verify: bool) -> dict[str, Any]:
-    from urlseen.exact.folder import describe_state
+    """The folder's library and counters, and how many of its URLs were first seen more than
+    an hour, a day, a week, a month ago (what an expiry age would forget)."""
+    from urlseen.exact.folder import LIBRARY_FILE, describe_state
+    from urlseen.exact.sqlite_library import SQLiteLibrary
 
-    return describe_state(path, verify)
+    desc = describe_state(path, verify)
+    library = SQLiteLibrary(path / LIBRARY_FILE, readonly=True)
+    try:
+        return {**desc, **first_seen_ages(library.older_than)}
+    finally:
+        library.close()
+
+
+AGES = (("1h", 3600), ("1d", 86400), ("7d", 7 * 86400), ("30d", 30 * 86400))
+
+
+def first_seen_ages(older_than: Any, now: float | None = None) -> dict[str, int]:
+    """How many URLs an exact library holds that were first seen more than each of AGES ago,
+    by its older_than (one read of the library per age)."""
+    import time
+
+    now = time.time() if now is None else now
+    return {f"first_seen_over_{label}_ago": len(older_than(now - age)) for label, age in AGES}
 
 
 # -- shared through Redis -------------------------------------------------------------------
@@ -194,4 +214,8 @@ def describe_shared_library(url: str, name: str) -> dict[str, Any] | None:
 
     if not RedisLibrary.exists(url, name):
         return None
-    return dict(describe_redis_library(url, name))
+    library = RedisLibrary(url, name, allow_eviction=True)  # read only: nothing to lose
+    try:
+        return {**describe_redis_library(url, name), **first_seen_ages(library.older_than)}
+    finally:
+        library.close()
