@@ -425,9 +425,7 @@ def test_info_counts_urls_by_first_seen_age(
     ages = ("first_seen_over_1h_ago", "first_seen_over_1d_ago", "first_seen_over_7d_ago")
     local = info(state)
     assert [local[a] for a in ages] == [0, 0, 0]
-    shared = json.loads(
-        invoke("info", "--json", "--redis", redis_url, "--name", redis_name).stdout
-    )
+    shared = json.loads(invoke("info", "--json", "--redis", redis_url, "--name", redis_name).stdout)
     assert [shared[a] for a in ages] == [0, 0, 0]
     later = time.time() + 2 * 86400
     library = SQLiteLibrary(state / "library.sqlite", readonly=True)
