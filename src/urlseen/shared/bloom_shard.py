@@ -100,7 +100,7 @@ class BloomShard:
         self._staging: bytes | None = None
         self.records: dict[str, list[bytes]] = {}  # this client's records: field -> keys
         self.per_key_claims = False  # some claims held may be per key, not in those records
-        self._claim_gone: list[bool] = []  # the last poll's keys whose claim was gone
+        self._claim_gone: list[bool] = []  # the last poll's keys with no claim: acknowledged
 
     def stored_keys(self) -> list[str]:
         """The shard's keys that stay (stages expire)."""
@@ -134,10 +134,7 @@ class BloomShard:
             part = masks if len(idx) == len(keys) else self._masks([keys[i] for i in idx])
             return self._ask(part, [fps[i] for i in idx], priority, snapshots)
 
-        def ask_again(idx: list[int]) -> bytes:
-            """Keys answered pending (each present, by the script or a native read): those
-            still pending, as the script would say, are not sent to it, nor those whose claim
-            is gone (acknowledged: seen, for they were present)."""
+        def ask_again(idx: list[int]) -> bytes:  # keys answered pending: present, polled
             still = self._still_pending([fps[i] for i in idx], priority)
             gone = self._claim_gone
             rest = [i for i, p, g in zip(idx, still, gone, strict=True) if not (p or g)]
@@ -260,15 +257,12 @@ class BloomShard:
         held = int(held)
         return _Snapshot(plan.present(bits), held + int(records), bits, plan.number, count, held)
 
-    def _undecided(
-        self, snapshot: _Snapshot, fps: list[bytes], priority: int
-    ) -> tuple[list[int], list[int]]:
+    def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> Any:
         """The keys a native read cannot answer seen, for the script to decide: those with a
-        bit missing, or a claim that is not plainly seen (ClaimsRead); and apart, those of
-        them that another client's older live claim holds (what the script would answer
-        pending: they are polled natively, not sent to it). The others are seen: their bits
-        are set and stay set (bits are never cleared while the instance lives), so the answer
-        holds at the moment their claims were read."""
+        bit missing, or a claim that is not plainly seen (ClaimsRead); and apart, those another
+        client's older live claim holds (the script would say pending: they are polled). The
+        others are seen: their bits are set and stay set (never cleared while the instance
+        lives), so the answer holds at the moment their claims were read."""
         f = self._f
         found = [i for i, bit in enumerate(snapshot.present) if bit]
         held: list[int] = []
@@ -294,23 +288,18 @@ class BloomShard:
                     break
                 per_key = True
             now, values = claims.values(replies[3:], FP_BYTES)
-            owner = f._claims.owner
-            held = [
-                i for i, v in zip(found, values, strict=True) if _pending(v, owner, priority, now)
-            ]
+            owner, pairs = f._claims.owner, list(zip(found, values, strict=True))
+            held = [i for i, v in pairs if _pending(v, owner, priority, now)]
             found = seen_by_claims(found, values, owner, priority, now)
-        seen, pending = set(found), set(held)
-        todo = [i for i in range(len(fps)) if i not in seen and i not in pending]
-        return todo, held
+        skip = {*found, *held}
+        return [i for i in range(len(fps)) if i not in skip], held
 
     def _still_pending(self, fps: list[bytes], priority: int) -> list[bool]:
         """Per key of fps (answered pending), whether it is still held by another client's
         live claim from an older batch, read natively (MULTI/EXEC with the server's time; on a
         Cluster, whose transactions take no TIME, the node's time is read first): the script
         would answer those pending again, so a batch that waits asks it about the others only,
-        and polls without the script's work per call. It also keeps, per key, whether its claim
-        is gone (_claim_gone): a key answered pending was present, and a present key without a
-        claim is seen (claims.lua: its claimer acknowledged it), so the script is not asked."""
+        and polls without the script's work per call. Keys whose claim is gone: seen (kept)."""
         f = self._f
         claims = ClaimsRead(self.claims_key, self.records_key, fps, not f._cluster)
         clock = None

@@ -57,11 +57,9 @@ local function bitfield_bytes(key, offsets, values)
 end
 
 -- Blocked layout: per key whether it is new (force: every key; set: set a new key's bits),
--- how many keys, how many new, and a function that writes the changed blocks. A key's block is
--- read from `whole`, or with one GETRANGE (once per block a batch touches), unless this batch
--- changed it: then from its row, the block as the batch leaves it, a table of its bytes made
--- once per block and changed in place by each new key (no block copied per key). One
--- SETRANGE per changed block writes it back.
+-- how many keys, how many new, and a function that writes the changed blocks (a SETRANGE
+-- each). A key's block is read from `whole` or by one GETRANGE per block, or, once this batch
+-- changed it, from its row: a table of its bytes made once, changed in place per new key.
 local function bits_blocked(key, masks, whole, force, set)
   local new, n, fresh = {}, 0, 0
   local rows, read, dirty = {}, {}, {}
@@ -82,8 +80,7 @@ local function bits_blocked(key, masks, whole, force, set)
     if not is_new then
       for j = pos, pos + 2 * c - 1, 2 do
         local rel, m = byte(masks, j, j + 1)
-        local v
-        if row then v = row[rel + 1] else v = byte(block, shift + rel + 1) end
+        local v = row and row[rel + 1] or not row and byte(block, shift + rel + 1)
         if band(v or 0, m) ~= m then
           is_new = true
           break
