@@ -119,13 +119,10 @@ class BloomShard:
         another client's older claim holds: the answers (True where new), the places of those
         pending keys, and how to ask about some of them again (by their places: the script,
         unless a native read finds them all still pending)."""
-        f = self._f
-        masks = self._masks(keys)
-        answers = [False] * len(keys)
-        todo = list(range(len(keys)))
+        f, masks, answers = self._f, self._masks(keys), [False] * len(keys)
         read_first, send = self._reads.start(f.optimistic, f.native_from)
         snapshot = self._present(masks, len(keys)) if read_first else None
-        pending: list[int] = []  # held by another client's older live claim, as read
+        todo, pending = list(range(len(keys))), []  # pending: another's older claim holds it
         if snapshot is not None:
             todo, pending = self._undecided(snapshot, fps, priority)
         snapshots = [snapshot] if send and snapshot is not None else []
@@ -258,11 +255,10 @@ class BloomShard:
         return _Snapshot(plan.present(bits), held + int(records), bits, plan.number, count, held)
 
     def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> Any:
-        """The keys a native read cannot answer seen, for the script to decide: those with a
-        bit missing, or a claim that is not plainly seen (ClaimsRead); and apart, those another
-        client's older live claim holds (the script would say pending: they are polled). The
-        others are seen: their bits are set and stay set (never cleared while the instance
-        lives), so the answer holds at the moment their claims were read."""
+        """The keys a native read cannot answer seen, for the script: a bit missing, or a claim
+        not plainly seen (ClaimsRead); apart, those another client's older live claim holds
+        (the script would say pending: polled). The others are seen: their bits stay set (never
+        cleared while the instance lives), so the answer holds when their claims were read."""
         f = self._f
         found = [i for i, bit in enumerate(snapshot.present) if bit]
         held: list[int] = []
@@ -298,23 +294,26 @@ class BloomShard:
         """Per key of fps (answered pending), whether it is still held by another client's
         live claim from an older batch, read natively (MULTI/EXEC with the server's time; on a
         Cluster, whose transactions take no TIME, the node's time is read first): the script
-        would answer those pending again, so a batch that waits asks it about the others only,
-        and polls without the script's work per call. Keys whose claim is gone: seen (kept)."""
+        would answer those pending again: a waiting batch asks it about the others only (those
+        whose claim is gone are seen: kept in _claim_gone), polling without its work per call."""
         f = self._f
         claims = ClaimsRead(self.claims_key, self.records_key, fps, not f._cluster)
         clock = None
-        if f._cluster:  # the time of the shard's node, read just before (a claim found live
-            # that ends meanwhile is only asked about at the next poll)
+        if f._cluster:  # the shard's node's time, read just before (a claim live then: next poll)
             node = f._client.get_node_from_key(self.meta)
             reply = retrying(lambda: f._client.time(target_nodes=node), f"{f._what}: time")
             clock = server_ms(reply)
 
         def read() -> list[Any]:
             pipe = f._client.pipeline(transaction=True)
+            pipe.hget(self.meta, "instance")
+            pipe.strlen(self.bits)
             claims.queue(pipe)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        now, values = claims.values(retrying(read, f"{f._what}: read claims"), FP_BYTES)
+        found, length, *replies = retrying(read, f"{f._what}: read claims")
+        self.alive(found, length)  # a filter lost meanwhile has no claims: none is "gone"
+        now, values = claims.values(replies, FP_BYTES)
         now = now if clock is None else clock
         self._claim_gone = [v is None for v in values]
         return [_pending(v, f._claims.owner, priority, now) for v in values]
