@@ -757,19 +757,28 @@ def fleet(
     clients: tuple[int, ...],
     lines: list[str],
     log: Callable[[str], None],
+    wheres: tuple[str, ...] = ("single", "cluster"),
+    repeat: int = 1,
 ) -> list[dict[str, Any]]:
-    """Every way with 1, 4 and 16 clients on one private server, then on a 3-primary Cluster."""
+    """Every way with 1, 4 and 16 clients on one private server, then on a 3-primary Cluster;
+    with `repeat`, each round of every cell again (interleaved: the spread of each cell)."""
     distinct = len(set(lines))
     cells = []
     with ExitStack() as stack:
-        single = Server(folder / "single")
-        stack.callback(single.stop)
-        cluster = Cluster(folder / "cluster")
-        stack.callback(cluster.stop)
-        for where, target in (("1 server", single), ("3-primary cluster", cluster)):
+        targets: list[tuple[str, Server | Cluster]] = []
+        if "single" in wheres:
+            single = Server(folder / "single")
+            stack.callback(single.stop)
+            targets.append(("1 server", single))
+        if "cluster" in wheres:
+            cluster = Cluster(folder / "cluster")
+            stack.callback(cluster.stop)
+            targets.append(("3-primary cluster", cluster))
+        for (where, target), rep in itertools.product(targets, range(repeat)):
             for way in ways:
                 for n in clients:
                     cell = fleet_cell(target, where, way, n, lines, distinct)
+                    cell["repeat"] = rep
                     cells.append(cell)
                     log(
                         f"  [fleet] {where}, {way.label} ({way.note}), {n} clients: "
@@ -1051,6 +1060,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-fleet", action="store_true", help="skip the fleet runs")
     ap.add_argument("--no-table", action="store_true", help="skip the one-client table")
     ap.add_argument(
+        "--clients",
+        default=",".join(map(str, FLEET_CLIENTS)),
+        help="the fleet's client counts (comma-separated)",
+    )
+    ap.add_argument(
+        "--where",
+        default="single,cluster",
+        help="the fleet's servers: single (one server), cluster (3 primaries), or both",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="fleet rounds (each cell once per round)")
+    ap.add_argument(
         "--kinds",
         default="sadd,bloom,dsbf,exact",
         help="only these ways (comma-separated among sadd, bloom, dsbf, exact; SADD is always "
@@ -1076,7 +1096,10 @@ def main(argv: list[str] | None = None) -> int:
     n_probe = args.probe or (2_000 if q else 100_000)
     n_fleet = args.fleet_lines or (5_000 if q else 500_000)
     leaf_bits = args.leaf_bits or (1 << 14 if q else LEAF_BITS)
-    clients = (1, 4) if q else FLEET_CLIENTS
+    clients = (1, 4) if q else tuple(int(c) for c in args.clients.split(","))
+    wheres = tuple(args.where.split(","))
+    if not clients or min(clients) < 1 or not set(wheres) <= {"single", "cluster"}:
+        ap.error("--clients: positive counts; --where: single and/or cluster")
     load0 = os.getloadavg()
 
     def log(msg: str) -> None:
@@ -1108,7 +1131,7 @@ def main(argv: list[str] | None = None) -> int:
             (folder / "single").mkdir()
             (folder / "cluster").mkdir()
             ways = [w for w in fleet_ways(args.error_rate, leaf_bits) if w.kind in kinds]
-            cells = fleet(folder, ways, clients, repeats[:n_fleet], log)
+            cells = fleet(folder, ways, clients, repeats[:n_fleet], log, wheres, args.repeat)
         with private_server(folder) as server:
             version = server.version()
     checks = targets(rows, small, cells, args.error_rate)

@@ -28,6 +28,7 @@ from urlseen.shared.bits import (
     NativeReads,
     fell_back,
     optimistic_args,
+    seen_by_claims,
     server_ms,
 )
 from urlseen.shared.claims import ask_each_once
@@ -99,6 +100,7 @@ class BloomShard:
         self._staging: bytes | None = None
         self.records: dict[str, list[bytes]] = {}  # this client's records: field -> keys
         self.per_key_claims = False  # some claims held may be per key, not in those records
+        self._claim_gone: list[bool] = []  # the last poll's keys with no claim: acknowledged
 
     def stored_keys(self) -> list[str]:
         """The shard's keys that stay (stages expire)."""
@@ -117,37 +119,36 @@ class BloomShard:
         another client's older claim holds: the answers (True where new), the places of those
         pending keys, and how to ask about some of them again (by their places: the script,
         unless a native read finds them all still pending)."""
-        f = self._f
-        masks = self._masks(keys)
-        answers = [False] * len(keys)
-        todo = list(range(len(keys)))
+        f, masks, answers = self._f, self._masks(keys), [False] * len(keys)
         read_first, send = self._reads.start(f.optimistic, f.native_from)
         snapshot = self._present(masks, len(keys)) if read_first else None
+        todo, pending = list(range(len(keys))), []  # pending: another's older claim holds it
         if snapshot is not None:
-            todo = self._undecided(snapshot, fps, priority)
+            todo, pending = self._undecided(snapshot, fps, priority)
         snapshots = [snapshot] if send and snapshot is not None else []
-        asked: list[bool] = []  # the script was asked once: a re-ask polls natively first
 
-        def ask(idx: list[int]) -> bytes:
-            if asked:  # the keys still pending, as the script would say, are not sent to it
-                still = self._still_pending([fps[i] for i in idx], priority)
-                if any(still):
-                    rest = [i for i, p in zip(idx, still, strict=True) if not p]
-                    said = iter(ask(rest) if rest else b"")
-                    return bytes(Answer.PENDING if p else next(said) for p in still)
-            asked.append(True)
+        def script(idx: list[int]) -> bytes:
             part = masks if len(idx) == len(keys) else self._masks([keys[i] for i in idx])
             return self._ask(part, [fps[i] for i in idx], priority, snapshots)
 
-        pending = []
+        def ask_again(idx: list[int]) -> bytes:  # keys answered pending: present, polled
+            still = self._still_pending([fps[i] for i in idx], priority)
+            gone = self._claim_gone
+            rest = [i for i, p, g in zip(idx, still, gone, strict=True) if not (p or g)]
+            said = iter(script(rest) if rest else b"")
+            return bytes(
+                Answer.PENDING if p else Answer.SEEN if g else next(said)
+                for p, g in zip(still, gone, strict=True)
+            )
+
         if todo:
-            for i, c in zip(todo, ask_each_once(todo, fps, ask), strict=True):
+            for i, c in zip(todo, ask_each_once(todo, fps, script), strict=True):
                 if c == Answer.PENDING:
                     pending.append(i)
                 else:
                     answers[i] = c == Answer.NEW
         self._reads.answered(answers.count(False), len(keys))
-        return answers, pending, lambda idx: ask_each_once(idx, fps, ask)
+        return answers, pending, lambda idx: ask_each_once(idx, fps, ask_again)
 
     def _call(
         self, op: Op, masks: bytes, fps: bytes, claim: Sequence[Any], what: str, extra: Any = ()
@@ -253,13 +254,14 @@ class BloomShard:
         held = int(held)
         return _Snapshot(plan.present(bits), held + int(records), bits, plan.number, count, held)
 
-    def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> list[int]:
-        """The keys a native read cannot answer seen, for the script to decide: those with a
-        bit missing, or a claim that is not plainly seen (ClaimsRead). The others are seen:
-        their bits are set and stay set (bits are never cleared while the instance lives), so
-        the answer holds at the moment their claims were read."""
+    def _undecided(self, snapshot: _Snapshot, fps: list[bytes], priority: int) -> Any:
+        """The keys a native read cannot answer seen, for the script: a bit missing, or a claim
+        not plainly seen (ClaimsRead); apart, those another client's older live claim holds
+        (the script would say pending: polled). The others are seen: their bits stay set (never
+        cleared while the instance lives), so the answer holds when their claims were read."""
         f = self._f
         found = [i for i, bit in enumerate(snapshot.present) if bit]
+        held: list[int] = []
         if snapshot.held and found:
             wanted = [fps[i] for i in found]
             per_key = snapshot.per_key > 0  # else records only, unless some came since
@@ -281,32 +283,39 @@ class BloomShard:
                 if per_key or not int(replies[2]):
                     break
                 per_key = True
-            found = claims.seen(found, replies[3:], f._claims.owner, priority, FP_BYTES)
-        seen = set(found)
-        return [i for i in range(len(fps)) if i not in seen]
+            now, values = claims.values(replies[3:], FP_BYTES)
+            owner, pairs = f._claims.owner, list(zip(found, values, strict=True))
+            held = [i for i, v in pairs if _pending(v, owner, priority, now)]
+            found = seen_by_claims(found, values, owner, priority, now)
+        skip = {*found, *held}
+        return [i for i in range(len(fps)) if i not in skip], held
 
     def _still_pending(self, fps: list[bytes], priority: int) -> list[bool]:
         """Per key of fps (answered pending), whether it is still held by another client's
         live claim from an older batch, read natively (MULTI/EXEC with the server's time; on a
         Cluster, whose transactions take no TIME, the node's time is read first): the script
-        would answer those pending again, so a batch that waits asks it about the others only,
-        and polls without the script's work per call."""
+        would answer those pending again: a waiting batch asks it about the others only (those
+        whose claim is gone are seen: kept in _claim_gone), polling without its work per call."""
         f = self._f
         claims = ClaimsRead(self.claims_key, self.records_key, fps, not f._cluster)
         clock = None
-        if f._cluster:  # the time of the shard's node, read just before (a claim found live
-            # that ends meanwhile is only asked about at the next poll)
+        if f._cluster:  # the shard's node's time, read just before (a claim live then: next poll)
             node = f._client.get_node_from_key(self.meta)
             reply = retrying(lambda: f._client.time(target_nodes=node), f"{f._what}: time")
             clock = server_ms(reply)
 
         def read() -> list[Any]:
             pipe = f._client.pipeline(transaction=True)
+            pipe.hget(self.meta, "instance")
+            pipe.strlen(self.bits)
             claims.queue(pipe)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        now, values = claims.values(retrying(read, f"{f._what}: read claims"), FP_BYTES)
+        found, length, *replies = retrying(read, f"{f._what}: read claims")
+        self.alive(found, length)  # a filter lost meanwhile has no claims: none is "gone"
+        now, values = claims.values(replies, FP_BYTES)
         now = now if clock is None else clock
+        self._claim_gone = [v is None for v in values]
         return [_pending(v, f._claims.owner, priority, now) for v in values]
 
     def contains(self, keys: Sequence[Any]) -> list[bool]:

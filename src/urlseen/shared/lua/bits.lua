@@ -57,31 +57,31 @@ local function bitfield_bytes(key, offsets, values)
 end
 
 -- Blocked layout: per key whether it is new (force: every key; set: set a new key's bits),
--- how many keys, how many new, and a function that writes the changed blocks. A key's block is
--- read from `whole`, or with one GETRANGE, unless this batch changed it: then from `over`,
--- the block as the batch left it (rebuilt per new key with one byte() and one char()). One
--- SETRANGE per changed block writes it back.
+-- how many keys, how many new, and a function that writes the changed blocks (a SETRANGE
+-- each). A key's block is read from `whole` or by one GETRANGE per block, or, once this batch
+-- changed it, from its row: a table of its bytes made once, changed in place per new key.
 local function bits_blocked(key, masks, whole, force, set)
   local new, n, fresh = {}, 0, 0
-  local over, dirty = {}, {}
+  local rows, read, dirty = {}, {}, {}
   local pos, len = 1, #masks
   while pos <= len do
     local c, b1, b2, b3, b4 = byte(masks, pos, pos + 4) -- u32_at inlined: once per key
     local base = b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
     pos = pos + 5
-    local block, shift = over[base], 0
-    if not block then
-      if whole then
-        block, shift = whole, base
-      else
+    local row, block, shift = rows[base], whole, base
+    if not row and not whole then
+      block, shift = read[base], 0
+      if not block then
         block = redis.call('GETRANGE', key, base, base + 63)
+        read[base] = block
       end
     end
     local is_new = force
     if not is_new then
       for j = pos, pos + 2 * c - 1, 2 do
         local rel, m = byte(masks, j, j + 1)
-        if band(byte(block, shift + rel + 1) or 0, m) ~= m then
+        local v = row and row[rel + 1] or not row and byte(block, shift + rel + 1)
+        if band(v or 0, m) ~= m then
           is_new = true
           break
         end
@@ -91,18 +91,20 @@ local function bits_blocked(key, masks, whole, force, set)
     new[n] = is_new
     if is_new then fresh = fresh + 1 end
     if is_new and set then
-      local t = {byte(block, shift + 1, shift + 64)}
+      if not row then
+        row = {byte(block, shift + 1, shift + 64)}
+        rows[base] = row
+        dirty[#dirty + 1] = base
+      end
       for j = pos, pos + 2 * c - 1, 2 do
         local rel, m = byte(masks, j, j + 1)
-        t[rel + 1] = bor(t[rel + 1] or 0, m)
+        row[rel + 1] = bor(row[rel + 1] or 0, m)
       end
-      if not over[base] then dirty[#dirty + 1] = base end
-      over[base] = char(unpack(t))
     end
     pos = pos + 2 * c
   end
   return new, n, fresh, function()
-    for _, base in ipairs(dirty) do redis.call('SETRANGE', key, base, over[base]) end
+    for _, base in ipairs(dirty) do redis.call('SETRANGE', key, base, char(unpack(rows[base]))) end
   end
 end
 
