@@ -5,6 +5,7 @@ a filter in Redis, generations in Redis)."""
 from __future__ import annotations
 
 import os
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the kinds table names these functions; their imports wait for a call
@@ -102,8 +103,7 @@ def describe_generations(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def describe_exact(path: Path, verify: bool) -> dict[str, Any]:
-    """The folder's library and counters, and how many of its URLs were first seen more than
-    an hour, a day, a week, a month ago (what an expiry age would forget)."""
+    """The folder's library and counters, and its URLs' first-seen ages (first_seen_ages)."""
     from urlseen.exact.folder import LIBRARY_FILE, describe_state
     from urlseen.exact.sqlite_library import SQLiteLibrary
 
@@ -119,10 +119,8 @@ AGES = (("1h", 3600), ("1d", 86400), ("7d", 7 * 86400), ("30d", 30 * 86400))
 
 
 def first_seen_ages(older_than: Any, now: float | None = None) -> dict[str, int]:
-    """How many URLs an exact library holds that were first seen more than each of AGES ago,
-    by its older_than (one read of the library per age)."""
-    import time
-
+    """How many URLs an exact library holds that were first seen more than each of AGES ago
+    (what an expiry age would forget), by its older_than: one read of the library per age."""
     now = time.time() if now is None else now
     return {f"first_seen_over_{label}_ago": len(older_than(now - age)) for label, age in AGES}
 
