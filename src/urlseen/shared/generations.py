@@ -179,11 +179,8 @@ def read_generations(redis: Any, name: str) -> dict[str, Any] | None:
     client = connect(redis)
     registry = key(name, "generations")
 
-    def read() -> tuple[Any, Any]:
-        pipe = client.pipeline(transaction=True)
-        pipe.hgetall(registry)
-        pipe.eval(_TIME, 1, registry)
-        return tuple(pipe.execute())
+    def read() -> tuple[Any, Any]:  # two calls: a Cluster's pipeline cannot send EVAL
+        return client.hgetall(registry), client.eval(_TIME, 1, registry)
 
     fields, (seconds, micros) = retrying(read, f"expiring filter {name!r}: info")
     if b"shape" not in fields:
