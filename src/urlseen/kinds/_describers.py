@@ -104,10 +104,9 @@ def describe_generations(path: Path, verify: bool) -> dict[str, Any]:
 
 def describe_exact(path: Path, verify: bool) -> dict[str, Any]:
     """The folder's library and counters, and its URLs' first-seen ages (first_seen_ages)."""
+    from urlseen.errors import UrlseenError
     from urlseen.exact.folder import LIBRARY_FILE, describe_state
     from urlseen.exact.sqlite_library import SQLiteLibrary
-
-    from urlseen.errors import UrlseenError
 
     desc = describe_state(path, verify)
     library = SQLiteLibrary(path / LIBRARY_FILE, readonly=True, check_seal=False)
