@@ -21,9 +21,9 @@ What each kind the integrations offer can do:
   request expires between age * (G - 1) / G and age after it was first seen (or sooner when a
   generation fills). It cannot forget one request either.
 
-Nothing the integrations offer is refused an expiry any more (similar reads URLs' structure,
-and is refused as a crawler's filter before this); a kind added later that can do neither is
-refused when the crawl is configured, naming the kinds that can.
+Every kind the integrations offer can expire (similar reads URLs' structure and is refused as
+a crawler's filter earlier); a kind that can do neither is refused when the crawl is
+configured, naming the kinds that can.
 """
 
 from __future__ import annotations
