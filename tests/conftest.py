@@ -21,6 +21,36 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DEV_URLS = REPO_ROOT.parent / "shared" / "data" / "urls-dev.txt.gz"
 
 
+# The modules that take longest, run first (in this order) so that none of them starts near
+# the end and keeps the run waiting on one process. pyproject.toml's addopts send each module
+# to one process as a whole (--dist loadscope: a module fixture runs once) in this order
+# (--no-loadscope-reorder).
+SLOW_FIRST = (
+    "test_extras_install.py",
+    "test_dsbf.py",
+    "test_expiry_integrations.py",
+    "test_scrapy_roundtrips.py",
+    "test_fleet_leases.py",
+    "test_shared_rollback.py",
+    "test_shared_at_least_once.py",
+    "test_crawl_resume_redis.py",
+    "test_crawl_resume_scrapy.py",
+    "test_line_engine.py",
+    "test_benchmarks_redis.py",
+    "test_redis_bloom.py",
+    "test_benchmarks_crawl.py",
+    "test_crawlee_kill.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        return SLOW_FIRST.index(module) if module in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
 def filter_bits(seen: Any) -> bytes:
     """A local Bloom filter's bits, from its store's data offset (an in-memory store may start
     its data past the map's start, on a 2 MiB boundary: state/memory.py)."""

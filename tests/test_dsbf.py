@@ -218,8 +218,8 @@ def test_fp_rate_stays_within_the_bound_at_ten_times_n_unlike_a_fixed_filter(dev
     probe was ever inserted. Contrast: one fixed Bloom filter with the memory of the DSBF's
     planned first layer (first_leaves full-grown leaves of leaf_bits bits) and the same k, fed
     and probed the same way."""
-    n, f = 20_000, 0.01
-    seen = make(capacity=n, error_rate=f, leaf_bits=1 << 15)
+    n, f = 10_000, 0.01
+    seen = make(capacity=n, error_rate=f, leaf_bits=1 << 14)
     initial_bits = seen.tree.params["first_leaves"] * seen.leaf_bits
     fixed = _core.BitFilter(
         bytearray(initial_bits // 8), 0, initial_bits, seen.k, _core.LAYOUT_BLOCKED
