@@ -55,6 +55,7 @@ static void LineEngine_dealloc(LineEngine *self)
     PyMem_RawFree(self->batch.lines);
     PyMem_RawFree(self->batch.arena);
     PyMem_RawFree(self->batch.scratch);
+    PyMem_RawFree(self->batch.rep);
     PyMem_RawFree(self->keys.line);
     PyMem_RawFree(self->keys.digests);
     PyMem_RawFree(self->keys.flags);

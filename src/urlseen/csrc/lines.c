@@ -26,6 +26,7 @@ size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_li
         line->key_text = 0;
         line->memo = 0;
         line->hashed = 0;
+        line->same = 0;
         line->key_off = p;
         line->key_len = 0;
         p = nl != NULL ? end + 1 : end;

@@ -39,6 +39,8 @@ typedef struct {
     uint8_t key_text;   /* the key is text (UTF-8): canonicalized, not the raw line */
     uint8_t memo;       /* deferred, and its key may be remembered (us_key_memo) */
     uint8_t hashed;     /* its key's digest is already made (the line engine's worker) */
+    uint32_t same;      /* 1 + the index of the batch's first line of the same bytes, whose
+                           key this line took (repeats.h); 0: keyed itself */
 } us_line;
 
 /* The length of the longest of n lines, at most max (the canonicalizer's scratch: one byte
