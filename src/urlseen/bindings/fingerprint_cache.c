@@ -40,10 +40,21 @@ static void FingerprintCache_dealloc(FingerprintCache *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* (fingerprint, pending, batch, seen) of an entry. */
+/* (fingerprint, pending, batch, seen) of an entry (no format string: a batch may evict one
+ * entry per new URL). */
 static PyObject *entry_tuple(const us_fp_entry *e)
 {
-    return Py_BuildValue("(NIII)", digest_bytes(e->a, e->b), e->pending, e->batch, e->seen);
+    PyObject *t = PyTuple_New(4);
+    if (t == NULL) return NULL;
+    PyObject *items[4] = {digest_bytes(e->a, e->b), PyLong_FromUnsignedLong(e->pending),
+                          PyLong_FromUnsignedLong(e->batch), PyLong_FromUnsignedLong(e->seen)};
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < 4; i++) {
+        ok &= items[i] != NULL;
+        PyTuple_SET_ITEM(t, i, items[i]); /* NULL items: the tuple's dealloc skips them */
+    }
+    if (!ok) Py_CLEAR(t);
+    return t;
 }
 
 /* Append an entry to list as (fingerprint, pending, batch, seen). */
@@ -203,11 +214,46 @@ static int fold_later(PyObject *seen, PyObject *fp, uint32_t when)
     return rc;
 }
 
+/* drain_into for empty dicts (a checkpoint with nothing carried, as at close): the entries
+ * go into two dicts made at their final size, then into counts and seen at once (no lookup,
+ * no resize per entry); the pending counts are reset only when both are filled. */
+static int drain_into_empty(FingerprintCache *self, PyObject *counts, PyObject *seen)
+{
+    us_fp_entry *entries = self->cache.entries;
+    uint64_t total = self->cache.nbuckets * US_FPCACHE_WAYS, n = 0;
+    for (uint64_t i = 0; i < total; i++) n += entries[i].used && entries[i].pending;
+    PyObject *c = _PyDict_NewPresized((Py_ssize_t)n), *s = _PyDict_NewPresized((Py_ssize_t)n);
+    int rc = c != NULL && s != NULL ? 0 : -1;
+    for (uint64_t i = 0; rc == 0 && i < total; i++) {
+        us_fp_entry *e = &entries[i];
+        if (!e->used || !e->pending) continue;
+        PyObject *fp = digest_bytes(e->a, e->b), *count = PyLong_FromUnsignedLong(e->pending);
+        PyObject *when = PyLong_FromUnsignedLong(e->seen);
+        rc = fp && count && when && PyDict_SetItem(c, fp, count) == 0 &&
+                     PyDict_SetItem(s, fp, when) == 0
+                 ? 0
+                 : -1;
+        Py_XDECREF(fp);
+        Py_XDECREF(count);
+        Py_XDECREF(when);
+    }
+    if (rc == 0) rc = PyDict_Update(counts, c);
+    if (rc == 0) rc = PyDict_Update(seen, s);
+    for (uint64_t i = 0; rc == 0 && i < total; i++) entries[i].pending = 0;
+    Py_XDECREF(c);
+    Py_XDECREF(s);
+    return rc;
+}
+
 static PyObject *FingerprintCache_drain_into(FingerprintCache *self, PyObject *args)
 {
     PyObject *counts, *seen;
     if (!PyArg_ParseTuple(args, "O!O!:drain_into", &PyDict_Type, &counts, &PyDict_Type, &seen))
         return NULL;
+    if (PyDict_GET_SIZE(counts) == 0 && PyDict_GET_SIZE(seen) == 0) {
+        if (drain_into_empty(self, counts, seen) < 0) return NULL;
+        Py_RETURN_NONE;
+    }
     for (uint64_t i = 0; i < self->cache.nbuckets * US_FPCACHE_WAYS; i++) {
         us_fp_entry *e = &self->cache.entries[i];
         if (!e->used || !e->pending) continue;

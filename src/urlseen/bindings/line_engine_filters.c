@@ -312,10 +312,11 @@ static size_t key_of_line(const size_t *keys, size_t k, size_t line)
 }
 
 /* The digests of the batch's keys with the given hash into self->keys.digests, without the GIL:
- * MD5 (the exact filter's fingerprint) several keys at a time (us_md5_many). */
-static int digest_keys(LineEngine *self, int hash_id, uint64_t seed)
+ * MD5 (the exact filter's fingerprint) several keys at a time (us_md5_many). repeat: room for
+ * a flag per key, set for a key whose line repeats an earlier key's (line->same). The keys are
+ * indexed (us_engine_index_keys). */
+static int digest_keys(LineEngine *self, int hash_id, uint64_t seed, uint8_t *repeat)
 {
-    if (us_engine_index_keys(self) < 0) return -1;
     size_t n = self->keys.n;
     const uint8_t **data = PyMem_RawMalloc((n + 1) * sizeof *data);
     size_t *len = PyMem_RawMalloc((n + 1) * sizeof *len);
@@ -338,9 +339,10 @@ static int digest_keys(LineEngine *self, int hash_id, uint64_t seed)
     for (size_t k = 0; k < n; k++) {
         size_t i = self->keys.line[k];
         const us_line *line = &lines[i];
+        repeat[k] = line->same && lines[line->same - 1].kind == US_LINE_KEY;
         if (made && line->hashed) {
             self->keys.digests[k] = self->work.ldig[i];
-        } else if (line->same && lines[line->same - 1].kind == US_LINE_KEY) {
+        } else if (repeat[k]) {
             at[--r] = k;
         } else {
             data[m] = us_engine_key_ptr(self, line);
@@ -392,8 +394,14 @@ PyObject *us_engine_exact_step(LineEngine *self, PyObject *args)
                      Py_TYPE(counters)->tp_name);
         return NULL;
     }
-    if (us_engine_need_batch(self, 1) < 0 || digest_keys(self, hash_id, seed) < 0) return NULL;
-    return us_counting_exact_step(counters, self->keys.digests, (Py_ssize_t)self->keys.n, cache,
-                                  now);
+    if (us_engine_need_batch(self, 1) < 0 || us_engine_index_keys(self) < 0) return NULL;
+    uint8_t *repeat = PyMem_RawMalloc(self->keys.n + 1);
+    if (repeat == NULL) return PyErr_NoMemory();
+    PyObject *result = NULL;
+    if (digest_keys(self, hash_id, seed, repeat) == 0)
+        result = us_counting_exact_step(counters, self->keys.digests, repeat,
+                                        (Py_ssize_t)self->keys.n, cache, now);
+    PyMem_RawFree(repeat);
+    return result;
 }
 
