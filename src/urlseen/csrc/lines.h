@@ -59,6 +59,9 @@ static inline size_t us_longest_line(const us_line *lines, size_t n, size_t max)
 size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_lines, int at_end,
                       us_line *out);
 
+/* bytes.isspace() of one byte: space, \t, \n, \v, \f, \r. */
+static inline int us_is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
 /* 1 if the n bytes are ASCII whitespace only (Python's bytes.strip() leaves nothing). */
 int us_is_blank(const uint8_t *s, size_t n);
 

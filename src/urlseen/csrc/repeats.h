@@ -68,7 +68,14 @@ static inline void us_key_batch(const uint8_t *buf, us_line *lines, size_t n, in
     for (size_t i = 0; i < n; i++) {
         us_line *line = &lines[i];
         size_t first = slots != NULL ? us_repeat_first(slots, mask, buf, lines, i) : i;
-        if (first == i) {
+        const uint8_t *s = buf + line->off;
+        size_t len = line->len - (line->len && s[line->len - 1] == '\r');
+        if (first == i && !canonicalize && len && !us_is_space(s[0])) {
+            line->kind = US_LINE_KEY; /* us_line_key's answer for a line that is not blank */
+            line->key_off = line->off;
+            line->key_len = len;
+            line->same = 0;
+        } else if (first == i) {
             us_line_key(buf, line, canonicalize, max_canonical, arena, arena_cap, arena_used,
                         scratch);
             line->same = 0;
