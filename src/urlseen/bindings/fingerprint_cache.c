@@ -382,6 +382,44 @@ static int dict_add(PyObject *dict, PyObject *key, PyObject *add)
     return rc;
 }
 
+/* An int as unsigned long long: 0, or -1 (no exception) if obj is not an exact int in range. */
+static int small_uint(PyObject *obj, unsigned long long *out)
+{
+    if (!PyLong_CheckExact(obj)) return -1;
+    *out = PyLong_AsUnsignedLongLong(obj);
+    if (*out == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* One entry as the cache makes them (bytes, then three ints below 2**32, as the tuples
+ * entry_tuple makes), folded in C: 1 done, 0 not such an entry (the caller folds it the
+ * generic way), -1 with an exception. */
+static int fold_plain(PyObject *counts, PyObject *seen, PyObject *e)
+{
+    if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 4) return 0;
+    PyObject *fp = PyTuple_GET_ITEM(e, 0), *when = PyTuple_GET_ITEM(e, 3);
+    unsigned long long pending, batch, at, old = 0, last = 0;
+    if (!PyBytes_CheckExact(fp) || small_uint(PyTuple_GET_ITEM(e, 1), &pending) < 0 ||
+        small_uint(PyTuple_GET_ITEM(e, 2), &batch) < 0 || small_uint(when, &at) < 0 ||
+        pending > UINT32_MAX || batch > UINT32_MAX)
+        return 0;
+    if (pending + batch == 0) return 1;
+    PyObject *count = PyDict_GetItemWithError(counts, fp); /* borrowed */
+    if (count == NULL && PyErr_Occurred()) return -1;
+    if (count != NULL && (small_uint(count, &old) < 0 || old > UINT64_MAX / 2)) return 0;
+    PyObject *prior = PyDict_GetItemWithError(seen, fp); /* borrowed */
+    if (prior == NULL && PyErr_Occurred()) return -1;
+    if (prior != NULL && small_uint(prior, &last) < 0) return 0;
+    PyObject *sum = PyLong_FromUnsignedLongLong(old + pending + batch);
+    int rc = sum != NULL ? PyDict_SetItem(counts, fp, sum) : -1;
+    Py_XDECREF(sum);
+    if (rc == 0 && at > last) rc = PyDict_SetItem(seen, fp, when);
+    return rc < 0 ? -1 : 1;
+}
+
 static PyObject *mod_fold_entries(PyObject *mod, PyObject *args)
 {
     PyObject *counts, *seen, *entries;
@@ -393,6 +431,9 @@ static PyObject *mod_fold_entries(PyObject *mod, PyObject *args)
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *fp, *pending, *batch, *when;
+        int plain = fold_plain(counts, seen, e);
+        if (plain < 0) goto fail;
+        if (plain) continue;
         if (!PyArg_ParseTuple(e, "OOOO:fold_entries", &fp, &pending, &batch, &when)) goto fail;
         PyObject *add = PyNumber_Add(pending, batch);
         if (add == NULL) goto fail;
