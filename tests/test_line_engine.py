@@ -476,6 +476,33 @@ def test_the_exact_filter_through_the_worker(tmp_path: Path) -> None:
     assert outs[0] == outs[1] == outs[2]
 
 
+@pytest.mark.parametrize("profile", ["none", "w3lib"])
+def test_repeats_in_a_batch_take_their_first_lines_key(tmp_path: Path, profile: str) -> None:
+    """A batch's repeated lines (csrc/repeats.h): deferred ones, CRLF and blank copies, and
+    near-copies that differ in one byte, give the reference's output and reference counts."""
+    lines = [
+        b"http://r.example/a",
+        b"http://R.example/a",
+        b"http://r.example/a\r",
+        b"  ",
+        b"http://r.example/\xc3\xa9",
+        b"http://r.example/a ",
+        b"http://r.example/b?y=1&x=2",
+    ]
+    data = b"".join(lines[i * 7 % 11 % len(lines)] + b"\n" for i in range(2000))
+    outs = []
+    for worker, engine in ((True, "c"), (False, "c"), (False, "python")):
+        keyer = LineKeyer(profile=profile)
+        with (
+            line_worker(worker),
+            ExactFilter.create(tmp_path / f"{profile}{worker}{engine}") as seen,
+        ):
+            out, summary = _run(MemoryInputs([data], [333]), seen, engine, keyer=keyer,
+                                batch_size=300)  # fmt: skip
+            outs.append((out, summary.new, summary.duplicates, _library_of(seen)))
+    assert outs[0] == outs[1] == outs[2]
+
+
 def test_start_checks_its_arguments() -> None:
     engine = _core.LineEngine(False, 100)
     with pytest.raises(TypeError, match="hasher must be"):

@@ -7,8 +7,9 @@ once, in a fresh order, on the same file, output to a file in the work folder (c
 `cmp` against the first tool's output where the rows should agree). The exact rows get a new
 `--state` folder each run (removed before the run, as a first run sees it).
 
-Rows: `awk '!seen[$0]++' FILE`, then for each tree (NAME=SRC: its `src` folder with a built
-`_core`, put first on PYTHONPATH for the console script of this interpreter) the mode asked:
+Rows: `awk '!seen[$0]++' FILE` (`zcat FILE | awk ...` for a .gz FILE), then for each tree
+(NAME=SRC: its `src` folder with a built `_core`, put first on PYTHONPATH for the console script
+of this interpreter) the mode asked:
 raw (`dedup --no-canonicalize FILE`), canonical (`dedup FILE`), exact (`dedup --filter exact
 --state DIR FILE`). Prints each run, then per row the median and min-max of CPU and wall time,
 and the ratio of awk's median to the row's (× awk), with the load average.
@@ -61,8 +62,11 @@ def main() -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     console = str(Path(sys.executable).parent / "urlseen")
     rows: dict[str, tuple[list[str], dict[str, str]]] = {}
-    if not args.no_awk:
-        rows["awk"] = (["awk", "!seen[$0]++", str(args.file)], dict(os.environ))
+    if not args.no_awk:  # a .gz file through `zcat |` (urlseen reads it itself)
+        awk = ["awk", "!seen[$0]++", str(args.file)]
+        if args.file.suffix == ".gz":
+            awk = ["sh", "-c", "zcat \"$0\" | awk '!seen[$0]++'", str(args.file)]
+        rows["awk"] = (awk, dict(os.environ))
     for tree in args.trees:
         name, src = tree.split("=", 1)
         env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}

@@ -288,10 +288,11 @@ int us_line_engine_add(PyObject *module);
 int us_counting_filter_add(PyObject *module);
 /* The line engine's access to a CountingFilter: its hash id and seed (-1, no exception, if obj
  * is not one), and its _exact_step (exact_step.c) on the digests h[0 .. n) of a batch's keys
- * (the engine hashes them from its own buffers: no Python object per key). */
+ * (the engine hashes them from its own buffers: no Python object per key); repeat[i] set: key
+ * i repeats an earlier key of the batch (the cache is asked first, without a counter probe). */
 int us_counting_filter_hash_of(PyObject *obj, int *hash_id, uint64_t *seed);
-PyObject *us_counting_exact_step(PyObject *obj, const us_hash128 *h, Py_ssize_t n,
-                                 PyObject *cache, unsigned int now);
+PyObject *us_counting_exact_step(PyObject *obj, const us_hash128 *h, const uint8_t *repeat,
+                                 Py_ssize_t n, PyObject *cache, unsigned int now);
 /* fingerprint_cache.c: FingerprintCache, FPCACHE_ENTRY_BYTES and fold_entries(). */
 int us_fingerprint_cache_add(PyObject *module);
 /* fingerprint_map.c: FingerprintMap (the library's staged fingerprints). */

@@ -57,9 +57,13 @@ static inline void fingerprint_of(uint8_t fp[16], us_hash128 h)
     us_store64_le(fp + 8, h.h2);
 }
 
-/* The exact step on the digests h[0 .. n) of a batch's keys (see us_cf_exact_step_doc). */
-static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, Py_ssize_t n,
-                            us_fpcache *cache, unsigned int now)
+/* The exact step on the digests h[0 .. n) of a batch's keys (see us_cf_exact_step_doc).
+ * repeat: NULL, or per key 1 if it repeats an earlier key of the batch (the line engine's
+ * repeats, csrc/repeats.h): such a key is looked up in the cache first, without its counters'
+ * look-ahead; found, it is the duplicate the usual order would answer (a cached fingerprint's
+ * counters are all above 0), else it takes the usual way. */
+static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, const uint8_t *repeat,
+                            Py_ssize_t n, us_fpcache *cache, unsigned int now)
 {
     PyObject *answers = PyList_New(n), *new_fps = PyList_New(0), *undecided = PyList_New(0);
     PyObject *evicted = PyList_New(0), *overflows = PyList_New(0);
@@ -82,11 +86,11 @@ static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, Py_ssize_
         if (cache == NULL) {
             if (i + PREFETCH_AHEAD < n) us_cf_prefetch(self, h[i + PREFETCH_AHEAD]);
         } else {
-            if (i + 2 * PREFETCH_AHEAD < n) {
+            if (i + 2 * PREFETCH_AHEAD < n && !(repeat && repeat[i + 2 * PREFETCH_AHEAD])) {
                 fingerprint_of(fp, h[i + 2 * PREFETCH_AHEAD]);
                 us_fpcache_prefetch(cache, fp);
             }
-            if (i + PREFETCH_AHEAD < n) {
+            if (i + PREFETCH_AHEAD < n && !(repeat && repeat[i + PREFETCH_AHEAD])) {
                 Py_ssize_t j = i + PREFETCH_AHEAD;
                 fingerprint_of(fp, h[j]);
                 cached[j] = (uint8_t)us_fpcache_contains(cache, fp);
@@ -97,7 +101,7 @@ static PyObject *exact_step(CountingFilter *self, const us_hash128 *h, Py_ssize_
         us_fp_entry spill;
         PyObject *answer;
         size_t nev = 0;
-        if (cache && cached[i] && us_fpcache_hit(cache, fp, now)) {
+        if (cache && (cached[i] || (repeat && repeat[i])) && us_fpcache_hit(cache, fp, now)) {
             answer = Py_False; /* one evicted since the look-ahead is asked in the usual order */
         } else if (us_counting_add_new_at(&self->c, us_cf_indices(self, h[i], idx), ev, &nev)) {
             count++;
@@ -150,20 +154,20 @@ PyObject *us_cf_exact_step(CountingFilter *self, PyObject *args)
     Py_ssize_t n;
     us_hash128 *h = us_cf_hash_batch(self, keys, &n);
     if (h == NULL) return NULL;
-    PyObject *result = exact_step(self, h, n, cache, now);
+    PyObject *result = exact_step(self, h, NULL, n, cache, now);
     PyMem_RawFree(h);
     return result;
 }
 
 /* The exact step for the line engine (line_engine_filters.c), on digests it made. */
-PyObject *us_counting_exact_step(PyObject *obj, const us_hash128 *h, Py_ssize_t n,
-                                 PyObject *cache_obj, unsigned int now)
+PyObject *us_counting_exact_step(PyObject *obj, const us_hash128 *h, const uint8_t *repeat,
+                                 Py_ssize_t n, PyObject *cache_obj, unsigned int now)
 {
     CountingFilter *self = (CountingFilter *)obj;
     us_fpcache *cache;
     if (us_fingerprint_cache_of(cache_obj, &cache) < 0 || us_bound_usable(&self->base, 1) < 0)
         return NULL;
-    return exact_step(self, h, n, cache, now);
+    return exact_step(self, h, repeat, n, cache, now);
 }
 
 int us_exact_step_add(PyObject *module)

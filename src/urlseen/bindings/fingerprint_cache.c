@@ -40,10 +40,21 @@ static void FingerprintCache_dealloc(FingerprintCache *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* (fingerprint, pending, batch, seen) of an entry. */
+/* (fingerprint, pending, batch, seen) of an entry (no format string: a batch may evict one
+ * entry per new URL). */
 static PyObject *entry_tuple(const us_fp_entry *e)
 {
-    return Py_BuildValue("(NIII)", digest_bytes(e->a, e->b), e->pending, e->batch, e->seen);
+    PyObject *t = PyTuple_New(4);
+    if (t == NULL) return NULL;
+    PyObject *items[4] = {digest_bytes(e->a, e->b), PyLong_FromUnsignedLong(e->pending),
+                          PyLong_FromUnsignedLong(e->batch), PyLong_FromUnsignedLong(e->seen)};
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < 4; i++) {
+        ok &= items[i] != NULL;
+        PyTuple_SET_ITEM(t, i, items[i]); /* NULL items: the tuple's dealloc skips them */
+    }
+    if (!ok) Py_CLEAR(t);
+    return t;
 }
 
 /* Append an entry to list as (fingerprint, pending, batch, seen). */
@@ -203,11 +214,46 @@ static int fold_later(PyObject *seen, PyObject *fp, uint32_t when)
     return rc;
 }
 
+/* drain_into for empty dicts (a checkpoint with nothing carried, as at close): the entries
+ * go into two dicts made at their final size, then into counts and seen at once (no lookup,
+ * no resize per entry); the pending counts are reset only when both are filled. */
+static int drain_into_empty(FingerprintCache *self, PyObject *counts, PyObject *seen)
+{
+    us_fp_entry *entries = self->cache.entries;
+    uint64_t total = self->cache.nbuckets * US_FPCACHE_WAYS, n = 0;
+    for (uint64_t i = 0; i < total; i++) n += entries[i].used && entries[i].pending;
+    PyObject *c = _PyDict_NewPresized((Py_ssize_t)n), *s = _PyDict_NewPresized((Py_ssize_t)n);
+    int rc = c != NULL && s != NULL ? 0 : -1;
+    for (uint64_t i = 0; rc == 0 && i < total; i++) {
+        us_fp_entry *e = &entries[i];
+        if (!e->used || !e->pending) continue;
+        PyObject *fp = digest_bytes(e->a, e->b), *count = PyLong_FromUnsignedLong(e->pending);
+        PyObject *when = PyLong_FromUnsignedLong(e->seen);
+        rc = fp && count && when && PyDict_SetItem(c, fp, count) == 0 &&
+                     PyDict_SetItem(s, fp, when) == 0
+                 ? 0
+                 : -1;
+        Py_XDECREF(fp);
+        Py_XDECREF(count);
+        Py_XDECREF(when);
+    }
+    if (rc == 0) rc = PyDict_Update(counts, c);
+    if (rc == 0) rc = PyDict_Update(seen, s);
+    for (uint64_t i = 0; rc == 0 && i < total; i++) entries[i].pending = 0;
+    Py_XDECREF(c);
+    Py_XDECREF(s);
+    return rc;
+}
+
 static PyObject *FingerprintCache_drain_into(FingerprintCache *self, PyObject *args)
 {
     PyObject *counts, *seen;
     if (!PyArg_ParseTuple(args, "O!O!:drain_into", &PyDict_Type, &counts, &PyDict_Type, &seen))
         return NULL;
+    if (PyDict_GET_SIZE(counts) == 0 && PyDict_GET_SIZE(seen) == 0) {
+        if (drain_into_empty(self, counts, seen) < 0) return NULL;
+        Py_RETURN_NONE;
+    }
     for (uint64_t i = 0; i < self->cache.nbuckets * US_FPCACHE_WAYS; i++) {
         us_fp_entry *e = &self->cache.entries[i];
         if (!e->used || !e->pending) continue;
@@ -336,6 +382,44 @@ static int dict_add(PyObject *dict, PyObject *key, PyObject *add)
     return rc;
 }
 
+/* An int as unsigned long long: 0, or -1 (no exception) if obj is not an exact int in range. */
+static int small_uint(PyObject *obj, unsigned long long *out)
+{
+    if (!PyLong_CheckExact(obj)) return -1;
+    *out = PyLong_AsUnsignedLongLong(obj);
+    if (*out == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* One entry as the cache makes them (bytes, then three ints below 2**32, as the tuples
+ * entry_tuple makes), folded in C: 1 done, 0 not such an entry (the caller folds it the
+ * generic way), -1 with an exception. */
+static int fold_plain(PyObject *counts, PyObject *seen, PyObject *e)
+{
+    if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 4) return 0;
+    PyObject *fp = PyTuple_GET_ITEM(e, 0), *when = PyTuple_GET_ITEM(e, 3);
+    unsigned long long pending, batch, at, old = 0, last = 0;
+    if (!PyBytes_CheckExact(fp) || small_uint(PyTuple_GET_ITEM(e, 1), &pending) < 0 ||
+        small_uint(PyTuple_GET_ITEM(e, 2), &batch) < 0 || small_uint(when, &at) < 0 ||
+        pending > UINT32_MAX || batch > UINT32_MAX)
+        return 0;
+    if (pending + batch == 0) return 1;
+    PyObject *count = PyDict_GetItemWithError(counts, fp); /* borrowed */
+    if (count == NULL && PyErr_Occurred()) return -1;
+    if (count != NULL && (small_uint(count, &old) < 0 || old > UINT64_MAX / 2)) return 0;
+    PyObject *prior = PyDict_GetItemWithError(seen, fp); /* borrowed */
+    if (prior == NULL && PyErr_Occurred()) return -1;
+    if (prior != NULL && small_uint(prior, &last) < 0) return 0;
+    PyObject *sum = PyLong_FromUnsignedLongLong(old + pending + batch);
+    int rc = sum != NULL ? PyDict_SetItem(counts, fp, sum) : -1;
+    Py_XDECREF(sum);
+    if (rc == 0 && at > last) rc = PyDict_SetItem(seen, fp, when);
+    return rc < 0 ? -1 : 1;
+}
+
 static PyObject *mod_fold_entries(PyObject *mod, PyObject *args)
 {
     PyObject *counts, *seen, *entries;
@@ -347,6 +431,9 @@ static PyObject *mod_fold_entries(PyObject *mod, PyObject *args)
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *fp, *pending, *batch, *when;
+        int plain = fold_plain(counts, seen, e);
+        if (plain < 0) goto fail;
+        if (plain) continue;
         if (!PyArg_ParseTuple(e, "OOOO:fold_entries", &fp, &pending, &batch, &when)) goto fail;
         PyObject *add = PyNumber_Add(pending, batch);
         if (add == NULL) goto fail;

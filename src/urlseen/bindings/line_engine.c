@@ -55,6 +55,7 @@ static void LineEngine_dealloc(LineEngine *self)
     PyMem_RawFree(self->batch.lines);
     PyMem_RawFree(self->batch.arena);
     PyMem_RawFree(self->batch.scratch);
+    PyMem_RawFree(self->batch.rep);
     PyMem_RawFree(self->keys.line);
     PyMem_RawFree(self->keys.digests);
     PyMem_RawFree(self->keys.flags);
@@ -222,7 +223,8 @@ static PyObject *LineEngine_set_flags(LineEngine *self, PyObject *flags)
     }
     size_t fresh = 0;
     for (size_t k = 0; k < self->keys.n; k++) {
-        int t = PyObject_IsTrue(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)k));
+        PyObject *flag = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)k);
+        int t = flag == Py_True ? 1 : flag == Py_False ? 0 : PyObject_IsTrue(flag);
         if (t < 0) {
             Py_DECREF(seq);
             return NULL;

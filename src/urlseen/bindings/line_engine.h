@@ -35,6 +35,8 @@ typedef struct {
     size_t arena_cap, arena_used;
     uint8_t *scratch; /* for the canonicalizer: as long as the longest line it may see */
     size_t scratch_cap;
+    us_repeat_slot *rep; /* the repeats' table (csrc/repeats.h) */
+    size_t rep_cap;
     size_t bytes, empty, deferred, fresh;
     int deferred_done; /* every deferred line has its key from Python (or none) */
 } us_engine_batch;

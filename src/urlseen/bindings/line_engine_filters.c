@@ -296,11 +296,27 @@ PyObject *us_engine_bloom_commit(LineEngine *self, PyObject *filter)
     return PyLong_FromSsize_t(fresh);
 }
 
-/* The digests of the batch's keys with the given hash into self->keys.digests, without the GIL:
- * MD5 (the exact filter's fingerprint) several keys at a time (us_md5_many). */
-static int digest_keys(LineEngine *self, int hash_id, uint64_t seed)
+/* The index of the key of line `line` among keys[0 .. k) (ascending line indices; it is
+ * there). */
+static size_t key_of_line(const size_t *keys, size_t k, size_t line)
 {
-    if (us_engine_index_keys(self) < 0) return -1;
+    size_t lo = 0, hi = k;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] <= line)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The digests of the batch's keys with the given hash into self->keys.digests, without the GIL:
+ * MD5 (the exact filter's fingerprint) several keys at a time (us_md5_many). repeat: room for
+ * a flag per key, set for a key whose line repeats an earlier key's (line->same). The keys are
+ * indexed (us_engine_index_keys). */
+static int digest_keys(LineEngine *self, int hash_id, uint64_t seed, uint8_t *repeat)
+{
     size_t n = self->keys.n;
     const uint8_t **data = PyMem_RawMalloc((n + 1) * sizeof *data);
     size_t *len = PyMem_RawMalloc((n + 1) * sizeof *len);
@@ -314,19 +330,25 @@ static int digest_keys(LineEngine *self, int hash_id, uint64_t seed)
         PyErr_NoMemory();
         return -1;
     }
-    /* the keys the worker hashed already are taken as they are; the rest are hashed here */
+    /* the keys the worker hashed already are taken as they are; the rest are hashed here, but
+     * for a repeat of an earlier key of the batch (line->same, csrc/repeats.h), which takes
+     * that key's digest: at[] holds the keys to hash from the front, the repeats from the back */
     int made = made_with(self, hash_id, seed);
-    size_t m = 0;
+    const us_line *lines = self->batch.lines;
+    size_t m = 0, r = n + 1;
     for (size_t k = 0; k < n; k++) {
         size_t i = self->keys.line[k];
-        const us_line *line = &self->batch.lines[i];
+        const us_line *line = &lines[i];
+        repeat[k] = line->same && lines[line->same - 1].kind == US_LINE_KEY;
         if (made && line->hashed) {
             self->keys.digests[k] = self->work.ldig[i];
-            continue;
+        } else if (repeat[k]) {
+            at[--r] = k;
+        } else {
+            data[m] = us_engine_key_ptr(self, line);
+            len[m] = line->key_len;
+            at[m++] = k;
         }
-        data[m] = us_engine_key_ptr(self, line);
-        len[m] = line->key_len;
-        at[m++] = k;
     }
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
@@ -339,6 +361,11 @@ static int digest_keys(LineEngine *self, int hash_id, uint64_t seed)
     } else {
         for (size_t j = 0; j < m; j++)
             self->keys.digests[at[j]] = us_digest(hash_id, data[j], len[j], seed);
+    }
+    for (size_t j = n; j >= r; j--) { /* in key order: a repeat's first key has its digest */
+        size_t k = at[j];
+        size_t first = key_of_line(self->keys.line, k, lines[self->keys.line[k]].same - 1);
+        self->keys.digests[k] = self->keys.digests[first];
     }
     Py_END_ALLOW_THREADS
     self->busy = 0;
@@ -367,8 +394,14 @@ PyObject *us_engine_exact_step(LineEngine *self, PyObject *args)
                      Py_TYPE(counters)->tp_name);
         return NULL;
     }
-    if (us_engine_need_batch(self, 1) < 0 || digest_keys(self, hash_id, seed) < 0) return NULL;
-    return us_counting_exact_step(counters, self->keys.digests, (Py_ssize_t)self->keys.n, cache,
-                                  now);
+    if (us_engine_need_batch(self, 1) < 0 || us_engine_index_keys(self) < 0) return NULL;
+    uint8_t *repeat = PyMem_RawMalloc(self->keys.n + 1);
+    if (repeat == NULL) return PyErr_NoMemory();
+    PyObject *result = NULL;
+    if (digest_keys(self, hash_id, seed, repeat) == 0)
+        result = us_counting_exact_step(counters, self->keys.digests, repeat,
+                                        (Py_ssize_t)self->keys.n, cache, now);
+    PyMem_RawFree(repeat);
+    return result;
 }
 

@@ -141,16 +141,17 @@ static int key_lines(LineEngine *self, size_t bytes, size_t *deferred)
             US_ENGINE_GROW(b->scratch, b->scratch_cap, longest + 1) < 0)
             return -1;
     }
-    size_t empty = 0, left = 0, used = 0;
+    /* repeats are looked for where keying or hashing a line costs more than finding them */
+    us_repeat_slot *rep = NULL;
+    if (self->canonicalize || (self->work.valid && self->work.hash_id == US_HASH_MD5)) {
+        if (US_ENGINE_GROW(b->rep, b->rep_cap, us_repeat_slots(n)) < 0) return -1;
+        rep = b->rep;
+    }
+    size_t empty, left, used = 0;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t i = 0; i < n; i++) {
-        us_line *line = &b->lines[i];
-        us_line_key(self->in.buf, line, self->canonicalize, self->max_canonical, b->arena,
-                    b->arena_cap, &used, b->scratch);
-        empty += line->kind == US_LINE_EMPTY;
-        left += line->kind == US_LINE_DEFER;
-    }
+    us_key_batch(self->in.buf, b->lines, n, self->canonicalize, self->max_canonical, b->arena,
+                 b->arena_cap, &used, b->scratch, rep, &empty, &left);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     b->arena_used = used;

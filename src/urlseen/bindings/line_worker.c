@@ -37,7 +37,8 @@ static const uint8_t *key_of(const us_batch *b, const us_line *line)
 }
 
 /* Hash the keys the C rules gave (deferred lines are keyed and hashed later, by the main
- * thread): MD5 several at a time, the other hashes one by one. */
+ * thread): MD5 several at a time, the other hashes one by one; a repeat of an earlier line of
+ * the batch (line->same) takes that line's digest. */
 static int hash_batch(us_worker *w, us_batch *b)
 {
     if (wgrow((void **)&b->ldig, &b->ldig_cap, b->nlines, sizeof(us_hash128)) < 0) return -1;
@@ -45,7 +46,11 @@ static int hash_batch(us_worker *w, us_batch *b)
         for (size_t i = 0; i < b->nlines; i++) {
             us_line *line = &b->lines[i];
             if (line->kind != US_LINE_KEY) continue;
-            b->ldig[i] = us_digest(w->hash_id, key_of(b, line), line->key_len, w->seed);
+            if (line->same) {
+                b->ldig[i] = b->ldig[line->same - 1];
+            } else {
+                b->ldig[i] = us_digest(w->hash_id, key_of(b, line), line->key_len, w->seed);
+            }
             line->hashed = 1;
         }
         return 0;
@@ -66,7 +71,7 @@ static int hash_batch(us_worker *w, us_batch *b)
     size_t m = 0;
     for (size_t i = 0; i < b->nlines; i++) {
         const us_line *line = &b->lines[i];
-        if (line->kind != US_LINE_KEY) continue;
+        if (line->kind != US_LINE_KEY || line->same) continue;
         w->md5_data[m] = key_of(b, line);
         w->md5_len[m] = line->key_len;
         w->md5_line[m++] = i;
@@ -77,6 +82,12 @@ static int hash_batch(us_worker *w, us_batch *b)
         b->ldig[i].h1 = us_load64_le(w->md5_out[j]);
         b->ldig[i].h2 = us_load64_le(w->md5_out[j] + 8);
         b->lines[i].hashed = 1;
+    }
+    for (size_t i = 0; i < b->nlines; i++) { /* the repeats: their first line's digest */
+        us_line *line = &b->lines[i];
+        if (line->kind != US_LINE_KEY || !line->same) continue;
+        b->ldig[i] = b->ldig[line->same - 1];
+        line->hashed = 1;
     }
     return 0;
 }
@@ -108,14 +119,16 @@ static int finish_batch(us_worker *w, us_batch *b)
             wgrow((void **)&w->scratch, &w->scratch_cap, longest + 1, 1) < 0)
             return -1;
     }
-    size_t used = 0, empty = 0, deferred = 0;
-    for (size_t i = 0; i < n; i++) {
-        us_line *line = &b->lines[i];
-        us_line_key(b->buf, line, w->canonicalize, w->max_canonical, b->arena, b->arena_cap,
-                    &used, w->scratch);
-        empty += line->kind == US_LINE_EMPTY;
-        deferred += line->kind == US_LINE_DEFER;
+    /* repeats are looked for where keying or hashing a line costs more than finding them */
+    us_repeat_slot *rep = NULL;
+    if (w->canonicalize || (w->hashing && w->hash_id == US_HASH_MD5)) {
+        if (wgrow((void **)&w->rep, &w->rep_cap, us_repeat_slots(n), sizeof *w->rep) < 0)
+            return -1;
+        rep = w->rep;
     }
+    size_t used = 0, empty, deferred;
+    us_key_batch(b->buf, b->lines, n, w->canonicalize, w->max_canonical, b->arena, b->arena_cap,
+                 &used, w->scratch, rep, &empty, &deferred);
     b->arena_used = used;
     b->empty = empty;
     b->deferred = deferred;
@@ -418,6 +431,7 @@ void us_worker_free(us_worker *w)
         PyMem_RawFree(b->ldig);
     }
     PyMem_RawFree(w->scratch);
+    PyMem_RawFree(w->rep);
     PyMem_RawFree(w->md5_data);
     PyMem_RawFree(w->md5_len);
     PyMem_RawFree(w->md5_line);

@@ -26,6 +26,7 @@
 #include <pthread.h>
 
 #include "csrc/lines.h"
+#include "csrc/repeats.h"
 
 #define US_WORKER_SLOTS 2 /* batches built ahead of the engine's (a third: +1-2 MiB peak RSS) */
 #define US_WORKER_BIG_BATCH 16384 /* lines: a batch this large is built one ahead only */
@@ -73,6 +74,8 @@ typedef struct {
     /* the worker's own scratch: the canonicalizer's, and MD5's batch arrays */
     uint8_t *scratch;
     size_t scratch_cap;
+    us_repeat_slot *rep; /* the repeats' table (csrc/repeats.h), when they are looked for */
+    size_t rep_cap;
     const uint8_t **md5_data;
     size_t *md5_len, *md5_line;
     uint8_t (*md5_out)[16];

@@ -26,6 +26,7 @@ size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_li
         line->key_text = 0;
         line->memo = 0;
         line->hashed = 0;
+        line->same = 0;
         line->key_off = p;
         line->key_len = 0;
         p = nl != NULL ? end + 1 : end;
@@ -34,13 +35,10 @@ size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_li
     return n;
 }
 
-/* bytes.isspace(): space, \t, \n, \v, \f, \r. */
-static inline int is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-
 int us_is_blank(const uint8_t *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (!is_space(s[i])) return 0;
+        if (!us_is_space(s[i])) return 0;
     return 1;
 }
 

@@ -39,6 +39,8 @@ typedef struct {
     uint8_t key_text;   /* the key is text (UTF-8): canonicalized, not the raw line */
     uint8_t memo;       /* deferred, and its key may be remembered (us_key_memo) */
     uint8_t hashed;     /* its key's digest is already made (the line engine's worker) */
+    uint32_t same;      /* 1 + the index of the batch's first line of the same bytes, whose
+                           key this line took (repeats.h); 0: keyed itself */
 } us_line;
 
 /* The length of the longest of n lines, at most max (the canonicalizer's scratch: one byte
@@ -56,6 +58,9 @@ static inline size_t us_longest_line(const us_line *lines, size_t n, size_t max)
  * (the last line of an input without a newline). Returns the number of lines. */
 size_t us_split_lines(const uint8_t *buf, size_t len, size_t *pos, size_t max_lines, int at_end,
                       us_line *out);
+
+/* bytes.isspace() of one byte: space, \t, \n, \v, \f, \r. */
+static inline int us_is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 /* 1 if the n bytes are ASCII whitespace only (Python's bytes.strip() leaves nothing). */
 int us_is_blank(const uint8_t *s, size_t n);
