@@ -58,24 +58,25 @@ if receipts then
   if done then return done end
 end
 
-local byte, sub = string.byte, string.sub
+local byte, sub, call = string.byte, string.sub, redis.call
 local pack, unpack = struct.pack, struct.unpack
 local OWN = 'T'
 local n = #data / 16
 
--- Each fingerprint's group and hash h (bytes 5-8), and each group's positions in order.
-local group_at, hash_at, members, touched = {}, {}, {}, {}
+-- Each fingerprint's hash h (bytes 5-8), and each group's positions in order.
+local hash_at, members, sizes, touched = {}, {}, {}, {}
 for i = 1, n do
   local b1, b2, b3, b4, b5, b6, b7, b8 = byte(data, 16 * i - 15, 16 * i - 8)
   local g = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) % groups
-  group_at[i], hash_at[i] = g, ((b5 * 256 + b6) * 256 + b7) * 256 + b8
+  hash_at[i] = ((b5 * 256 + b6) * 256 + b7) * 256 + b8
   local m = members[g]
-  if not m then
-    m = {}
-    members[g] = m
+  if m then
+    local k = sizes[g] + 1
+    m[k], sizes[g] = i, k
+  else
+    members[g], sizes[g] = {i}, 1
     touched[#touched + 1] = g
   end
-  m[#m + 1] = i
 end
 table.sort(touched)
 
@@ -84,7 +85,7 @@ for g, mark in string.gmatch(ARGV[13], '(%d+):(%d+)') do expect[tonumber(g)] = m
 local level, split, count, resent = {}, {}, {}, false
 for _, g in ipairs(touched) do
   local marker = prefix .. g .. '}:n'
-  local found = redis.call('HMGET', marker, 'instance', 'count', 'level', 'split', 'w:' .. owner)
+  local found = call('HMGET', marker, 'instance', 'count', 'level', 'split', 'w:' .. owner)
   if found[1] ~= instance then
     if not found[1] then
       return redis.error_reply('URLSEEN-LOST ' .. marker .. ' is gone')
@@ -135,115 +136,145 @@ if mode ~= 'contains' then
     local key = claims_of(g)
     claims_expand(records_of(g), key, 16)
     if mode == 'claim' then
-      claims_lookup(claims, key, #members[g], function() return fps_of(members[g]) end)
+      claims_lookup(claims, key, sizes[g], function() return fps_of(members[g]) end)
       none[g] = claims_none(claims, key)
     end
   end
 end
 
-local buckets = {}
+-- Each fingerprint looked up in its bucket, group by group (a fingerprint's repeats are in
+-- its group, in order). The loops below run once per URL: they keep their state in locals
+-- and flat arrays (Lua 5.1 interprets every step; benchmarks/redis/REPORT.md, round 3).
+local buckets, adds, total = {}, {}, {}
+local more_at = extra ~= '' and extra or nil
+-- claim: a fingerprint met before in this call -> its index in its group's adds (> 0), or
+-- minus its index in the present ones (met_*: key, fingerprint, value read, first answer and
+-- the references it gains)
+local first, met_key, met_fp, met_value, met_answer, met_refs, met = {}, {}, {}, {}, {}, {}, 0
+local dropped = {}
 for _, g in ipairs(touched) do
-  buckets[g] = buckets_of(prefix .. g .. '}:f:', level[g], split[g])
-end
-
-local function append(lists, g, item) -- lists[g], made if needed, gets item
-  local list = lists[g]
-  if not list then
-    list = {}
-    lists[g] = list
-  end
-  list[#list + 1] = item
-end
-local fresh = pack('<I4I4I4', 1, now, now)
-local inserted = {} -- fingerprint -> its references, for the records this call inserts
-local met_at, met_list = {}, {} -- a present URL's first answer, and the references it gains
-local adds, dropped, total = {}, {}, {} -- per group: positions inserted; claims to drop; count
-for _, g in ipairs(touched) do total[g] = count[g] end
-for i = 1, n do
-  local g, pos = group_at[i], 16 * i - 15
-  local key = bucket_key(buckets[g], hash_at[i])
-  local fp = sub(data, pos, pos + 15)
-  local answer = SEEN
-  local refs, met = inserted[fp], met_at[fp]
-  local more = extra ~= '' and byte(extra, i) or 0
-  if refs then
-    inserted[fp] = refs + 1 + more -- a repeat of a URL this call inserts: seen
-  elseif met then -- a repeat of a present URL this call asked about: asked once
-    answer = met.answer
-    if answer == NEW or answer == OWN then answer = SEEN end -- the first had it new
-    if answer ~= PENDING and not resent then met.refs = met.refs + 1 + more end
-  else
-    local value = redis.call('HGET', key, fp)
+  local b = buckets_of(prefix .. g .. '}:f:', level[g], split[g])
+  buckets[g], total[g] = b, count[g]
+  local list, head, keys, span, cut = members[g], b.head, b.keys, b.span, b.split
+  local span2, ckey = 2 * span, claims_of(g)
+  local look = mode == 'claim' and (not none[g] or resent)
+  local add_fp, add_h, add_refs, add_at, added = {}, {}, {}, {}, 0
+  for j = 1, sizes[g] do
+    local i = list[j]
+    local pos, h = 16 * i - 15, hash_at[i]
+    local fp = sub(data, pos, pos + 15)
+    local bucket = h % span
+    if bucket < cut then bucket = h % span2 end
+    local key = keys[bucket]
+    if not key then
+      key = head .. bucket
+      keys[bucket] = key
+    end
     if mode == 'claim' then
-      if value then
-        if not none[g] or resent then
-          answer = claim_present(claims, claims_of(g), fp)
-          if answer == NEW then answer = OWN end -- taken over, or this very call's: per key
+      local more = more_at and byte(more_at, i) or 0
+      local k = first[fp]
+      local answer = SEEN
+      if k == nil then
+        local value = call('HGET', key, fp)
+        if value then
+          if look then
+            answer = claim_present(claims, ckey, fp)
+            if answer == NEW then answer = OWN end -- taken over, or this very call's: per key
+          end
+          met = met + 1
+          met_key[met], met_fp[met], met_value[met], met_answer[met] = key, fp, value, answer
+          met_refs[met] = (answer ~= PENDING and not resent) and 1 + more or 0
+          first[fp] = -met
+        else
+          added = added + 1
+          add_fp[added], add_h[added], add_refs[added], add_at[added] = fp, h, 1 + more, i
+          first[fp] = added
+          answer = NEW
         end
-        met = {answer = answer, key = key, fp = fp, value = value, refs = 0}
-        if answer ~= PENDING and not resent then met.refs = 1 + more end
-        met_at[fp] = met
-        met_list[#met_list + 1] = met
-      else
-        inserted[fp] = 1 + more
-        append(adds, g, i)
-        answer = NEW
+      elseif k > 0 then -- a repeat of a URL this call inserts: seen
+        add_refs[k] = add_refs[k] + 1 + more
+      else -- a repeat of a present URL this call asked about: asked once
+        answer = met_answer[-k]
+        if answer == NEW or answer == OWN then answer = SEEN end -- the first had it new
+        if answer ~= PENDING and not resent then met_refs[-k] = met_refs[-k] + 1 + more end
       end
-    elseif value then
-      answer = NEW
-      local r = 0
-      if mode == 'release' then
-        local first, last
-        r, first, last = unpack('<I4I4I4', value)
-        r = r - 1
-        if r > 0 then redis.call('HSET', key, fp, pack('<I4I4I4', r, first, last)) end
-      end
-      if r <= 0 and mode ~= 'contains' then
-        redis.call('HDEL', key, fp)
-        total[g] = total[g] - 1
-        append(dropped, g, fp)
+      out[i] = answer
+    else
+      local value = call('HGET', key, fp)
+      out[i] = value and NEW or SEEN
+      if value and mode ~= 'contains' then
+        local r, first_seen, last_seen = 0, 0, 0
+        if mode == 'release' then
+          r, first_seen, last_seen = unpack('<I4I4I4', value)
+          r = r - 1
+          if r > 0 then call('HSET', key, fp, pack('<I4I4I4', r, first_seen, last_seen)) end
+        end
+        if r <= 0 then
+          call('HDEL', key, fp)
+          total[g] = total[g] - 1
+          dropped[#dropped + 1] = fp
+        end
       end
     end
   end
-  out[i] = answer
+  if added > 0 then adds[g] = {fp = add_fp, h = add_h, refs = add_refs, at = add_at, n = added} end
+  if #dropped > 0 then
+    claims_each('HDEL', ckey, dropped)
+    dropped = {}
+  end
 end
-for g, list in pairs(dropped) do claims_each('HDEL', claims_of(g), list) end
-records_bump(met_list, now)
+
+-- A present record's sightings in this call: refs up (at most 2^32 - 1), last seen = now.
+for k = 1, met do
+  if met_refs[k] > 0 then
+    local r, first_seen, last_seen = unpack('<I4I4I4', met_value[k])
+    if now > last_seen then last_seen = now end
+    r = math.min(r + met_refs[k], 4294967295)
+    call('HSET', met_key[k], met_fp[k], pack('<I4I4I4', r, first_seen, last_seen))
+  end
+end
 
 -- The new URLs: their claims first (one record per group, or per key where this call's
--- record exists already: a resent call's URLs forgotten meanwhile), then their records, in
--- order, each group split as it grows past per_bucket records per bucket (so that no bucket
--- outgrows its compact encoding within a large batch).
+-- record exists already: a resent call's URLs forgotten meanwhile), then their records, each
+-- group split first as far as its new count needs (so that no bucket outgrows its compact
+-- encoding; the same buckets as splitting while inserting).
 for _, g in ipairs(touched) do
   local a = adds[g]
-  if a and not claims_record(claims, records_of(g), table.concat(fps_of(a))) then
+  if a and not claims_record(claims, records_of(g), table.concat(a.fp)) then
     local q = claims_queued(claims, claims_of(g))
-    for _, i in ipairs(a) do
-      claim_new_into(claims, q, sub(data, 16 * i - 15, 16 * i), false)
-      out[i] = OWN
+    for j = 1, a.n do
+      claim_new_into(claims, q, a.fp[j], false)
+      out[a.at[j]] = OWN
     end
   end
 end
 if claims then claims_write(claims) end
+local fresh = pack('<I4I4I4', 1, now, now)
 for _, g in ipairs(touched) do
-  local b = buckets[g]
-  local limit = buckets_room(b, per_bucket)
-  for _, i in ipairs(adds[g] or {}) do
-    local fp = sub(data, 16 * i - 15, 16 * i)
-    local refs = inserted[fp]
-    local value = refs == 1 and fresh or pack('<I4I4I4', refs, now, now)
-    if redis.call('HSET', bucket_key(b, hash_at[i]), fp, value) == 1 then
-      total[g] = total[g] + 1
-      while total[g] > limit do
-        bucket_split(b)
-        limit = buckets_room(b, per_bucket)
+  local b, a = buckets[g], adds[g]
+  if a then
+    while count[g] + a.n > buckets_room(b, per_bucket) do bucket_split(b) end
+    local head, keys, span, cut, fps, hs, refs = b.head, b.keys, b.span, b.split, a.fp, a.h,
+                                                 a.refs
+    local span2, added = 2 * span, 0
+    for j = 1, a.n do
+      local h, r = hs[j], refs[j]
+      local bucket = h % span
+      if bucket < cut then bucket = h % span2 end
+      local key = keys[bucket]
+      if not key then
+        key = head .. bucket
+        keys[bucket] = key
       end
+      local value = r == 1 and fresh or pack('<I4I4I4', r, now, now)
+      added = added + call('HSET', key, fps[j], value)
     end
+    total[g] = total[g] + added
   end
   local marker = prefix .. g .. '}:n'
-  if total[g] ~= count[g] then redis.call('HINCRBY', marker, 'count', total[g] - count[g]) end
-  if b.moved then redis.call('HSET', marker, 'level', b.level, 'split', b.split) end
+  if total[g] ~= count[g] then call('HINCRBY', marker, 'count', total[g] - count[g]) end
+  if b.moved then call('HSET', marker, 'level', b.level, 'split', b.split) end
 end
 local answer = table.concat(out)
-if receipts and ttl > 0 then redis.call('SET', receipt_key, answer, 'EX', ttl) end
+if receipts and ttl > 0 then call('SET', receipt_key, answer, 'EX', ttl) end
 return answer

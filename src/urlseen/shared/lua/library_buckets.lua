@@ -9,18 +9,6 @@ local function buckets_of(head, level, split)
   return {head = head, level = level, split = split, span = 2 ^ level, keys = {}, moved = false}
 end
 
--- The key of the bucket of hash h: b = h mod 2^L, or h mod 2^(L+1) where that is below s.
-local function bucket_key(b, h)
-  local n = h % b.span
-  if n < b.split then n = h % (2 * b.span) end
-  local key = b.keys[n]
-  if not key then
-    key = b.head .. n
-    b.keys[n] = key
-  end
-  return key
-end
-
 -- How many records the group holds at most before its next split.
 local function buckets_room(b, per_bucket)
   return per_bucket * (b.span + b.split)
@@ -47,17 +35,4 @@ local function bucket_split(b)
   b.split = b.split + 1
   if b.split == b.span then b.level, b.split, b.span = b.level + 1, 0, 2 * b.span end
   b.moved = true
-end
-
--- A present record's sightings in one call (met: key, fp, its value as read, refs gained):
--- one HSET each, refs up (at most 2^32 - 1) and last seen = now.
-local function records_bump(list, now)
-  for _, met in ipairs(list) do
-    if met.refs > 0 then
-      local r, first, last = struct.unpack('<I4I4I4', met.value)
-      if now > last then last = now end
-      r = math.min(r + met.refs, 4294967295)
-      redis.call('HSET', met.key, met.fp, struct.pack('<I4I4I4', r, first, last))
-    end
-  end
 end
