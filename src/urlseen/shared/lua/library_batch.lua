@@ -59,24 +59,43 @@ if receipts then
 end
 
 local byte, sub, call = string.byte, string.sub, redis.call
-local pack, unpack = struct.pack, struct.unpack
+local pack, unpack_record = struct.pack, struct.unpack
 local OWN = 'T'
 local n = #data / 16
 
--- Each fingerprint's hash h (bytes 5-8), and each group's positions in order.
-local hash_at, members, sizes, touched = {}, {}, {}, {}
+-- Each fingerprint's hash h (bytes 5-8), and the call's segments: runs of consecutive
+-- positions of one group (a claim's or contains' client sends its fingerprints sorted by
+-- group: library.py, bucket_order), each group's in order (segments_of), and its size.
+local hash_at, seg_start, seg_end, segments_of, sizes, touched = {}, {}, {}, {}, {}, {}
+local current, segments = nil, 0
 for i = 1, n do
   local b1, b2, b3, b4, b5, b6, b7, b8 = byte(data, 16 * i - 15, 16 * i - 8)
   local g = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) % groups
   hash_at[i] = ((b5 * 256 + b6) * 256 + b7) * 256 + b8
-  local m = members[g]
-  if m then
-    local k = sizes[g] + 1
-    m[k], sizes[g] = i, k
-  else
-    members[g], sizes[g] = {i}, 1
-    touched[#touched + 1] = g
+  if g ~= current then
+    if segments > 0 then seg_end[segments] = i - 1 end
+    segments, current = segments + 1, g
+    seg_start[segments] = i
+    local of = segments_of[g]
+    if of then
+      of[#of + 1] = segments
+    else
+      segments_of[g], sizes[g] = {segments}, 0
+      touched[#touched + 1] = g
+    end
   end
+end
+if segments > 0 then seg_end[segments] = n end
+for g, of in pairs(segments_of) do
+  for _, k in ipairs(of) do sizes[g] = sizes[g] + seg_end[k] - seg_start[k] + 1 end
+end
+-- A group's positions in order.
+local function positions_of(g)
+  local list = {}
+  for _, k in ipairs(segments_of[g]) do
+    for i = seg_start[k], seg_end[k] do list[#list + 1] = i end
+  end
+  return list
 end
 table.sort(touched)
 
@@ -121,7 +140,7 @@ if mode ~= 'contains' then claims = claims_context(owner, ARGV[10], ARGV[11], AR
 
 if mode == 'ack' or mode == 'abandon' or mode == 'renew' then
   for _, g in ipairs(touched) do
-    local list = members[g]
+    local list = positions_of(g)
     claims_expand(records_of(g), claims_of(g), 16) -- the client deletes intact ones itself
     local answers = claims_release(claims, claims_of(g), fps_of(list), mode)
     for j, i in ipairs(list) do out[i] = answers[j] end
@@ -136,7 +155,7 @@ if mode ~= 'contains' then
     local key = claims_of(g)
     claims_expand(records_of(g), key, 16)
     if mode == 'claim' then
-      claims_lookup(claims, key, sizes[g], function() return fps_of(members[g]) end)
+      claims_lookup(claims, key, sizes[g], function() return fps_of(positions_of(g)) end)
       none[g] = claims_none(claims, key)
     end
   end
@@ -144,95 +163,141 @@ end
 
 -- Each fingerprint looked up in its bucket, group by group (a fingerprint's repeats are in
 -- its group, in order). The loops below run once per URL: they keep their state in locals
--- and flat arrays (Lua 5.1 interprets every step; benchmarks/redis/REPORT.md, round 3).
+-- and flat arrays (Lua 5.1 interprets every step; benchmarks/redis/REPORT.md, round 3). A
+-- claim or contains reads each run of consecutive fingerprints of one bucket with one HMGET
+-- (the client sends a group's fingerprints in bucket order: library.py, bucket_order).
+local RUN_MAX = 1000 -- fingerprints per HMGET or HSET
 local buckets, adds, total = {}, {}, {}
 local more_at = extra ~= '' and extra or nil
 -- claim: a fingerprint met before in this call -> its index in its group's adds (> 0), or
 -- minus its index in the present ones (met_*: key, fingerprint, value read, first answer and
 -- the references it gains)
 local first, met_key, met_fp, met_value, met_answer, met_refs, met = {}, {}, {}, {}, {}, {}, 0
-local dropped = {}
+local run, dropped, batched = {}, {}, mode == 'claim' or mode == 'contains'
 for _, g in ipairs(touched) do
   local b = buckets_of(prefix .. g .. '}:f:', level[g], split[g])
   buckets[g], total[g] = b, count[g]
-  local list, head, keys, span, cut = members[g], b.head, b.keys, b.span, b.split
+  local head, keys, span, cut = b.head, b.keys, b.span, b.split
   local span2, ckey = 2 * span, claims_of(g)
   local look = mode == 'claim' and (not none[g] or resent)
-  local add_fp, add_h, add_refs, add_at, added = {}, {}, {}, {}, 0
-  for j = 1, sizes[g] do
-    local i = list[j]
-    local pos, h = 16 * i - 15, hash_at[i]
-    local fp = sub(data, pos, pos + 15)
-    local bucket = h % span
-    if bucket < cut then bucket = h % span2 end
-    local key = keys[bucket]
-    if not key then
-      key = head .. bucket
-      keys[bucket] = key
-    end
-    if mode == 'claim' then
-      local more = more_at and byte(more_at, i) or 0
-      local k = first[fp]
-      local answer = SEEN
-      if k == nil then
-        local value = call('HGET', key, fp)
-        if value then
-          if look then
-            answer = claim_present(claims, ckey, fp)
-            if answer == NEW then answer = OWN end -- taken over, or this very call's: per key
+  local add_fp, add_refs, add_at, added = {}, {}, {}, 0
+  for _, segment in ipairs(segments_of[g]) do
+    local j, size, bucket = seg_start[segment], seg_end[segment], nil
+    while j <= size do
+      local i = j
+      if not bucket then
+        local h = hash_at[i]
+        bucket = h % span
+        if bucket < cut then bucket = h % span2 end
+      end
+      local key = keys[bucket]
+      if not key then
+        key = head .. bucket
+        keys[bucket] = key
+      end
+      local e, next_bucket = j, nil
+      run[1] = sub(data, 16 * i - 15, 16 * i)
+      if batched then -- the run j..e of this bucket
+        while e < size and e - j + 1 < RUN_MAX do
+          local h = hash_at[e + 1]
+          local b2 = h % span
+          if b2 < cut then b2 = h % span2 end
+          if b2 ~= bucket then
+            next_bucket = b2
+            break
           end
-          met = met + 1
-          met_key[met], met_fp[met], met_value[met], met_answer[met] = key, fp, value, answer
-          met_refs[met] = (answer ~= PENDING and not resent) and 1 + more or 0
-          first[fp] = -met
-        else
-          added = added + 1
-          add_fp[added], add_h[added], add_refs[added], add_at[added] = fp, h, 1 + more, i
-          first[fp] = added
-          answer = NEW
-        end
-      elseif k > 0 then -- a repeat of a URL this call inserts: seen
-        add_refs[k] = add_refs[k] + 1 + more
-      else -- a repeat of a present URL this call asked about: asked once
-        answer = met_answer[-k]
-        if answer == NEW or answer == OWN then answer = SEEN end -- the first had it new
-        if answer ~= PENDING and not resent then met_refs[-k] = met_refs[-k] + 1 + more end
-      end
-      out[i] = answer
-    else
-      local value = call('HGET', key, fp)
-      out[i] = value and NEW or SEEN
-      if value and mode ~= 'contains' then
-        local r, first_seen, last_seen = 0, 0, 0
-        if mode == 'release' then
-          r, first_seen, last_seen = unpack('<I4I4I4', value)
-          r = r - 1
-          if r > 0 then call('HSET', key, fp, pack('<I4I4I4', r, first_seen, last_seen)) end
-        end
-        if r <= 0 then
-          call('HDEL', key, fp)
-          total[g] = total[g] - 1
-          dropped[#dropped + 1] = fp
+          e = e + 1
+          run[e - j + 1] = sub(data, 16 * e - 15, 16 * e)
         end
       end
+      local values = batched and call('HMGET', key, unpack(run, 1, e - j + 1))
+      for k = j, e do
+        i = k
+        local fp = run[k - j + 1]
+        if mode == 'claim' then
+          local more = more_at and byte(more_at, i) or 0
+          local seen = first[fp]
+          local answer = SEEN
+          if seen == nil then
+            local value = values[k - j + 1]
+            if value then
+              if look then
+                answer = claim_present(claims, ckey, fp)
+                if answer == NEW then answer = OWN end -- taken over, or this call's: per key
+              end
+              met = met + 1
+              met_key[met], met_fp[met], met_value[met], met_answer[met] = key, fp, value,
+                                                                           answer
+              met_refs[met] = (answer ~= PENDING and not resent) and 1 + more or 0
+              first[fp] = -met
+            else
+              added = added + 1
+              add_fp[added], add_at[added] = fp, i
+              if more > 0 then add_refs[added] = 1 + more end
+              first[fp] = added
+              answer = NEW
+            end
+          elseif seen > 0 then -- a repeat of a URL this call inserts: seen
+            add_refs[seen] = (add_refs[seen] or 1) + 1 + more
+          else -- a repeat of a present URL this call asked about: asked once
+            answer = met_answer[-seen]
+            if answer == NEW or answer == OWN then answer = SEEN end -- the first had it new
+            if answer ~= PENDING and not resent then
+              met_refs[-seen] = met_refs[-seen] + 1 + more
+            end
+          end
+          out[i] = answer
+        elseif mode == 'contains' then
+          out[i] = values[k - j + 1] and NEW or SEEN
+        else -- one by one: a repeat sees the change of the one before
+          local value = call('HGET', key, fp)
+          out[i] = value and NEW or SEEN
+          if value then
+            local r, first_seen, last_seen = 0, 0, 0
+            if mode == 'release' then
+              r, first_seen, last_seen = unpack_record('<I4I4I4', value)
+              r = r - 1
+              if r > 0 then call('HSET', key, fp, pack('<I4I4I4', r, first_seen, last_seen)) end
+            end
+            if r <= 0 then
+              call('HDEL', key, fp)
+              total[g] = total[g] - 1
+              dropped[#dropped + 1] = fp
+            end
+          end
+        end
+      end
+      j, bucket = e + 1, next_bucket
     end
   end
-  if added > 0 then adds[g] = {fp = add_fp, h = add_h, refs = add_refs, at = add_at, n = added} end
+  if added > 0 then adds[g] = {fp = add_fp, refs = add_refs, at = add_at, n = added} end
   if #dropped > 0 then
     claims_each('HDEL', ckey, dropped)
     dropped = {}
   end
 end
 
--- A present record's sightings in this call: refs up (at most 2^32 - 1), last seen = now.
+-- A present record's sightings in this call: refs up (at most 2^32 - 1), last seen = now;
+-- one HSET per run of one bucket.
+local function flush(key, fields, size)
+  if size > 0 then call('HSET', key, unpack(fields, 1, size)) end
+  return 0
+end
+local fields, filled, last_key = {}, 0, nil
 for k = 1, met do
   if met_refs[k] > 0 then
-    local r, first_seen, last_seen = unpack('<I4I4I4', met_value[k])
+    local r, first_seen, last_seen = unpack_record('<I4I4I4', met_value[k])
     if now > last_seen then last_seen = now end
     r = math.min(r + met_refs[k], 4294967295)
-    call('HSET', met_key[k], met_fp[k], pack('<I4I4I4', r, first_seen, last_seen))
+    if met_key[k] ~= last_key or filled >= 2 * RUN_MAX then
+      filled = flush(last_key, fields, filled)
+      last_key = met_key[k]
+    end
+    fields[filled + 1], fields[filled + 2] = met_fp[k], pack('<I4I4I4', r, first_seen, last_seen)
+    filled = filled + 2
   end
 end
+flush(last_key, fields, filled)
 
 -- The new URLs: their claims first (one record per group, or per key where this call's
 -- record exists already: a resent call's URLs forgotten meanwhile), then their records, each
@@ -254,21 +319,24 @@ for _, g in ipairs(touched) do
   local b, a = buckets[g], adds[g]
   if a then
     while count[g] + a.n > buckets_room(b, per_bucket) do bucket_split(b) end
-    local head, keys, span, cut, fps, hs, refs = b.head, b.keys, b.span, b.split, a.fp, a.h,
+    local head, keys, span, cut, fps, at, refs = b.head, b.keys, b.span, b.split, a.fp, a.at,
                                                  a.refs
-    local span2, added = 2 * span, 0
+    local span2, added, last = 2 * span, 0, nil
+    filled = 0
     for j = 1, a.n do
-      local h, r = hs[j], refs[j]
+      local h, r = hash_at[at[j]], refs[j] or 1
       local bucket = h % span
       if bucket < cut then bucket = h % span2 end
-      local key = keys[bucket]
-      if not key then
-        key = head .. bucket
-        keys[bucket] = key
+      if bucket ~= last or filled >= 2 * RUN_MAX then
+        if filled > 0 then added = added + call('HSET', keys[last], unpack(fields, 1, filled)) end
+        filled, last = 0, bucket
+        if not keys[bucket] then keys[bucket] = head .. bucket end
       end
-      local value = r == 1 and fresh or pack('<I4I4I4', r, now, now)
-      added = added + call('HSET', key, fps[j], value)
+      fields[filled + 1], fields[filled + 2] = fps[j], r == 1 and fresh or
+                                                        pack('<I4I4I4', r, now, now)
+      filled = filled + 2
     end
+    if filled > 0 then added = added + call('HSET', keys[last], unpack(fields, 1, filled)) end
     total[g] = total[g] + added
   end
   local marker = prefix .. g .. '}:n'
