@@ -210,7 +210,12 @@ for _, g in ipairs(touched) do
           run[e - j + 1] = sub(data, 16 * e - 15, 16 * e)
         end
       end
-      local values = batched and call('HMGET', key, unpack(run, 1, e - j + 1))
+      local values, alone = false, false -- the run's values; a run of one: HGET, no table
+      if e > j then
+        values = call('HMGET', key, unpack(run, 1, e - j + 1))
+      elseif batched then
+        alone = call('HGET', key, run[1])
+      end
       for k = j, e do
         i = k
         local fp = run[k - j + 1]
@@ -219,7 +224,7 @@ for _, g in ipairs(touched) do
           local seen = first[fp]
           local answer = SEEN
           if seen == nil then
-            local value = values[k - j + 1]
+            local value = values and values[k - j + 1] or alone
             if value then
               if look then
                 answer = claim_present(claims, ckey, fp)
@@ -248,7 +253,7 @@ for _, g in ipairs(touched) do
           end
           out[i] = answer
         elseif mode == 'contains' then
-          out[i] = values[k - j + 1] and NEW or SEEN
+          out[i] = (values and values[k - j + 1] or alone) and NEW or SEEN
         else -- one by one: a repeat sees the change of the one before
           local value = call('HGET', key, fp)
           out[i] = value and NEW or SEEN
