@@ -7,26 +7,16 @@
 --       owner priority call lease_ms marks extra
 -- (urlseen.shared.scripts.LIBRARY_BATCH builds them)
 --
--- Group g = the fingerprint's first 4 bytes (big-endian) mod groups; the group is the hash
--- tag, so a Redis Cluster spreads groups over its slots and one call touches one group's
--- slot. Each group's records live in bucket hashes prefix .. g .. "}:f:" .. b, grown by
--- linear hashing so that a small library takes few keys and every bucket stays listpack
--- encoded: with the group's level L and split pointer s, h = the fingerprint's bytes 5-8
--- (big-endian), b = h mod 2^L, or h mod 2^(L+1) where that is below s. When the group holds
--- more than per_bucket records per bucket, bucket s splits into s and s + 2^L (s advances; at
--- 2^L, L goes up and s is 0 again). The field is the whole 16-byte fingerprint, the value 12
--- bytes, little-endian: refs, first_seen, last_seen (u32 each, Unix seconds).
--- Claims (claims.lua) are written before the records they cover and deleted on
--- acknowledgement. The URLs a call answers new in a group are claimed together, in one field
--- of the group's hash prefix .. g .. "}:r" (claims_record: field "OWNER CALL", value the
--- claim, a newline and the fingerprints), which the acknowledgement deletes (a native HDEL
--- by the client): O(1) commands per call, and a client that acknowledges each batch leaves
--- nothing behind. Whatever looks claims up or changes them one by one first expands those
--- records into per-key claims, in the group's hash prefix .. g .. "}:c" (field = the
--- fingerprint): a claim call (before its look-ups), a release, forget, ack, abandon or renew.
--- Each group has a hash prefix .. g .. "}:n" (fields "count": its records, "level",
--- "split": its linear hashing, "instance": the library's random id, written when the library
--- was made, and the clients' write marks).
+-- Layout (library_buckets.lua): group g = the fingerprint's first 4 bytes (big-endian) mod
+-- groups, the hash tag (a Redis Cluster spreads groups over its slots). A group's records are
+-- fields of bucket hashes prefix .. g .. "}:f:" .. b grown by linear hashing (level L, split
+-- s; h = bytes 5-8, b = h mod 2^L, or h mod 2^(L+1) where that is below s): field the whole
+-- fingerprint, value 12 bytes little-endian: refs, first_seen, last_seen (u32, Unix seconds).
+-- A call's new URLs in a group are claimed by one record (claims.lua, claims_record) in
+-- prefix .. g .. "}:r", which the client's acknowledgement deletes (a native HDEL); whatever
+-- looks claims up or changes them one by one first expands those records into per-key claims
+-- in prefix .. g .. "}:c". prefix .. g .. "}:n" holds the group's "count", "level", "split",
+-- "instance" (the library's random id) and the clients' write marks.
 --
 -- receipt: a release's or forget's answer is kept there receipt_ttl seconds, so one resent
 --          after a lost reply gets the same answer and changes nothing twice. A claim needs
@@ -43,9 +33,9 @@
 -- (mark.lua: a group that went back in time answers "URLSEEN-ROLLBACK ..."); extra: a
 -- claim's further sightings of each fingerprint, a byte each (0-255), or "" (none).
 -- Returns one character per fingerprint: claim: NEW, OWN (new, claimed per key, not in the
--- call's record), SEEN or PENDING (claims.lua); contains, release, forget: NEW was present; ack, abandon, renew: NEW the claim was still
--- the caller's. A group whose data vanished is an error reply "URLSEEN-LOST ...", before
--- anything is written.
+-- call's record), SEEN or PENDING (claims.lua); contains, release, forget: NEW was present;
+-- ack, abandon, renew: NEW the claim was still the caller's. A group whose data vanished is
+-- an error reply "URLSEEN-LOST ...", before anything is written.
 local mode, data, prefix, groups = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local per_bucket, now, ttl, instance = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]),
                                        ARGV[8]
@@ -63,71 +53,17 @@ local pack, unpack_record = struct.pack, struct.unpack
 local OWN = 'T'
 local n = #data / 16
 
--- Each fingerprint's hash h (bytes 5-8), and the call's segments: runs of consecutive
--- positions of one group (a claim's or contains' client sends its fingerprints sorted by
--- group: library.py, bucket_order), each group's in order (segments_of), and its size.
-local hash_at, seg_start, seg_end, segments_of, sizes, touched = {}, {}, {}, {}, {}, {}
-local current, segments = nil, 0
-for i = 1, n do
-  local b1, b2, b3, b4, b5, b6, b7, b8 = byte(data, 16 * i - 15, 16 * i - 8)
-  local g = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) % groups
-  hash_at[i] = ((b5 * 256 + b6) * 256 + b7) * 256 + b8
-  if g ~= current then
-    if segments > 0 then seg_end[segments] = i - 1 end
-    segments, current = segments + 1, g
-    seg_start[segments] = i
-    local of = segments_of[g]
-    if of then
-      of[#of + 1] = segments
-    else
-      segments_of[g], sizes[g] = {segments}, 0
-      touched[#touched + 1] = g
-    end
-  end
-end
-if segments > 0 then seg_end[segments] = n end
-for g, of in pairs(segments_of) do
-  for _, k in ipairs(of) do sizes[g] = sizes[g] + seg_end[k] - seg_start[k] + 1 end
-end
--- A group's positions in order.
-local function positions_of(g)
-  local list = {}
-  for _, k in ipairs(segments_of[g]) do
-    for i = seg_start[k], seg_end[k] do list[#list + 1] = i end
-  end
-  return list
-end
+local hash_at, seg_start, seg_end, segments_of, sizes, touched = buckets_segments(data, n, groups)
 table.sort(touched)
 
 local expect = {}
 for g, mark in string.gmatch(ARGV[13], '(%d+):(%d+)') do expect[tonumber(g)] = mark end
-local level, split, count, resent = {}, {}, {}, false
-for _, g in ipairs(touched) do
-  local marker = prefix .. g .. '}:n'
-  local found = call('HMGET', marker, 'instance', 'count', 'level', 'split', 'w:' .. owner)
-  if found[1] ~= instance then
-    if not found[1] then
-      return redis.error_reply('URLSEEN-LOST ' .. marker .. ' is gone')
-    end
-    return redis.error_reply('URLSEEN-LOST ' .. marker .. ' belongs to another library of '
-                             .. 'the same name')
-  end
-  for i, name in ipairs({'count', 'level', 'split'}) do
-    if found[i + 1] and not tonumber(found[i + 1]) then
-      return redis.error_reply('URLSEEN-DAMAGED Redis key ' .. marker .. ': field ' .. name
-                               .. ' is not a number')
-    end
-  end
-  count[g], level[g], split[g] = tonumber(found[2] or 0), tonumber(found[3] or 0),
-                                 tonumber(found[4] or 0)
-  local want = expect[g] or '0'
-  if tonumber(found[5] or '0') == tonumber(want) + 1 then resent = true end
-  local went_back = mark_advance(marker, owner, want)
-  if went_back then return redis.error_reply(went_back) end
-end
+local level, split, count, resent = groups_open(touched, prefix, instance, owner, expect)
+if not level then return redis.error_reply(split) end
 
 local function claims_of(g) return prefix .. g .. '}:c' end
 local function records_of(g) return prefix .. g .. '}:r' end
+local function positions_of(g) return buckets_positions(segments_of[g], seg_start, seg_end) end
 local function fps_of(list)
   local fps = {}
   for j, i in ipairs(list) do fps[j] = sub(data, 16 * i - 15, 16 * i) end
@@ -166,7 +102,6 @@ end
 -- and flat arrays (Lua 5.1 interprets every step; benchmarks/redis/REPORT.md, round 3). A
 -- claim or contains reads each run of consecutive fingerprints of one bucket with one HMGET
 -- (the client sends a group's fingerprints in bucket order: library.py, bucket_order).
-local RUN_MAX = 1000 -- fingerprints per HMGET or HSET
 local buckets, adds, total = {}, {}, {}
 local more_at = extra ~= '' and extra or nil
 -- claim: a fingerprint met before in this call -> its index in its group's adds (> 0), or
@@ -177,7 +112,7 @@ local run, dropped, batched = {}, {}, mode == 'claim' or mode == 'contains'
 for _, g in ipairs(touched) do
   local b = buckets_of(prefix .. g .. '}:f:', level[g], split[g])
   buckets[g], total[g] = b, count[g]
-  local head, keys, span, cut = b.head, b.keys, b.span, b.split
+  local keys, span, cut = b.keys, b.span, b.split
   local span2, ckey = 2 * span, claims_of(g)
   local look = mode == 'claim' and (not none[g] or resent)
   local add_fp, add_refs, add_at, added = {}, {}, {}, 0
@@ -190,11 +125,7 @@ for _, g in ipairs(touched) do
         bucket = h % span
         if bucket < cut then bucket = h % span2 end
       end
-      local key = keys[bucket]
-      if not key then
-        key = head .. bucket
-        keys[bucket] = key
-      end
+      local key = keys[bucket] or bucket_name(b, bucket)
       local e, next_bucket = j, nil
       run[1] = sub(data, 16 * i - 15, 16 * i)
       if batched then -- the run j..e of this bucket
@@ -282,27 +213,7 @@ for _, g in ipairs(touched) do
   end
 end
 
--- A present record's sightings in this call: refs up (at most 2^32 - 1), last seen = now;
--- one HSET per run of one bucket.
-local function flush(key, fields, size)
-  if size > 0 then call('HSET', key, unpack(fields, 1, size)) end
-  return 0
-end
-local fields, filled, last_key = {}, 0, nil
-for k = 1, met do
-  if met_refs[k] > 0 then
-    local r, first_seen, last_seen = unpack_record('<I4I4I4', met_value[k])
-    if now > last_seen then last_seen = now end
-    r = math.min(r + met_refs[k], 4294967295)
-    if met_key[k] ~= last_key or filled >= 2 * RUN_MAX then
-      filled = flush(last_key, fields, filled)
-      last_key = met_key[k]
-    end
-    fields[filled + 1], fields[filled + 2] = met_fp[k], pack('<I4I4I4', r, first_seen, last_seen)
-    filled = filled + 2
-  end
-end
-flush(last_key, fields, filled)
+records_bump(met_key, met_fp, met_value, met_refs, met, now)
 
 -- The new URLs: their claims first (one record per group, or per key where this call's
 -- record exists already: a resent call's URLs forgotten meanwhile), then their records, each
@@ -319,31 +230,9 @@ for _, g in ipairs(touched) do
   end
 end
 if claims then claims_write(claims) end
-local fresh = pack('<I4I4I4', 1, now, now)
 for _, g in ipairs(touched) do
   local b, a = buckets[g], adds[g]
-  if a then
-    while count[g] + a.n > buckets_room(b, per_bucket) do bucket_split(b) end
-    local head, keys, span, cut, fps, at, refs = b.head, b.keys, b.span, b.split, a.fp, a.at,
-                                                 a.refs
-    local span2, added, last = 2 * span, 0, nil
-    filled = 0
-    for j = 1, a.n do
-      local h, r = hash_at[at[j]], refs[j] or 1
-      local bucket = h % span
-      if bucket < cut then bucket = h % span2 end
-      if bucket ~= last or filled >= 2 * RUN_MAX then
-        if filled > 0 then added = added + call('HSET', keys[last], unpack(fields, 1, filled)) end
-        filled, last = 0, bucket
-        if not keys[bucket] then keys[bucket] = head .. bucket end
-      end
-      fields[filled + 1], fields[filled + 2] = fps[j], r == 1 and fresh or
-                                                        pack('<I4I4I4', r, now, now)
-      filled = filled + 2
-    end
-    if filled > 0 then added = added + call('HSET', keys[last], unpack(fields, 1, filled)) end
-    total[g] = total[g] + added
-  end
+  if a then total[g] = total[g] + buckets_insert(b, count[g], per_bucket, a, hash_at, now) end
   local marker = prefix .. g .. '}:n'
   if total[g] ~= count[g] then call('HINCRBY', marker, 'count', total[g] - count[g]) end
   if b.moved then call('HSET', marker, 'level', b.level, 'split', b.split) end
