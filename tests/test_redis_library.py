@@ -23,7 +23,7 @@ from urlseen.exact.library_repeats import once_each, spread_answers
 from urlseen.shared import client as redis_store
 from urlseen.shared import library as redis_library
 from urlseen.shared.library import RedisLibrary
-from urlseen.shared.library_layout import group_of
+from urlseen.shared.library_layout import bucket_in, bucket_order, group_of
 from urlseen.shared.scripts import Answer
 
 
@@ -463,3 +463,38 @@ def test_once_each_sends_every_256th_sighting_again_and_spreads_the_answers():
     out = spread_answers(range(len(fps)), sent, said, slot, Answer.PENDING, Answer.SEEN)
     assert out[0] == Answer.NEW and set(out[1:600]) == {Answer.SEEN}
     assert out[600] == Answer.PENDING and out[601] == Answer.SEEN
+
+
+def test_the_call_order_puts_each_bucket_together_at_every_level():
+    """bucket_order: a group's fingerprints of one bucket are consecutive whatever the group's
+    level and split, so library_batch.lua reads and writes each bucket once per call."""
+    fps = sorted(fingerprints(3000, seed=9), key=lambda fp: bucket_order(fp, 4))
+    for level, split in [(0, 0), (1, 1), (3, 5), (6, 0), (6, 17), (9, 300)]:
+        places = [(group_of(fp, 4), bucket_in(fp, level, split)) for fp in fps]
+        starts = [p for k, p in enumerate(places) if k == 0 or p != places[k - 1]]
+        assert len(starts) == len(set(places))
+
+
+def test_a_call_in_any_order_gives_the_same_answers(make, monkeypatch):
+    """The script reads a bucket's run with one command, and is exact in any order (a run is
+    then shorter): shuffled calls that split buckets, with repeats, against a model."""
+    rng = random.Random(11)
+    monkeypatch.setattr(redis_library, "bucket_order", lambda fp, groups: rng.random())
+    lib = make(5000, groups=2)
+    pool = fingerprints(4000, seed=10)
+    model: dict[bytes, int] = {}
+    for step in range(8):
+        batch = [rng.choice(pool) for _ in range(rng.randrange(500, 3000))]
+        op = ["claim", "claim", "contains", "release"][step % 4]
+        want = []
+        for fp in batch:
+            want.append(fp not in model if op == "claim" else fp in model)
+            if op == "claim":
+                model[fp] = model.get(fp, 0) + 1
+            elif op == "release" and fp in model:
+                model[fp] -= 1
+                if not model[fp]:
+                    del model[fp]
+        assert getattr(lib, op)(batch) == want, f"step {step}: {op}"
+        assert lib.count() == len(model)
+    assert {fp: rec.refs for fp, rec in lib.records(pool).items()} == model

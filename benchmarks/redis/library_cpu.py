@@ -192,6 +192,7 @@ def main() -> None:
     ap.add_argument("--native", action="store_true", help="also the native-commands bound")
     ap.add_argument("--batch", type=int, default=8192)
     ap.add_argument("--json", default=str(RESULTS), help="results.json to add a key to; '': none")
+    ap.add_argument("--key", default="library_cpu", help="the key of results.json it writes")
     args = ap.parse_args()
     trees = [tuple(t.split("=", 1)) for t in args.tree] or [("installed", "")]
     with own_server(args.redis) as url:
@@ -249,7 +250,7 @@ def run(args: argparse.Namespace, trees: list[tuple[str, ...]], url: str) -> Non
         record = {"argv": sys.argv[1:], "load": os.getloadavg(), "results": results,
                   "summary": lines_out, "at": time.strftime("%Y-%m-%d %H:%M:%S UTC",
                                                             time.gmtime())}  # fmt: skip
-        target.write_text(json.dumps(kept | {"library_cpu": record}, indent=1) + "\n")
+        target.write_text(json.dumps(kept | {args.key: record}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

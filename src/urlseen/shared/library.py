@@ -53,6 +53,7 @@ from urlseen.shared.library_layout import (
     FORMAT,
     FP_BYTES,
     bucket_in,
+    bucket_order,
     glob_escape,
     group_of,
     held_claims,
@@ -248,6 +249,9 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         extra: a claim's further sightings of each fps[idx[p]] (0-255), or none."""
         answers = bytearray(len(idx))
         for receipt_prefix, positions in self._calls(fps, idx):
+            if mode in ("claim", "contains"):  # one command per bucket's run (bucket_order)
+                groups = self.groups
+                positions.sort(key=lambda p: bucket_order(fps[idx[p]], groups))
             receipt = receipt_prefix + uuid.uuid4().hex
             chunk = b"".join(fps[idx[p]] for p in positions)
             touched = sorted({group_of(fps[idx[p]], self.groups) for p in positions})

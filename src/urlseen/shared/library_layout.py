@@ -26,6 +26,17 @@ def group_of(fp: bytes, groups: int) -> int:
     return int.from_bytes(fp[:4], "big") % groups
 
 
+_BIT_REVERSED = bytes(int(f"{b:08b}"[::-1], 2) for b in range(256))
+
+
+def bucket_order(fp: bytes, groups: int) -> tuple[int, bytes]:
+    """A sort key that puts a group's fingerprints of one bucket together at every level and
+    split (the bucket is the low bits of bytes 5-8: their bits reversed; a stable sort keeps
+    a fingerprint's repeats in order), for library_batch.lua to read and write each bucket's
+    run with one command."""
+    return int.from_bytes(fp[:4], "big") % groups, fp[7:3:-1].translate(_BIT_REVERSED)
+
+
 def bucket_in(fp: bytes, level: int, split: int) -> int:
     """The bucket of a fingerprint in a group at (level, split): linear hashing on its bytes
     5-8 (library_batch.lua)."""
