@@ -141,10 +141,11 @@ BUDGETS = {
     "bloom": 2100,  # with the growing filter (growing.py) and the dropped-URL estimate (sizing)
     "exact": 2900,  # with the counters that grow from the library (growth.py)
     "splittable": 1850,  # with the leaves' compaction (split.py) and retirement by tree version
-    "shared": 6600,  # with the write marks (shared/marks.py), the lease accounting (claims.py),
+    "shared": 6700,  # with the write marks (shared/marks.py), the lease accounting (claims.py),
     # the announced tree versions that free a split's leaves (leaf_tree.py, dsbf_tree.lua), the
     # local cache of seen answers (seen_cache.py), the library's linear hashing, the Bloom
-    # filter's shards (bloom_shard.py) and an expiring filter's generations (generations.py)
+    # filter's shards (bloom_shard.py), an expiring filter's generations (generations.py) and
+    # the library's reads and writes by runs of one bucket (library_buckets.lua)
     "similarity": 1100,
     "frontier": 800,
 }
