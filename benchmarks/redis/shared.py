@@ -50,6 +50,9 @@ and printed (27: on the Cluster the busiest primary does <= 40% of the servers' 
 them <= 1.15x one server's; 16 clients cost <= 1.5x one client's server CPU per URL).
 
 `--kinds bloom --no-table` measures the fleet of one kind alone (with SADD, its peer).
+`--bloom-capacity data,default` runs the fleet's RedisBloomFilter both sized for the run's
+distinct URLs (a small filter: every writer meets the others in most blocks) and at the
+library's default capacity (10^7 URLs, as a crawl that names none gets it), labelled apart.
 
 Usage (from the repository root; needs redis-server and redis-cli on PATH):
 
@@ -87,6 +90,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
 from run import cpu_model  # benchmarks/peers/run.py
+from urlseen import defaults
 from urlseen.exact.library_filter import FingerprintLibraryFilter
 from urlseen.shared import client as redis_store
 from urlseen.shared.bloom import RedisBloomFilter
@@ -376,15 +380,21 @@ def sadd_way(batch: int, shards: int = 1) -> Way:
     return Way(label, "sadd", batch, lambda url, n: None, open_, note)
 
 
-def bloom_way(batch: int, error_rate: float) -> Way:
+def bloom_way(batch: int, error_rate: float, capacity: int | None = None) -> Way:
+    """capacity None: sized for the distinct URLs of the run; else created for that many (the
+    library's default, defaults.CAPACITY, is what a crawl that names none plans for)."""
+
     def create(url: str, n: int) -> None:
-        RedisBloomFilter(url, NAME, capacity=n, error_rate=error_rate).close()
+        RedisBloomFilter(url, NAME, capacity=capacity or n, error_rate=error_rate).close()
 
     def open_(url: str) -> Opened:
         f = RedisBloomFilter(url, NAME)
         return Opened(f.add_many, f.contains_many, f.close)
 
-    return Way("RedisBloomFilter (blocked)", "bloom", batch, create, open_, f"f={error_rate}")
+    label = "RedisBloomFilter (blocked)"
+    if capacity is not None:
+        label += f", capacity {capacity:,}"
+    return Way(label, "bloom", batch, create, open_, f"f={error_rate}")
 
 
 def dsbf_way(batch: int, error_rate: float, leaf_bits: int, grown: int = 1) -> Way:
@@ -438,10 +448,15 @@ def table_ways(error_rate: float, leaf_bits: int) -> list[Way]:
     ]
 
 
-def fleet_ways(error_rate: float, leaf_bits: int) -> list[Way]:
+def fleet_ways(
+    error_rate: float, leaf_bits: int, bloom_sizes: tuple[str, ...] = ("data",)
+) -> list[Way]:
+    """bloom_sizes: "data" (the Bloom filter sized for the fleet's distinct URLs) and/or
+    "default" (created at defaults.CAPACITY, as a crawl that names no capacity gets it)."""
+    sized = {"data": None, "default": defaults.CAPACITY}
     return [
         sadd_way(1000, FLEET_SHARDS),
-        bloom_way(1000, error_rate),
+        *[bloom_way(1000, error_rate, sized[s]) for s in bloom_sizes],
         dsbf_way(1000, error_rate, leaf_bits),
         exact_way(1000),
     ]
@@ -1076,6 +1091,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only these ways (comma-separated among sadd, bloom, dsbf, exact; SADD is always "
         "measured: it is every ratio's peer)",
     )
+    ap.add_argument(
+        "--bloom-capacity",
+        default="data",
+        help="the fleet's RedisBloomFilter: data (sized for the distinct URLs), default (the "
+        f"library's default capacity, {defaults.CAPACITY:,}), or both (comma-separated)",
+    )
     ap.add_argument("--error-rate", type=float, default=ERROR_RATE)
     ap.add_argument("--leaf-bits", type=int, help=f"splittable leaves (default {LEAF_BITS:,})")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -1100,6 +1121,9 @@ def main(argv: list[str] | None = None) -> int:
     wheres = tuple(args.where.split(","))
     if not clients or min(clients) < 1 or not set(wheres) <= {"single", "cluster"}:
         ap.error("--clients: positive counts; --where: single and/or cluster")
+    bloom_sizes = tuple(args.bloom_capacity.split(","))
+    if not bloom_sizes or not set(bloom_sizes) <= {"data", "default"}:
+        ap.error("--bloom-capacity: data and/or default")
     load0 = os.getloadavg()
 
     def log(msg: str) -> None:
@@ -1130,7 +1154,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_fleet:
             (folder / "single").mkdir()
             (folder / "cluster").mkdir()
-            ways = [w for w in fleet_ways(args.error_rate, leaf_bits) if w.kind in kinds]
+            all_ways = fleet_ways(args.error_rate, leaf_bits, bloom_sizes)
+            ways = [w for w in all_ways if w.kind in kinds]
             cells = fleet(folder, ways, clients, repeats[:n_fleet], log, wheres, args.repeat)
         with private_server(folder) as server:
             version = server.version()
