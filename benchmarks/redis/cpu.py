@@ -73,6 +73,25 @@ def commandstats(client: Any) -> dict[str, tuple[int, int]]:
     return {k[8:]: (v["calls"], v["usec"]) for k, v in client.info("commandstats").items()}
 
 
+def sadd_pipelined(client: Any, part: list[str]) -> int:
+    """The peer: SADD of each URL's SHA1 hex into one set, one pipeline (no MULTI) per batch."""
+    pipe = client.pipeline(transaction=False)
+    for key in part:
+        pipe.sadd("seen", hashlib.sha1(key.encode()).hexdigest())
+    return sum(pipe.execute())
+
+
+def command_deltas(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """commandstats' (calls, usec) added between two readings, the readings' own left out."""
+    return {
+        name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
+        for name, (calls, usec) in after.items()
+        if calls != before.get(name, (0, 0))[0] and name not in ("info", "commandstats")
+    }
+
+
 def filter_for(way: str, url: str, keys: list[str]) -> tuple[Any, int]:
     from urlseen.exact.library_filter import FingerprintLibraryFilter
     from urlseen.shared.bloom import RedisBloomFilter
@@ -107,20 +126,14 @@ def worker(way: str, url: str, data: str) -> dict[str, Any]:
     for start in range(0, len(keys), batch):
         part = keys[start : start + batch]
         if seen is None:
-            pipe = client.pipeline(transaction=False)
-            for key in part:
-                pipe.sadd("seen", hashlib.sha1(key.encode()).hexdigest())
-            new += sum(pipe.execute())
+            new += sadd_pipelined(client, part)
         else:
             new += sum(seen.add_many(part))
     wall, cpu = time.perf_counter() - wall0, server_cpu(client) - cpu0
-    stats = commandstats(client)
     commands = {
-        name: {"calls": calls - stats0.get(name, (0, 0))[0],
-               "s_per_1M": (usec - stats0.get(name, (0, 0))[1]) / len(keys)}
-        for name, (calls, usec) in stats.items()
-        if calls != stats0.get(name, (0, 0))[0] and name not in ("info", "commandstats")
-    }  # fmt: skip
+        name: {"calls": calls, "s_per_1M": usec / len(keys)}
+        for name, (calls, usec) in command_deltas(stats0, commandstats(client)).items()
+    }
     if seen is not None:
         seen.close()
     return {"way": way, "data": data, "urls": len(keys), "new": new, "batch": batch,

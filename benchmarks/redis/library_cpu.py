@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The exact library's server CPU against pipelined SADD, source trees interleaved (issue 27).
+"""The exact library's server CPU against pipelined SADD, source trees interleaved.
 
 One redis-server serves every way (started here on a free loopback port, no persistence; or
 given with --redis: a private one, whose database this flushes before each way), in one run,
@@ -48,7 +48,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling, also under runpy
 import cpu  # the sibling benchmark: same streams and server readings
-from cpu import commandstats, server_cpu
+from cpu import command_deltas, commandstats, sadd_pipelined, server_cpu
 
 DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "urls-dev.txt.gz"
 RESULTS = Path(__file__).resolve().parent / "results.json"  # key "library_cpu"
@@ -84,20 +84,14 @@ def worker(way: str, url: str, path: str, data: str, batch: int) -> dict[str, An
         if way == "native":
             new += step(part)
         elif seen is None:
-            pipe = client.pipeline(transaction=False)
-            for key in part:
-                pipe.sadd("seen", hashlib.sha1(key.encode()).hexdigest())
-            new += sum(pipe.execute())
+            new += sadd_pipelined(client, part)
         else:
             new += sum(seen.add_many(part))
     wall, cpu = time.perf_counter() - wall0, server_cpu(client) - cpu0
-    stats = commandstats(client)
     commands = {
-        name: {"calls_per_1000": (calls - stats0.get(name, (0, 0))[0]) * 1000 / len(keys),
-               "us_per_url": (usec - stats0.get(name, (0, 0))[1]) / len(keys)}
-        for name, (calls, usec) in stats.items()
-        if calls != stats0.get(name, (0, 0))[0] and name not in ("info", "commandstats")
-    }  # fmt: skip
+        name: {"calls_per_1000": calls * 1000 / len(keys), "us_per_url": usec / len(keys)}
+        for name, (calls, usec) in command_deltas(stats0, commandstats(client)).items()
+    }
     if seen is not None:
         seen.close()
     client.connection_pool.disconnect()  # its query buffer is not data

@@ -165,53 +165,36 @@ PyDoc_STRVAR(cache_drain_into_doc,
              "one entry per URL repeated since the last): counts[fp] += pending, and\n"
              "seen[fp] = its seen if later than seen.get(fp, 0). Pending counts are reset to 0.");
 
-/* counts[fp] += add (absent: add); 0 or -1. */
-static int fold_count(PyObject *counts, PyObject *fp, uint32_t add)
+static PyObject *dict_get(PyObject *dict, PyObject *key, PyObject *missing)
 {
-    PyObject *old = PyDict_GetItemWithError(counts, fp), *sum; /* borrowed */
-    if (old == NULL && PyErr_Occurred()) return -1;
-    if (old == NULL) {
-        sum = PyLong_FromUnsignedLong(add);
-    } else {
-        PyObject *more = PyLong_FromUnsignedLong(add);
-        sum = more ? PyNumber_Add(old, more) : NULL;
-        Py_XDECREF(more);
-    }
-    int rc = sum ? PyDict_SetItem(counts, fp, sum) : -1;
-    Py_XDECREF(sum);
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    if (value == NULL && PyErr_Occurred()) return NULL;
+    return Py_NewRef(value != NULL ? value : missing);
+}
+
+/* dict[key] = dict.get(key, 0) + add (add > 0); 0 or -1. */
+static int dict_add(PyObject *dict, PyObject *key, PyObject *add)
+{
+    PyObject *zero = PyLong_FromLong(0), *old = zero ? dict_get(dict, key, zero) : NULL;
+    Py_XDECREF(zero);
+    if (old == NULL) return -1;
+    PyObject *sum = PyNumber_Add(old, add);
+    Py_DECREF(old);
+    if (sum == NULL) return -1;
+    int rc = PyDict_SetItem(dict, key, sum);
+    Py_DECREF(sum);
     return rc;
 }
 
-/* seen[fp] = when if later than seen.get(fp, 0); 0 or -1. */
-static int fold_later(PyObject *seen, PyObject *fp, uint32_t when)
+/* dict[key] = value if value > dict.get(key, 0) (as Python compares them); 0 or -1. */
+static int dict_set_if_later(PyObject *dict, PyObject *key, PyObject *value)
 {
-    PyObject *last = PyDict_GetItemWithError(seen, fp); /* borrowed */
-    if (last == NULL && PyErr_Occurred()) return -1;
-    if (last != NULL) {
-        int later = 1;
-        if (PyLong_Check(last)) { /* else: compared as Python compares them */
-            unsigned long long value = PyLong_AsUnsignedLongLong(last);
-            if (value == (unsigned long long)-1 && PyErr_Occurred()) {
-                PyErr_Clear(); /* negative or huge: compared as Python compares them */
-                later = -1;
-            } else {
-                later = when > value;
-            }
-        } else {
-            later = -1;
-        }
-        if (later == 0) return 0;
-        if (later < 0) {
-            PyObject *now = PyLong_FromUnsignedLong(when);
-            later = now ? PyObject_RichCompareBool(now, last, Py_GT) : -1;
-            Py_XDECREF(now);
-            if (later <= 0) return later;
-        }
-    }
-    PyObject *now = PyLong_FromUnsignedLong(when);
-    int rc = now ? PyDict_SetItem(seen, fp, now) : -1;
-    Py_XDECREF(now);
-    return rc;
+    PyObject *zero = PyLong_FromLong(0), *last = zero ? dict_get(dict, key, zero) : NULL;
+    Py_XDECREF(zero);
+    if (last == NULL) return -1;
+    int later = PyObject_RichCompareBool(value, last, Py_GT);
+    Py_DECREF(last);
+    return later < 0 ? -1 : later ? PyDict_SetItem(dict, key, value) : 0;
 }
 
 /* drain_into for empty dicts (a checkpoint with nothing carried, as at close): the entries
@@ -257,13 +240,16 @@ static PyObject *FingerprintCache_drain_into(FingerprintCache *self, PyObject *a
     for (uint64_t i = 0; i < self->cache.nbuckets * US_FPCACHE_WAYS; i++) {
         us_fp_entry *e = &self->cache.entries[i];
         if (!e->used || !e->pending) continue;
-        PyObject *fp = digest_bytes(e->a, e->b);
-        int rc = fp ? fold_count(counts, fp, e->pending) : -1;
+        PyObject *fp = digest_bytes(e->a, e->b), *add = PyLong_FromUnsignedLong(e->pending);
+        PyObject *when = PyLong_FromUnsignedLong(e->seen);
+        int rc = fp && add && when ? dict_add(counts, fp, add) : -1;
         if (rc == 0) {
             e->pending = 0; /* in counts: the caller carries counts if this raises */
-            rc = fold_later(seen, fp, e->seen);
+            rc = dict_set_if_later(seen, fp, when);
         }
         Py_XDECREF(fp);
+        Py_XDECREF(add);
+        Py_XDECREF(when);
         if (rc < 0) return NULL;
     }
     Py_RETURN_NONE;
@@ -361,27 +347,6 @@ PyDoc_STRVAR(fold_entries_doc,
              "one entry per new URL).");
 
 /* dict[key] (a new reference), or `missing` (new reference) if absent; NULL on error. */
-static PyObject *dict_get(PyObject *dict, PyObject *key, PyObject *missing)
-{
-    PyObject *value = PyDict_GetItemWithError(dict, key);
-    if (value == NULL && PyErr_Occurred()) return NULL;
-    return Py_NewRef(value != NULL ? value : missing);
-}
-
-/* dict[key] = dict.get(key, 0) + add (add > 0); 0 or -1. */
-static int dict_add(PyObject *dict, PyObject *key, PyObject *add)
-{
-    PyObject *zero = PyLong_FromLong(0), *old = zero ? dict_get(dict, key, zero) : NULL;
-    Py_XDECREF(zero);
-    if (old == NULL) return -1;
-    PyObject *sum = PyNumber_Add(old, add);
-    Py_DECREF(old);
-    if (sum == NULL) return -1;
-    int rc = PyDict_SetItem(dict, key, sum);
-    Py_DECREF(sum);
-    return rc;
-}
-
 /* An int as unsigned long long: 0, or -1 (no exception) if obj is not an exact int in range. */
 static int small_uint(PyObject *obj, unsigned long long *out)
 {
@@ -442,12 +407,7 @@ static PyObject *mod_fold_entries(PyObject *mod, PyObject *args)
         Py_DECREF(add);
         if (nonzero < 0 || rc < 0) goto fail;
         if (!nonzero) continue;
-        PyObject *zero = PyLong_FromLong(0), *last = zero ? dict_get(seen, fp, zero) : NULL;
-        Py_XDECREF(zero);
-        if (last == NULL) goto fail;
-        int later = PyObject_RichCompareBool(when, last, Py_GT);
-        Py_DECREF(last);
-        if (later < 0 || (later && PyDict_SetItem(seen, fp, when) < 0)) goto fail;
+        if (dict_set_if_later(seen, fp, when) < 0) goto fail;
     }
     Py_DECREF(seq);
     Py_RETURN_NONE;

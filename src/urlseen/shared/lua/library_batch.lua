@@ -99,9 +99,10 @@ end
 
 -- Each fingerprint looked up in its bucket, group by group (a fingerprint's repeats are in
 -- its group, in order). The loops below run once per URL: they keep their state in locals
--- and flat arrays (Lua 5.1 interprets every step; benchmarks/redis/REPORT.md, round 3). A
--- claim or contains reads each run of consecutive fingerprints of one bucket with one HMGET
--- (the client sends a group's fingerprints in bucket order: library.py, bucket_order).
+-- and flat arrays (Lua 5.1 interprets every step: benchmarks/redis/REPORT.md, "The exact
+-- library's server CPU"). A claim or contains reads each run of consecutive fingerprints of
+-- one bucket with one HMGET (the client sends a group's fingerprints in bucket order:
+-- library.py, bucket_order).
 local buckets, adds, total = {}, {}, {}
 local more_at = extra ~= '' and extra or nil
 -- claim: a fingerprint met before in this call -> its index in its group's adds (> 0), or
