@@ -12,7 +12,9 @@ seen-test through Redis, each against a fresh private redis-server that this scr
   distinct URLs, and created for a tenth of them so that splits grow it 10x past its plan
   (that one also in batches of 8192: a leaf's fixed cost per call spread over more URLs).
 * urlseen's exact library in Redis (RedisLibrary under FingerprintLibraryFilter, what
-  `urlseen dedup --filter exact --redis` runs), batches of 1000 and 8192.
+  `urlseen dedup --filter exact --redis` runs), batches of 1000 and 8192; and in batches of
+  1000 as the crawler plug-ins open the shared default (SeenHandle: the client's memory of
+  seen answers in front, shared/seen_cache.py), the row a crawl's server meets.
 * BF.MADD (RedisBloom / valkey-bloom): not measured. Neither module can be installed from the
   package registries this machine reaches (PyPI's redisbloom is a client; npm's valkey-bloom
   ships no module; Debian bookworm has RediSearch, not RedisBloom): see BF_MADD.
@@ -92,6 +94,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
 from run import cpu_model  # benchmarks/peers/run.py
 from urlseen import defaults
 from urlseen.exact.library_filter import FingerprintLibraryFilter
+from urlseen.integrations._handle import SeenHandle
 from urlseen.shared import client as redis_store
 from urlseen.shared.bloom import RedisBloomFilter
 from urlseen.shared.library import RedisLibrary
@@ -420,11 +423,21 @@ def dsbf_way(batch: int, error_rate: float, leaf_bits: int, grown: int = 1) -> W
     )
 
 
-def exact_way(batch: int) -> Way:
+def exact_way(batch: int, integrations: bool = False) -> Way:
+    """integrations: opened as Scrapy's, scrapy-redis's and Crawlee's plug-ins open the shared
+    default (integrations/_handle.py SeenHandle): the library behind the client's memory of
+    seen answers (shared/seen_cache.py, 200,000 entries), which answers this client's repeats
+    without a round trip and without touching their counts."""
+
     def create(url: str, n: int) -> None:
         RedisLibrary(url, NAME, n).close()
 
     def open_(url: str) -> Opened:
+        if integrations:
+            handle = SeenHandle("exact", redis=url, name=NAME)
+            cached = handle.seen
+            cached.add_many([])  # its tracking connection opened before the measured window
+            return Opened(cached.add_many, cached.contains_many, handle.close)
         seen = FingerprintLibraryFilter(library=RedisLibrary(url, NAME))
         return Opened(
             lambda lines: list(seen.add_many(lines)),
@@ -432,7 +445,10 @@ def exact_way(batch: int) -> Way:
             seen.close,
         )
 
-    return Way("exact library in Redis (RedisLibrary)", "exact", batch, create, open_, "MD5")
+    label = "exact library in Redis (RedisLibrary)"
+    if integrations:
+        label = "exact library as the integrations open it (seen cache in front)"
+    return Way(label, "exact", batch, create, open_, "MD5")
 
 
 def table_ways(error_rate: float, leaf_bits: int) -> list[Way]:
@@ -445,6 +461,7 @@ def table_ways(error_rate: float, leaf_bits: int) -> list[Way]:
         dsbf_way(8192, error_rate, leaf_bits, grown=10),
         exact_way(1000),
         exact_way(8192),
+        exact_way(1000, integrations=True),
     ]
 
 
@@ -459,6 +476,7 @@ def fleet_ways(
         *[bloom_way(1000, error_rate, sized[s]) for s in bloom_sizes],
         dsbf_way(1000, error_rate, leaf_bits),
         exact_way(1000),
+        exact_way(1000, integrations=True),
     ]
 
 

@@ -82,7 +82,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
             whatever this says); kept with the library, default 10,000,000.
         fingerprint: "md5" (default, as in the IMP-CBFilter paper) or "xxh3_128"; an existing
             library keeps its own.
-        groups: hash tags the buckets spread over (Redis Cluster slots); default 16.
+        groups: hash tags (Redis Cluster slots) the buckets spread over: 16 on a Cluster, else 1.
         lease: seconds an answer "new" stays claimed until acknowledged (default 10).
         allow_eviction: use a server whose maxmemory-policy may evict keys (else refused).
 
@@ -128,7 +128,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stored = self._load()
         if stored is None:
             # Of two processes creating it at once, one wins; both then use the winner's
-            stored = self._load(new_params(capacity, fingerprint, groups))
+            stored = self._load(new_params(capacity, fingerprint, groups, self._cluster))
             assert stored is not None
         else:
             given = {"capacity": capacity, "fingerprint": fingerprint, "groups": groups}

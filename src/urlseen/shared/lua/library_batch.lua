@@ -57,12 +57,12 @@ local hash_at, seg_start, seg_end, segments_of, sizes, touched = buckets_segment
 table.sort(touched)
 
 local expect = {}
-for g, mark in string.gmatch(ARGV[13], '(%d+):(%d+)') do expect[tonumber(g)] = mark end
-local level, split, count, resent = groups_open(touched, prefix, instance, owner, expect)
+for g, mark in string.gmatch(ARGV[13], '(%d+):(%d+)') do expect[tonumber(g)] = {g, mark} end
+local level, split, count, head, resent = groups_open(touched, prefix, instance, owner, expect)
 if not level then return redis.error_reply(split) end
 
-local function claims_of(g) return prefix .. g .. '}:c' end
-local function records_of(g) return prefix .. g .. '}:r' end
+local function claims_of(g) return head[g] .. ':c' end
+local function records_of(g) return head[g] .. ':r' end
 local function positions_of(g) return buckets_positions(segments_of[g], seg_start, seg_end) end
 local function fps_of(list)
   local fps = {}
@@ -111,7 +111,7 @@ local more_at = extra ~= '' and extra or nil
 local first, met_key, met_fp, met_value, met_answer, met_refs, met = {}, {}, {}, {}, {}, {}, 0
 local run, dropped, batched = {}, {}, mode == 'claim' or mode == 'contains'
 for _, g in ipairs(touched) do
-  local b = buckets_of(prefix .. g .. '}:f:', level[g], split[g])
+  local b = buckets_of(head[g] .. ':f:', level[g], split[g])
   buckets[g], total[g] = b, count[g]
   local keys, span, cut = b.keys, b.span, b.split
   local span2, ckey = 2 * span, claims_of(g)
@@ -234,7 +234,7 @@ if claims then claims_write(claims) end
 for _, g in ipairs(touched) do
   local b, a = buckets[g], adds[g]
   if a then total[g] = total[g] + buckets_insert(b, count[g], per_bucket, a, hash_at, now) end
-  local marker = prefix .. g .. '}:n'
+  local marker = head[g] .. ':n'
   if total[g] ~= count[g] then call('HINCRBY', marker, 'count', total[g] - count[g]) end
   if b.moved then call('HSET', marker, 'level', b.level, 'split', b.split) end
 end

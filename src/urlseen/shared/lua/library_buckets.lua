@@ -45,14 +45,18 @@ local function buckets_positions(of, seg_start, seg_end)
 end
 
 -- Each touched group's counters read and checked (its instance, its numbers) and the caller's
--- write mark advanced (mark.lua): level, split, count by group and whether the call was
--- resent; or nil and the error to answer, before anything is written.
+-- write mark advanced (mark.lua), with one read of the group's counters: level, split, count
+-- by group, whether the call was resent, and each group's key head (prefix .. g .. "}", its
+-- number written once per call: Lua formats a number with sprintf); or nil and the error to
+-- answer, before anything is written. expect: the caller's marks by group, as strings.
 local function groups_open(touched, prefix, instance, owner, expect)
-  local level, split, count, resent = {}, {}, {}, false
+  local level, split, count, head, resent = {}, {}, {}, {}, false
   for _, g in ipairs(touched) do
-    local marker = prefix .. g .. '}:n'
+    local want = expect[g] or {tostring(g), '0'}
+    local top = prefix .. want[1] .. '}'
+    local marker = top .. ':n'
     local found = redis.call('HMGET', marker, 'instance', 'count', 'level', 'split',
-                             'w:' .. owner)
+                             'w:' .. owner, 'rolled_back')
     if found[1] ~= instance then
       return nil, 'URLSEEN-LOST ' .. marker .. (found[1] and ' belongs to another library of '
                                                 .. 'the same name' or ' is gone')
@@ -65,12 +69,12 @@ local function groups_open(touched, prefix, instance, owner, expect)
     end
     count[g], level[g], split[g] = tonumber(found[2] or 0), tonumber(found[3] or 0),
                                    tonumber(found[4] or 0)
-    local want = expect[g] or '0'
-    if tonumber(found[5] or '0') == tonumber(want) + 1 then resent = true end
-    local went_back = mark_advance(marker, owner, want)
+    head[g] = top
+    if tonumber(found[5] or '0') == tonumber(want[2]) + 1 then resent = true end
+    local went_back = mark_advance_read(marker, owner, want[2], found[5], found[6])
     if went_back then return nil, went_back end
   end
-  return level, split, count, resent
+  return level, split, count, head, resent
 end
 
 -- A group's buckets: their keys are `head` .. b (head = prefix .. g .. "}:f:"); level L and

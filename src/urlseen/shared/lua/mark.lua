@@ -10,23 +10,28 @@
 -- came back from before the client's last call: the part is marked "rolled_back" (so every
 -- other client stops at its next call too) and the call answers "URLSEEN-ROLLBACK ...",
 -- before anything is written.
-local function mark_advance(key, owner, expected)
-  local field = 'w:' .. owner
-  local found = redis.call('HMGET', key, field, 'rolled_back')
-  if found[2] then
+-- mark_advance when the caller read the fields "w:OWNER" (stored) and "rolled_back"
+-- (rolled) itself, with its own HMGET of the key.
+local function mark_advance_read(key, owner, expected, stored, rolled)
+  if rolled then
     return 'URLSEEN-ROLLBACK ' .. key .. ' went back in time (another client noticed: ' ..
-           found[2] .. ')'
+           rolled .. ')'
   end
-  local have, want = tonumber(found[1] or '0'), tonumber(expected)
+  local have, want = tonumber(stored or '0'), tonumber(expected)
   if not have then
-    return 'URLSEEN-DAMAGED Redis key ' .. key .. ': field ' .. field .. ' is not a number'
+    return 'URLSEEN-DAMAGED Redis key ' .. key .. ': field w:' .. owner .. ' is not a number'
   end
   if have == want then
-    redis.call('HSET', key, field, want + 1)
+    redis.call('HSET', key, 'w:' .. owner, want + 1)
     return nil
   end
   if have == want + 1 then return nil end
-  local why = 'a client expected write mark ' .. want .. ' and found ' .. (found[1] or 'none')
+  local why = 'a client expected write mark ' .. want .. ' and found ' .. (stored or 'none')
   redis.call('HSET', key, 'rolled_back', why)
   return 'URLSEEN-ROLLBACK ' .. key .. ' went back in time (' .. why .. ')'
+end
+
+local function mark_advance(key, owner, expected)
+  local found = redis.call('HMGET', key, 'w:' .. owner, 'rolled_back')
+  return mark_advance_read(key, owner, expected, found[1], found[2])
 end
