@@ -37,13 +37,20 @@ local function claims_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- owner, prio, call, lease_ms: this call's side (ARGV of the script)
+-- owner, prio, call, lease_ms: this call's side (ARGV of the script). The server's clock is
+-- read when a claim is first judged or written (now, deadline, mine), not before: a call that
+-- meets no claim and makes none (repeats) reads no TIME and formats no number.
 local function claims_context(owner, prio, call, lease_ms)
-  local now = claims_now()
-  local deadline = now + tonumber(lease_ms)
-  return {owner = owner, prio = tonumber(prio), call = call, now = now, tag = owner .. ' ',
-          deadline = deadline, mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline,
-          fresh = {}, known = {}, queued = {}}
+  local lazy = {__index = function(c, field)
+    if field ~= 'now' and field ~= 'deadline' and field ~= 'mine' then return nil end
+    local now = claims_now()
+    local deadline = now + tonumber(lease_ms)
+    c.now, c.deadline = now, deadline
+    c.mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline
+    return c[field]
+  end}
+  return setmetatable({owner = owner, prio = tonumber(prio), call = call, tag = owner .. ' ',
+                       fresh = {}, known = {}, queued = {}}, lazy)
 end
 
 -- redis.call(cmd, key, values...) in slices that unpack() can hold.

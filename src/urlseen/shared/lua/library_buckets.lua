@@ -61,17 +61,16 @@ local function groups_open(touched, prefix, instance, owner, expect)
       return nil, 'URLSEEN-LOST ' .. marker .. (found[1] and ' belongs to another library of '
                                                 .. 'the same name' or ' is gone')
     end
-    for i, name in ipairs({'count', 'level', 'split'}) do
-      if found[i + 1] and not tonumber(found[i + 1]) then
-        return nil, 'URLSEEN-DAMAGED Redis key ' .. marker .. ': field ' .. name ..
-                    ' is not a number'
-      end
+    local n, l, s = tonumber(found[2] or 0), tonumber(found[3] or 0), tonumber(found[4] or 0)
+    if not (n and l and s) then
+      local name = not n and 'count' or (not l and 'level' or 'split')
+      return nil, 'URLSEEN-DAMAGED Redis key ' .. marker .. ': field ' .. name ..
+                  ' is not a number'
     end
-    count[g], level[g], split[g] = tonumber(found[2] or 0), tonumber(found[3] or 0),
-                                   tonumber(found[4] or 0)
-    head[g] = top
-    if tonumber(found[5] or '0') == tonumber(want[2]) + 1 then resent = true end
-    local went_back = mark_advance_read(marker, owner, want[2], found[5], found[6])
+    count[g], level[g], split[g], head[g] = n, l, s, top
+    local have, mark = tonumber(found[5] or '0'), tonumber(want[2])
+    if have == mark + 1 then resent = true end
+    local went_back = mark_advance_read(marker, owner, want[2], found[5], found[6], have, mark)
     if went_back then return nil, went_back end
   end
   return level, split, count, head, resent

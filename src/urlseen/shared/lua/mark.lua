@@ -11,13 +11,14 @@
 -- other client stops at its next call too) and the call answers "URLSEEN-ROLLBACK ...",
 -- before anything is written.
 -- mark_advance when the caller read the fields "w:OWNER" (stored) and "rolled_back"
--- (rolled) itself, with its own HMGET of the key.
-local function mark_advance_read(key, owner, expected, stored, rolled)
+-- (rolled) itself, with its own HMGET of the key; have, want: tonumber(stored or '0') and
+-- tonumber(expected), if the caller has them already.
+local function mark_advance_read(key, owner, expected, stored, rolled, have, want)
   if rolled then
     return 'URLSEEN-ROLLBACK ' .. key .. ' went back in time (another client noticed: ' ..
            rolled .. ')'
   end
-  local have, want = tonumber(stored or '0'), tonumber(expected)
+  if not want then have, want = tonumber(stored or '0'), tonumber(expected) end
   if not have then
     return 'URLSEEN-DAMAGED Redis key ' .. key .. ': field w:' .. owner .. ' is not a number'
   end
