@@ -17,10 +17,8 @@ from urlseen.shared.claims import record_size
 FORMAT = "urlseen-redis-library/4"
 FP_BYTES = 16
 PER_BUCKET = 40  # records per bucket on average: a bucket not yet split holds ~2x (limit 128)
-DEFAULT_GROUPS = 16  # on a Redis Cluster: its slots spread the groups over the primaries
-# On one server groups spread nothing, and each group a call touches costs it fixed work
-# (benchmarks/redis/REPORT.md, "Small batches"); give groups= to plan a move to a Cluster.
-SINGLE_SERVER_GROUPS = 1
+DEFAULT_GROUPS = 16  # on a Redis Cluster: its slots spread the groups over its primaries
+SINGLE_SERVER_GROUPS = 1  # each group a call touches costs it fixed work (redis/REPORT.md)
 _VALUE = 12  # refs, first_seen, last_seen: u32 little-endian each
 
 
@@ -51,8 +49,7 @@ def bucket_in(fp: bytes, level: int, split: int) -> int:
 def new_params(
     capacity: int | None, fingerprint: str | None, groups: int | None, cluster: bool = True
 ) -> dict[str, Any]:
-    """A new library's parameters from the arguments given (checked), defaults for the rest
-    (cluster: whether it is created on a Redis Cluster, where groups spread it)."""
+    """A new library's parameters from the arguments (checked), defaults for the rest."""
     capacity = defaults.CAPACITY if capacity is None else capacity
     fingerprint = "md5" if fingerprint is None else fingerprint
     if groups is None:

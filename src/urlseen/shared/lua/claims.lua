@@ -37,16 +37,14 @@ local function claims_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- owner, prio, call, lease_ms: this call's side (ARGV of the script). The server's clock is
--- read when a claim is first judged or written (now, deadline, mine), not before: a call that
--- meets no claim and makes none (repeats) reads no TIME and formats no number.
+-- owner, prio, call, lease_ms: this call's side (ARGV). The clock is read when a claim is first
+-- judged or written (now, deadline, mine): a call of repeats that meets no claim reads none.
 local function claims_context(owner, prio, call, lease_ms)
   local lazy = {__index = function(c, field)
     if field ~= 'now' and field ~= 'deadline' and field ~= 'mine' then return nil end
-    local now = claims_now()
-    local deadline = now + tonumber(lease_ms)
-    c.now, c.deadline = now, deadline
-    c.mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. deadline
+    c.now = claims_now()
+    c.deadline = c.now + tonumber(lease_ms)
+    c.mine = owner .. ' ' .. prio .. ' ' .. call .. ' ' .. c.deadline
     return c[field]
   end}
   return setmetatable({owner = owner, prio = tonumber(prio), call = call, tag = owner .. ' ',

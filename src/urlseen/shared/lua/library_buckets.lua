@@ -45,10 +45,9 @@ local function buckets_positions(of, seg_start, seg_end)
 end
 
 -- Each touched group's counters read and checked (its instance, its numbers) and the caller's
--- write mark advanced (mark.lua), with one read of the group's counters: level, split, count
--- by group, whether the call was resent, and each group's key head (prefix .. g .. "}", its
--- number written once per call: Lua formats a number with sprintf); or nil and the error to
--- answer, before anything is written. expect: the caller's marks by group, as strings.
+-- write mark advanced (mark.lua), one read each: level, split, count by group, whether the
+-- call was resent, each group's key head (prefix .. g .. "}": Lua formats a number with
+-- sprintf, so once); or nil and the error, before any write. expect: {g, mark} as strings.
 local function groups_open(touched, prefix, instance, owner, expect)
   local level, split, count, head, resent = {}, {}, {}, {}, false
   for _, g in ipairs(touched) do

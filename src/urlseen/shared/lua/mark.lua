@@ -10,15 +10,13 @@
 -- came back from before the client's last call: the part is marked "rolled_back" (so every
 -- other client stops at its next call too) and the call answers "URLSEEN-ROLLBACK ...",
 -- before anything is written.
--- mark_advance when the caller read the fields "w:OWNER" (stored) and "rolled_back"
--- (rolled) itself, with its own HMGET of the key; have, want: tonumber(stored or '0') and
--- tonumber(expected), if the caller has them already.
+-- mark_advance from the caller's own read of "w:OWNER" (stored) and "rolled_back" (rolled);
+-- have, want: tonumber(stored or '0') and tonumber(expected).
 local function mark_advance_read(key, owner, expected, stored, rolled, have, want)
   if rolled then
     return 'URLSEEN-ROLLBACK ' .. key .. ' went back in time (another client noticed: ' ..
            rolled .. ')'
   end
-  if not want then have, want = tonumber(stored or '0'), tonumber(expected) end
   if not have then
     return 'URLSEEN-DAMAGED Redis key ' .. key .. ': field w:' .. owner .. ' is not a number'
   end
@@ -34,5 +32,6 @@ end
 
 local function mark_advance(key, owner, expected)
   local found = redis.call('HMGET', key, 'w:' .. owner, 'rolled_back')
-  return mark_advance_read(key, owner, expected, found[1], found[2])
+  return mark_advance_read(key, owner, expected, found[1], found[2], tonumber(found[1] or '0'),
+                           tonumber(expected))
 end
