@@ -165,6 +165,7 @@ PyDoc_STRVAR(cache_drain_into_doc,
              "one entry per URL repeated since the last): counts[fp] += pending, and\n"
              "seen[fp] = its seen if later than seen.get(fp, 0). Pending counts are reset to 0.");
 
+/* dict[key] (a new reference), or `missing` (new reference) if absent; NULL on error. */
 static PyObject *dict_get(PyObject *dict, PyObject *key, PyObject *missing)
 {
     PyObject *value = PyDict_GetItemWithError(dict, key);
@@ -212,8 +213,9 @@ static int drain_into_empty(FingerprintCache *self, PyObject *counts, PyObject *
         if (!e->used || !e->pending) continue;
         PyObject *fp = digest_bytes(e->a, e->b), *count = PyLong_FromUnsignedLong(e->pending);
         PyObject *when = PyLong_FromUnsignedLong(e->seen);
+        /* seen[fp] only when later than 0, as dict_set_if_later folds it */
         rc = fp && count && when && PyDict_SetItem(c, fp, count) == 0 &&
-                     PyDict_SetItem(s, fp, when) == 0
+                     (e->seen == 0 || PyDict_SetItem(s, fp, when) == 0)
                  ? 0
                  : -1;
         Py_XDECREF(fp);
@@ -346,7 +348,6 @@ PyDoc_STRVAR(fold_entries_doc,
              "The exact filter's write-back bookkeeping in one call a batch (a batch evicts up to\n"
              "one entry per new URL).");
 
-/* dict[key] (a new reference), or `missing` (new reference) if absent; NULL on error. */
 /* An int as unsigned long long: 0, or -1 (no exception) if obj is not an exact int in range. */
 static int small_uint(PyObject *obj, unsigned long long *out)
 {
