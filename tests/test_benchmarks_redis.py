@@ -126,3 +126,39 @@ def test_the_command_line_benchmark_runs_and_answers_as_sadd(tmp_path: Path) -> 
         else:  # f = 1e-6 (bloom) and 1e-3 (dsbf): a few false positives at most
             assert r["distinct"] - 10 <= r["new"] <= r["distinct"], r
     assert "| new | dsbf |" in run.stdout
+
+
+def _callgrind_servers() -> int:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return sum("callgrind" in line and "redis-server" in line for line in ps.splitlines())
+
+
+def test_the_per_call_benchmark_counts_checks_and_stops_its_servers(tmp_path: Path) -> None:
+    """benchmarks/redis/library_calls.py on a few hundred URLs: each cell answered as it should
+    (the script checks every answer and exits non-zero otherwise), the stages of a call and the
+    single commands counted, and no callgrind server left running."""
+    if not (shutil.which("redis-server") and shutil.which("valgrind")):
+        if in_ci():
+            pytest.fail("redis-server and valgrind are needed for the benchmark test in CI")
+        pytest.skip("redis-server / valgrind not installed")
+    before, out = _callgrind_servers(), tmp_path / "calls.json"
+    script = str(REPO_ROOT / "benchmarks" / "redis" / "library_calls.py")
+    small = ["--urls", "100", "--fill", "500", "--json", str(out)]
+    for extra in (["--batches", "1,10"], ["--batches", "10", "--stages", "--commands"]):
+        run = subprocess.run(
+            [sys.executable, script, *extra, *small], capture_output=True, text=True, timeout=600
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+    saved = json.loads(out.read_text())
+    rows = saved["library_calls"]["rows"]
+    assert {(r["stream"], r["batch"], r["way"]) for r in rows} == {
+        (s, b, w) for s in ("repeats", "new") for b in (1, 10) for w in ("sadd", "installed")
+    }
+    assert all(r["per_url"] > 0 for r in rows)
+    stages = saved["library_calls_stages"]["stages"]
+    assert len(stages) == 9 and stages[-1]["cut_at"] > 2 * stages[0]["cut_at"]  # whole vs bare
+    looked_up = next(s for s in stages if s["stage"].startswith("the URLs looked up"))
+    assert looked_up["per_call"] > 0
+    commands = {r["what"]: r["instructions"] for r in saved["library_calls_commands"]["rows"]}
+    assert commands["HMGET of 6 fields"] > 0 and commands["the empty script"] > 0
+    assert _callgrind_servers() == before

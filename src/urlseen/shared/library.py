@@ -128,7 +128,7 @@ class RedisLibrary(ForgetsMarks, ClaimedAnswers):
         stored = self._load()
         if stored is None:
             # Of two processes creating it at once, one wins; both then use the winner's
-            stored = self._load(new_params(capacity, fingerprint, groups, self._cluster))
+            stored = self._load(new_params(capacity, fingerprint, groups, cluster=self._cluster))
             assert stored is not None
         else:
             given = {"capacity": capacity, "fingerprint": fingerprint, "groups": groups}

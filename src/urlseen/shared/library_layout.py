@@ -35,7 +35,7 @@ def bucket_order(fp: bytes, groups: int) -> tuple[int, bytes]:
     split (the bucket is the low bits of bytes 5-8: their bits reversed; a stable sort keeps
     a fingerprint's repeats in order), for library_batch.lua to read and write each bucket's
     run with one command."""
-    return int.from_bytes(fp[:4], "big") % groups, fp[7:3:-1].translate(_BIT_REVERSED)
+    return group_of(fp, groups), fp[7:3:-1].translate(_BIT_REVERSED)
 
 
 def bucket_in(fp: bytes, level: int, split: int) -> int:
@@ -47,9 +47,9 @@ def bucket_in(fp: bytes, level: int, split: int) -> int:
 
 
 def new_params(
-    capacity: int | None, fingerprint: str | None, groups: int | None, cluster: bool = True
+    capacity: int | None, fingerprint: str | None, groups: int | None, *, cluster: bool
 ) -> dict[str, Any]:
-    """A new library's parameters from the arguments (checked), defaults for the rest."""
+    """A new library's parameters (checked), defaults for the rest (cluster: on a Cluster)."""
     capacity = defaults.CAPACITY if capacity is None else capacity
     fingerprint = "md5" if fingerprint is None else fingerprint
     if groups is None:
